@@ -1,0 +1,45 @@
+from typing import Literal, TypedDict
+
+import numpy as np
+import numpy.typing as npt
+
+__version__: str
+
+class PixelwireError(Exception): ...
+class DecodeError(PixelwireError): ...
+class UnsupportedFormat(DecodeError): ...
+class ImageTooLarge(DecodeError): ...
+
+class Limits:
+    def __init__(
+        self,
+        *,
+        max_bytes: int | None = None,
+        max_pixels: int | None = None,
+        max_side: int | None = None,
+    ) -> None: ...
+    @property
+    def max_bytes(self) -> int: ...
+    @property
+    def max_pixels(self) -> int: ...
+    @property
+    def max_side(self) -> int: ...
+
+class ProbeResult(TypedDict):
+    format: str
+    width: int
+    height: int
+    color_type: str
+    orientation: int
+
+Buffer = bytes | bytearray | memoryview
+
+def decode_image(
+    data: Buffer,
+    *,
+    mode: Literal["RGB", "RGBA", "L"] = "RGB",
+    background: tuple[int, int, int] = (255, 255, 255),
+    limits: Limits | None = None,
+    apply_exif_orientation: bool = False,
+) -> npt.NDArray[np.uint8]: ...
+def probe_image(data: Buffer, *, limits: Limits | None = None) -> ProbeResult: ...

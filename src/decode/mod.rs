@@ -1,0 +1,381 @@
+//! Native image decoding with the exact semantics of vLLM's Pillow loader.
+//!
+//! Every format decoder first reads only the header ([`probe`]), so limits are
+//! enforced before any pixel buffer exists, then decodes straight into a
+//! caller-provided buffer ([`decode_into`]) when the source layout already is
+//! the requested mode, or through one scratch raster and a Pillow-exact
+//! conversion otherwise.
+
+mod convert;
+mod generic;
+mod gif;
+mod jpeg;
+mod orient;
+mod png;
+mod webp;
+
+pub use convert::Raster;
+
+use crate::errors::{Error, Result};
+
+/// Output pixel layout, named as Pillow names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Mode {
+    L,
+    Rgb,
+    Rgba,
+}
+
+impl Mode {
+    pub fn channels(self) -> usize {
+        match self {
+            Mode::L => 1,
+            Mode::Rgb => 3,
+            Mode::Rgba => 4,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::L => "L",
+            Mode::Rgb => "RGB",
+            Mode::Rgba => "RGBA",
+        }
+    }
+
+    pub fn parse(name: &str) -> Result<Mode> {
+        match name {
+            "L" => Ok(Mode::L),
+            "RGB" => Ok(Mode::Rgb),
+            "RGBA" => Ok(Mode::Rgba),
+            other => Err(Error::InvalidArgument(format!(
+                "mode must be 'RGB', 'RGBA' or 'L', not {other:?}"
+            ))),
+        }
+    }
+
+    pub fn from_channels(channels: usize) -> Option<Mode> {
+        match channels {
+            1 => Some(Mode::L),
+            3 => Some(Mode::Rgb),
+            4 => Some(Mode::Rgba),
+            _ => None,
+        }
+    }
+}
+
+/// Resource limits, checked against the encoded size and the header before
+/// any pixel memory is allocated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    pub max_bytes: usize,
+    pub max_pixels: u64,
+    pub max_side: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_bytes: 50 * 1024 * 1024,
+            max_pixels: 50_000_000,
+            max_side: 20_000,
+        }
+    }
+}
+
+impl Limits {
+    pub fn check_encoded(&self, len: usize) -> Result<()> {
+        if len > self.max_bytes {
+            return Err(Error::ImageTooLarge(format!(
+                "encoded image is {len} bytes, over the limit of {} bytes",
+                self.max_bytes
+            )));
+        }
+        Ok(())
+    }
+
+    pub fn check_dimensions(&self, format: Format, width: u64, height: u64) -> Result<()> {
+        let name = format.name();
+        if width == 0 || height == 0 {
+            return Err(Error::decode(format!(
+                "{name} image has a zero dimension ({width}x{height})"
+            )));
+        }
+        let side = width.max(height);
+        if side > u64::from(self.max_side) {
+            return Err(Error::ImageTooLarge(format!(
+                "{name} image is {width}x{height}: side {side} px is over the limit of {} px",
+                self.max_side
+            )));
+        }
+        let pixels = width * height;
+        if pixels > self.max_pixels {
+            return Err(Error::ImageTooLarge(format!(
+                "{name} image is {width}x{height} = {pixels} pixels, over the limit of {} pixels",
+                self.max_pixels
+            )));
+        }
+        Ok(())
+    }
+
+    /// Bytes a decoder may allocate for scratch: the largest raster the pixel
+    /// limit allows at 8 bytes a pixel (16-bit RGBA), plus slack.
+    pub fn scratch_bytes(&self) -> u64 {
+        self.max_pixels.saturating_mul(8).saturating_add(1 << 20)
+    }
+}
+
+/// Container formats pixelwire decodes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Format {
+    Jpeg,
+    Png,
+    Gif,
+    WebP,
+    Bmp,
+    Tiff,
+    Ico,
+    Tga,
+    Pnm,
+    Qoi,
+}
+
+impl Format {
+    /// The name Pillow gives the format (`Image.format`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Jpeg => "JPEG",
+            Format::Png => "PNG",
+            Format::Gif => "GIF",
+            Format::WebP => "WEBP",
+            Format::Bmp => "BMP",
+            Format::Tiff => "TIFF",
+            Format::Ico => "ICO",
+            Format::Tga => "TGA",
+            Format::Pnm => "PPM",
+            Format::Qoi => "QOI",
+        }
+    }
+}
+
+/// What the header says, before any pixel is decoded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ImageInfo {
+    pub format: Format,
+    /// Stored width and height (before any EXIF orientation).
+    pub width: u32,
+    pub height: u32,
+    /// The source's Pillow mode ("RGB", "P", "I;16", "CMYK", ...).
+    pub color_type: &'static str,
+    /// EXIF orientation tag (1..=8), 1 when absent.
+    pub orientation: u8,
+}
+
+/// Everything that shapes the output.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DecodeOptions {
+    pub mode: Mode,
+    /// Colour an RGBA source is composited onto when RGB is asked for.
+    pub background: [u8; 3],
+    pub limits: Limits,
+    pub apply_exif_orientation: bool,
+}
+
+impl Default for DecodeOptions {
+    fn default() -> Self {
+        DecodeOptions {
+            mode: Mode::Rgb,
+            background: [255, 255, 255],
+            limits: Limits::default(),
+            apply_exif_orientation: false,
+        }
+    }
+}
+
+/// Output geometry for an image decoded with `opts`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OutputShape {
+    pub height: usize,
+    pub width: usize,
+    pub channels: usize,
+}
+
+impl OutputShape {
+    pub fn len(&self) -> usize {
+        self.height * self.width * self.channels
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl ImageInfo {
+    pub fn output_shape(&self, opts: &DecodeOptions) -> OutputShape {
+        let (w, h) = if opts.apply_exif_orientation && orient::swaps_axes(self.orientation) {
+            (self.height, self.width)
+        } else {
+            (self.width, self.height)
+        };
+        OutputShape {
+            height: h as usize,
+            width: w as usize,
+            channels: opts.mode.channels(),
+        }
+    }
+}
+
+/// Identifies the format from its magic bytes.
+pub fn sniff(data: &[u8]) -> Result<Format> {
+    if data.is_empty() {
+        return Err(Error::UnsupportedFormat(
+            "empty input: 0 bytes is not an image".into(),
+        ));
+    }
+    let starts = |magic: &[u8]| data.starts_with(magic);
+    let format = if starts(&[0xFF, 0xD8, 0xFF]) {
+        Format::Jpeg
+    } else if starts(b"\x89PNG\r\n\x1a\n") {
+        Format::Png
+    } else if starts(b"GIF87a") || starts(b"GIF89a") {
+        Format::Gif
+    } else if data.len() >= 12 && starts(b"RIFF") && &data[8..12] == b"WEBP" {
+        Format::WebP
+    } else if starts(b"BM") {
+        Format::Bmp
+    } else if starts(b"II*\0") || starts(b"MM\0*") || starts(b"II+\0") || starts(b"MM\0+") {
+        Format::Tiff
+    } else if starts(&[0, 0, 1, 0]) {
+        Format::Ico
+    } else if starts(b"qoif") {
+        Format::Qoi
+    } else if data.len() >= 2 && data[0] == b'P' && (b'1'..=b'6').contains(&data[1]) {
+        Format::Pnm
+    } else if generic::looks_like_tga(data) {
+        Format::Tga
+    } else {
+        let head: String = data.iter().take(8).map(|b| format!("{b:02x}")).collect();
+        return Err(Error::UnsupportedFormat(format!(
+            "unrecognised image format (first bytes {head}); pixelwire decodes JPEG, PNG, GIF, WebP, BMP, TIFF, ICO, TGA, PNM and QOI"
+        )));
+    };
+    Ok(format)
+}
+
+/// Reads the header only and checks the limits. Allocates no pixel memory.
+pub fn probe(data: &[u8], limits: &Limits) -> Result<ImageInfo> {
+    limits.check_encoded(data.len())?;
+    let format = sniff(data)?;
+    let info = guard(format, || match format {
+        Format::Jpeg => jpeg::probe(data, limits),
+        Format::Png => png::probe(data, limits),
+        Format::Gif => gif::probe(data, limits),
+        Format::WebP => webp::probe(data, limits),
+        _ => generic::probe(format, data, limits),
+    })?;
+    limits.check_dimensions(format, info.width.into(), info.height.into())?;
+    Ok(info)
+}
+
+/// Decodes into `out`, which must be exactly `info.output_shape(opts).len()`
+/// bytes. `info` must come from [`probe`] on the same `data`.
+pub fn decode_into(
+    data: &[u8],
+    info: &ImageInfo,
+    opts: &DecodeOptions,
+    out: &mut [u8],
+) -> Result<()> {
+    let shape = info.output_shape(opts);
+    if out.len() != shape.len() {
+        return Err(Error::InvalidArgument(format!(
+            "output buffer is {} bytes, the image needs {}",
+            out.len(),
+            shape.len()
+        )));
+    }
+    let transform = opts.apply_exif_orientation && info.orientation != 1;
+    let target = Target {
+        mode: opts.mode,
+        background: opts.background,
+    };
+    guard(info.format, || {
+        let decode_to = |buf: &mut [u8]| match info.format {
+            Format::Jpeg => jpeg::decode(data, info, &opts.limits, target, buf),
+            Format::Png => png::decode(data, info, &opts.limits, target, buf),
+            Format::Gif => gif::decode(data, info, &opts.limits, target, buf),
+            Format::WebP => webp::decode(data, info, &opts.limits, target, buf),
+            _ => generic::decode(data, info, &opts.limits, target, buf),
+        };
+        if transform {
+            let mut stored = vec![0u8; out.len()];
+            decode_to(&mut stored)?;
+            orient::apply(
+                info.orientation,
+                &stored,
+                info.width as usize,
+                info.height as usize,
+                shape.channels,
+                out,
+            );
+            Ok(())
+        } else {
+            decode_to(out)
+        }
+    })
+}
+
+/// Probes, allocates and decodes in one call.
+pub fn decode(data: &[u8], opts: &DecodeOptions) -> Result<(ImageInfo, Vec<u8>)> {
+    let info = probe(data, &opts.limits)?;
+    let mut out = vec![0u8; info.output_shape(opts).len()];
+    decode_into(data, &info, opts, &mut out)?;
+    Ok((info, out))
+}
+
+/// What the caller wants the pixels converted to.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Target {
+    pub mode: Mode,
+    pub background: [u8; 3],
+}
+
+/// Third-party decoders may panic on hostile input; a panic must become a
+/// typed error, never a dead process.
+fn guard<T>(format: Format, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    quiet_guarded_panics();
+    GUARDED.with(|g| g.set(true));
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    GUARDED.with(|g| g.set(false));
+    match outcome {
+        Ok(result) => result,
+        Err(payload) => {
+            let what = payload
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".into());
+            Err(Error::decode(format!(
+                "{} decoder failed on malformed data: {what}",
+                format.name()
+            )))
+        }
+    }
+}
+
+thread_local! {
+    static GUARDED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// A caught decoder panic is reported as an error; keep the default hook
+/// from also printing it to stderr. Panics elsewhere print as usual.
+fn quiet_guarded_panics() {
+    static INSTALL: std::sync::Once = std::sync::Once::new();
+    INSTALL.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if !GUARDED.with(|g| g.get()) {
+                previous(info);
+            }
+        }));
+    });
+}

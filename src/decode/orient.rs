@@ -1,0 +1,68 @@
+//! EXIF orientation, applied as `PIL.ImageOps.exif_transpose` does.
+
+use image::metadata::Orientation;
+
+/// The EXIF tag value (1..=8) of an orientation.
+pub fn exif_value(o: Orientation) -> u8 {
+    match o {
+        Orientation::NoTransforms => 1,
+        Orientation::FlipHorizontal => 2,
+        Orientation::Rotate180 => 3,
+        Orientation::FlipVertical => 4,
+        Orientation::Rotate90FlipH => 5,
+        Orientation::Rotate90 => 6,
+        Orientation::Rotate270FlipH => 7,
+        Orientation::Rotate270 => 8,
+    }
+}
+
+/// Orientations 5 to 8 turn the image on its side.
+pub fn swaps_axes(orientation: u8) -> bool {
+    (5..=8).contains(&orientation)
+}
+
+/// Writes the upright image into `out`. `src` is `w`x`h` as stored.
+pub fn apply(orientation: u8, src: &[u8], w: usize, h: usize, channels: usize, out: &mut [u8]) {
+    let (ow, oh) = if swaps_axes(orientation) {
+        (h, w)
+    } else {
+        (w, h)
+    };
+    for oy in 0..oh {
+        for ox in 0..ow {
+            // Source coordinate of output pixel (ox, oy).
+            let (sx, sy) = match orientation {
+                2 => (w - 1 - ox, oy),
+                3 => (w - 1 - ox, h - 1 - oy),
+                4 => (ox, h - 1 - oy),
+                5 => (oy, ox),
+                6 => (oy, h - 1 - ox),
+                7 => (w - 1 - oy, h - 1 - ox),
+                8 => (w - 1 - oy, ox),
+                _ => (ox, oy),
+            };
+            let s = (sy * w + sx) * channels;
+            let o = (oy * ow + ox) * channels;
+            out[o..o + channels].copy_from_slice(&src[s..s + channels]);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// 2x1 image [a b]; orientation 6 (rotate 90 clockwise to view) stores the
+    /// top of the picture on the left.
+    #[test]
+    fn rotations() {
+        let src = [1u8, 2];
+        let mut out = [0u8; 2];
+        apply(6, &src, 2, 1, 1, &mut out);
+        assert_eq!(out, [1, 2]);
+        apply(8, &src, 2, 1, 1, &mut out);
+        assert_eq!(out, [2, 1]);
+        apply(2, &src, 2, 1, 1, &mut out);
+        assert_eq!(out, [2, 1]);
+    }
+}

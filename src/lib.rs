@@ -1,0 +1,18 @@
+//! pixelwire: native image decoding for multimodal LLM serving.
+//!
+//! The real work lives in plain Rust modules; `python.rs` holds the thin PyO3
+//! wrappers and this file only wires the `pixelwire._native` module.
+
+pub mod decode;
+pub mod errors;
+mod python;
+
+use pyo3::prelude::*;
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    errors::register(m)?;
+    python::register(m)?;
+    Ok(())
+}

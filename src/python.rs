@@ -1,0 +1,145 @@
+//! Thin PyO3 wrappers over the plain-Rust core. Every heavy call runs with
+//! the GIL released.
+
+use numpy::{PyArray1, PyArrayMethods};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict};
+
+use crate::decode::{self, DecodeOptions, Mode};
+
+/// Decoding limits, checked from the header before pixel memory is taken.
+#[pyclass(module = "pixelwire", name = "Limits", frozen, eq)]
+#[derive(Clone, PartialEq)]
+pub struct PyLimits {
+    pub inner: decode::Limits,
+}
+
+#[pymethods]
+impl PyLimits {
+    #[new]
+    #[pyo3(signature = (*, max_bytes = None, max_pixels = None, max_side = None))]
+    fn new(max_bytes: Option<usize>, max_pixels: Option<u64>, max_side: Option<u32>) -> Self {
+        let d = decode::Limits::default();
+        PyLimits {
+            inner: decode::Limits {
+                max_bytes: max_bytes.unwrap_or(d.max_bytes),
+                max_pixels: max_pixels.unwrap_or(d.max_pixels),
+                max_side: max_side.unwrap_or(d.max_side),
+            },
+        }
+    }
+
+    #[getter]
+    fn max_bytes(&self) -> usize {
+        self.inner.max_bytes
+    }
+
+    #[getter]
+    fn max_pixels(&self) -> u64 {
+        self.inner.max_pixels
+    }
+
+    #[getter]
+    fn max_side(&self) -> u32 {
+        self.inner.max_side
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "Limits(max_bytes={}, max_pixels={}, max_side={})",
+            self.inner.max_bytes, self.inner.max_pixels, self.inner.max_side
+        )
+    }
+}
+
+/// Encoded input: `bytes` is borrowed as is; anything else exposing the
+/// buffer protocol is copied once, so no other thread can change it while
+/// the GIL is released.
+pub enum Encoded<'py> {
+    Borrowed(Bound<'py, PyBytes>),
+    Owned(Vec<u8>),
+}
+
+impl Encoded<'_> {
+    pub fn as_slice(&self) -> &[u8] {
+        match self {
+            Encoded::Borrowed(b) => b.as_bytes(),
+            Encoded::Owned(v) => v,
+        }
+    }
+}
+
+impl<'py> FromPyObject<'py> for Encoded<'py> {
+    fn extract_bound(obj: &Bound<'py, PyAny>) -> PyResult<Self> {
+        if let Ok(b) = obj.downcast::<PyBytes>() {
+            return Ok(Encoded::Borrowed(b.clone()));
+        }
+        let buffer = pyo3::buffer::PyBuffer::<u8>::get(obj).map_err(|_| {
+            pyo3::exceptions::PyTypeError::new_err(format!(
+                "data must be bytes, bytearray or memoryview, not {}",
+                obj.get_type()
+                    .name()
+                    .map(|n| n.to_string())
+                    .unwrap_or_default()
+            ))
+        })?;
+        Ok(Encoded::Owned(buffer.to_vec(obj.py())?))
+    }
+}
+
+pub fn limits_or_default(limits: Option<&PyLimits>) -> decode::Limits {
+    limits.map(|l| l.inner).unwrap_or_default()
+}
+
+/// Decodes an image to a C-contiguous `uint8` array of shape (H, W, C).
+#[pyfunction]
+#[pyo3(signature = (data, *, mode = "RGB", background = (255, 255, 255), limits = None, apply_exif_orientation = false))]
+fn decode_image<'py>(
+    py: Python<'py>,
+    data: Encoded<'py>,
+    mode: &str,
+    background: (u8, u8, u8),
+    limits: Option<PyRef<'py, PyLimits>>,
+    apply_exif_orientation: bool,
+) -> PyResult<Bound<'py, PyAny>> {
+    let opts = DecodeOptions {
+        mode: Mode::parse(mode)?,
+        background: [background.0, background.1, background.2],
+        limits: limits_or_default(limits.as_deref()),
+        apply_exif_orientation,
+    };
+    let bytes = data.as_slice();
+    let (info, pixels) = py.detach(|| decode::decode(bytes, &opts))?;
+    let shape = info.output_shape(&opts);
+    let array = PyArray1::from_vec(py, pixels);
+    Ok(array
+        .reshape([shape.height, shape.width, shape.channels])?
+        .into_any())
+}
+
+/// Reads the header only: format, stored size, source mode, EXIF orientation.
+#[pyfunction]
+#[pyo3(signature = (data, *, limits = None))]
+fn probe_image<'py>(
+    py: Python<'py>,
+    data: Encoded<'py>,
+    limits: Option<PyRef<'py, PyLimits>>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let limits = limits_or_default(limits.as_deref());
+    let bytes = data.as_slice();
+    let info = py.detach(|| decode::probe(bytes, &limits))?;
+    let d = PyDict::new(py);
+    d.set_item("format", info.format.name())?;
+    d.set_item("width", info.width)?;
+    d.set_item("height", info.height)?;
+    d.set_item("color_type", info.color_type)?;
+    d.set_item("orientation", info.orientation)?;
+    Ok(d)
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyLimits>()?;
+    m.add_function(wrap_pyfunction!(decode_image, m)?)?;
+    m.add_function(wrap_pyfunction!(probe_image, m)?)?;
+    Ok(())
+}
