@@ -232,8 +232,7 @@ fn has_adobe_marker(data: &[u8]) -> bool {
 fn exif_orientation(data: &[u8]) -> u8 {
     header_segments(data)
         .find(|(m, p)| *m == 0xE1 && p.starts_with(b"Exif\0\0"))
-        .and_then(|(_, p)| image::metadata::Orientation::from_exif_chunk(&p[6..]))
-        .map(super::orient::exif_value)
+        .and_then(|(_, p)| super::orient::from_exif(p))
         .unwrap_or(1)
 }
 

@@ -16,6 +16,42 @@ pub fn exif_value(o: Orientation) -> u8 {
     }
 }
 
+/// Orientation tag of an EXIF blob (TIFF structure, with or without the
+/// "Exif\0\0" prefix some containers keep).
+pub fn from_exif(blob: &[u8]) -> Option<u8> {
+    let tiff = blob.strip_prefix(b"Exif\0\0").unwrap_or(blob);
+    Orientation::from_exif_chunk(tiff).map(exif_value)
+}
+
+/// `tiff:Orientation` from an XMP packet, either as an attribute
+/// (`tiff:Orientation="6"`) or an element (`<tiff:Orientation>6<`); Pillow
+/// falls back to it when EXIF has none.
+pub fn from_xmp(xmp: &[u8]) -> Option<u8> {
+    const KEY: &[u8] = b"tiff:Orientation";
+    let at = xmp.windows(KEY.len()).position(|w| w == KEY)? + KEY.len();
+    let value = xmp[at..]
+        .iter()
+        .skip_while(|b| matches!(b, b'=' | b'"' | b'\'' | b'>' | b' '));
+    let digit = *value.take(1).next()?;
+    let o = digit.checked_sub(b'0')?;
+    (1..=8).contains(&o).then_some(o)
+}
+
+/// ImageMagick's "Raw profile type exif" PNG text: a header line, a length
+/// line, then the EXIF blob in hex.
+pub fn from_raw_profile(text: &str) -> Option<u8> {
+    let hex: Vec<u8> = text
+        .lines()
+        .skip(3)
+        .flat_map(|l| l.trim().bytes())
+        .collect();
+    let blob: Option<Vec<u8>> = hex
+        .chunks_exact(2)
+        .map(|p| u8::from_str_radix(std::str::from_utf8(p).ok()?, 16).ok())
+        .collect();
+    from_exif(&blob?)
+}
+
 /// Orientations 5 to 8 turn the image on its side.
 pub fn swaps_axes(orientation: u8) -> bool {
     (5..=8).contains(&orientation)

@@ -59,12 +59,7 @@ pub fn probe(data: &[u8], limits: &Limits) -> Result<ImageInfo> {
     check_compression_methods(data)?;
     let r = reader(data, limits, Transformations::IDENTITY)?;
     let info = r.info();
-    let orientation = info
-        .exif_metadata
-        .as_deref()
-        .and_then(image::metadata::Orientation::from_exif_chunk)
-        .map(super::orient::exif_value)
-        .unwrap_or(1);
+    let orientation = orientation(info).unwrap_or(1);
     Ok(ImageInfo {
         format: Format::Png,
         width: info.width,
@@ -72,6 +67,45 @@ pub fn probe(data: &[u8], limits: &Limits) -> Result<ImageInfo> {
         color_type: pillow_mode(info),
         orientation,
     })
+}
+
+/// EXIF (eXIf chunk), else ImageMagick's raw EXIF profile text, else XMP,
+/// in the order Pillow's `getexif` consults them.
+fn orientation(info: &png::Info) -> Option<u8> {
+    use super::orient;
+    if let Some(o) = info.exif_metadata.as_deref().and_then(orient::from_exif) {
+        return Some(o);
+    }
+    let mut texts: Vec<(String, String)> = info
+        .uncompressed_latin1_text
+        .iter()
+        .map(|t| (t.keyword.clone(), t.text.clone()))
+        .collect();
+    for z in &info.compressed_latin1_text {
+        let mut z = z.clone();
+        if z.decompress_text_with_limit(MAX_TEXT_CHUNK).is_ok() {
+            if let Ok(text) = z.get_text() {
+                texts.push((z.keyword.clone(), text));
+            }
+        }
+    }
+    for i in &info.utf8_text {
+        let mut i = i.clone();
+        if i.decompress_text_with_limit(MAX_TEXT_CHUNK).is_ok() {
+            if let Ok(text) = i.get_text() {
+                texts.push((i.keyword.clone(), text));
+            }
+        }
+    }
+    let find = |key: &str| {
+        texts
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    };
+    find("Raw profile type exif")
+        .and_then(orient::from_raw_profile)
+        .or_else(|| find("XML:com.adobe.xmp").and_then(|x| orient::from_xmp(x.as_bytes())))
 }
 
 pub fn decode(
@@ -109,12 +143,27 @@ pub fn decode(
     let mut buf = vec![0u8; len];
     r.next_frame(&mut buf).map_err(err)?;
     finish(&mut r)?;
+    let key = r
+        .info()
+        .trns
+        .as_deref()
+        .and_then(|t| t.get(..2))
+        .map(|t| u16::from_be_bytes([t[0], t[1]]));
     let raster = match (color, depth) {
-        (ColorType::Grayscale, BitDepth::Sixteen) => Raster::Wide(
-            buf.chunks_exact(2)
-                .map(|b| u32::from(u16::from_be_bytes([b[0], b[1]])))
-                .collect(),
-        ),
+        (ColorType::Grayscale, BitDepth::Sixteen) => {
+            let values = buf
+                .chunks_exact(2)
+                .map(|b| u16::from_be_bytes([b[0], b[1]]));
+            match key {
+                // Grey with tRNS: Pillow compares the clipped value with the key.
+                Some(key) => Raster::LKeyed(
+                    values
+                        .flat_map(|v| [v.min(255) as u8, if v.min(255) == key { 0 } else { 255 }])
+                        .collect(),
+                ),
+                None => Raster::Wide(values.map(u32::from).collect()),
+            }
+        }
         (ColorType::Grayscale, _) => Raster::L(buf),
         (ColorType::GrayscaleAlpha, _) if keyed => Raster::LKeyed(buf),
         (ColorType::GrayscaleAlpha, _) => Raster::La(buf),

@@ -34,8 +34,7 @@ pub fn probe(data: &[u8], limits: &Limits) -> Result<ImageInfo> {
         .exif_metadata()
         .ok()
         .flatten()
-        .and_then(|exif| image::metadata::Orientation::from_exif_chunk(&exif))
-        .map(super::orient::exif_value)
+        .and_then(|exif| super::orient::from_exif(&exif))
         .unwrap_or(1);
     Ok(ImageInfo {
         format: Format::WebP,
