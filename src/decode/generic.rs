@@ -68,6 +68,7 @@ pub fn probe(format: Format, data: &[u8], limits: &Limits) -> Result<ImageInfo> 
     match format {
         Format::Tiff => check_tiff_subset(data)?,
         Format::Bmp => check_bmp_layout(data)?,
+        Format::Ico => check_ico_entries(data)?,
         _ => {}
     }
     let mut dec = decoder(format, data, limits)?;
@@ -106,8 +107,7 @@ pub fn decode(
             .map(|b| (u16::from_ne_bytes([b[0], b[1]]) >> 8) as u8)
             .collect()
     };
-    if format == Format::Tga && tga_alpha_bits(data) == Some(0) && color == ColorType::Rgba8 {
-        // 32-bit TGA that declares no alpha bits: Pillow reads it opaque.
+    if format == Format::Tga && color == ColorType::Rgba8 && tga_declares_no_alpha(data) {
         for px in buf.chunks_exact_mut(4) {
             px[3] = 255;
         }
@@ -155,10 +155,17 @@ pub fn looks_like_tga(data: &[u8]) -> bool {
         && (colormap_type == 0 || [16, 24, 32].contains(&colormap_depth))
 }
 
-/// Alpha bits a 32-bit TGA declares in its descriptor byte.
-fn tga_alpha_bits(data: &[u8]) -> Option<u8> {
-    let h = data.get(..18)?;
-    (h[16] == 32).then_some(h[17] & 0x0F)
+/// Pillow makes an RGBA TGA opaque when its version-2 footer points at an
+/// extension area whose attributes type is 0 ("no alpha").
+fn tga_declares_no_alpha(data: &[u8]) -> bool {
+    let Some(footer) = data.len().checked_sub(26).map(|at| &data[at..]) else {
+        return false;
+    };
+    if !footer.ends_with(b"TRUEVISION-XFILE.\0") {
+        return false;
+    }
+    let offset = u32::from_le_bytes([footer[0], footer[1], footer[2], footer[3]]) as usize;
+    offset != 0 && data.get(offset + 494) == Some(&0)
 }
 
 fn unsupported_tiff(what: String) -> Error {
@@ -171,22 +178,26 @@ fn unsupported_tiff(what: String) -> Error {
 /// upright). Anything else is refused up front rather than decoded differently.
 fn check_tiff_subset(data: &[u8]) -> Result<()> {
     use tiff::tags::Tag;
+    if data.get(2..4).is_some_and(|m| m == [43, 0] || m == [0, 43]) {
+        return Err(unsupported_tiff("BigTIFF".into()));
+    }
     let mut dec = tiff::decoder::Decoder::new(Cursor::new(data))
         .map_err(|e| Error::decode(format!("TIFF: {e}")))?;
-    // Each tag may hold one value or one per sample; all must pass.
+    // Each tag may hold one value or one per sample; all must pass, so a
+    // differing value is reported in preference to the first.
     let mut tag_values = |t: Tag| -> Result<Vec<u32>> {
         dec.find_tag_unsigned_vec::<u32>(t)
             .map(Option::unwrap_or_default)
             .map_err(|e| Error::decode(format!("TIFF: {e}")))
     };
-    let mut tag = |t: Tag| -> Result<Option<u32>> {
-        let values = tag_values(t)?;
-        Ok(values
+    let first_odd = |values: Vec<u32>| {
+        values
             .iter()
             .copied()
             .find(|&v| v != values[0])
-            .or(values.first().copied()))
+            .or(values.first().copied())
     };
+    let mut tag = |t: Tag| -> Result<Option<u32>> { tag_values(t).map(first_odd) };
     let compression = tag(Tag::Compression)?.unwrap_or(1);
     if ![1, 2, 3, 4, 5, 8, 32773, 32946].contains(&compression) {
         return Err(unsupported_tiff(format!("compression {compression}")));
@@ -215,6 +226,35 @@ fn check_tiff_subset(data: &[u8]) -> Result<()> {
     if tag(Tag::ExtraSamples)?.is_some_and(|v| v != 2) {
         return Err(unsupported_tiff("premultiplied (associated) alpha".into()));
     }
+    // Pillow (libtiff) refuses strips or tiles that run past the end of the
+    // file, and an IFD cut short; the tiff crate is more forgiving.
+    let ends = |offsets: Vec<u32>, counts: Vec<u32>| {
+        offsets
+            .iter()
+            .zip(&counts)
+            .map(|(&o, &c)| u64::from(o) + u64::from(c))
+            .max()
+    };
+    let strips = ends(
+        tag_values(Tag::StripOffsets)?,
+        tag_values(Tag::StripByteCounts)?,
+    );
+    let tiles = ends(
+        tag_values(Tag::TileOffsets)?,
+        tag_values(Tag::TileByteCounts)?,
+    );
+    let needed = strips
+        .into_iter()
+        .chain(tiles)
+        .chain(first_ifd_end(data))
+        .max()
+        .unwrap_or(0);
+    if needed > data.len() as u64 {
+        return Err(Error::decode(format!(
+            "TIFF: file is truncated (image data runs to byte {needed}, file has {})",
+            data.len()
+        )));
+    }
     Ok(())
 }
 
@@ -235,6 +275,53 @@ fn check_bmp_layout(data: &[u8]) -> Result<()> {
         if pixel_offset < palette_end {
             return Err(Error::UnsupportedFormat(format!(
                 "BMP: pixel data offset {pixel_offset} lies inside the {entries}-entry palette (ends at {palette_end})"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Where the first IFD (with its next-IFD pointer) ends.
+fn first_ifd_end(data: &[u8]) -> Option<u64> {
+    let little = data.get(..2)? == b"II";
+    let read = |at: usize, n: usize| -> Option<u64> {
+        let b = data.get(at..at + n)?;
+        Some(if little {
+            b.iter().rev().fold(0u64, |v, &x| (v << 8) | u64::from(x))
+        } else {
+            b.iter().fold(0u64, |v, &x| (v << 8) | u64::from(x))
+        })
+    };
+    let big = read(2, 2)? == 43;
+    if big {
+        let at = read(8, 8)?;
+        let count = read(usize::try_from(at).ok()?, 8)?;
+        Some(at + 8 + 20 * count + 8)
+    } else {
+        let at = read(4, 4)?;
+        let count = read(usize::try_from(at).ok()?, 2)?;
+        Some(at + 2 + 12 * count + 4)
+    }
+}
+
+/// Every ICO directory entry must lie inside the file (Pillow: "not enough
+/// image data"); the `image` crate reads short entries without complaint.
+fn check_ico_entries(data: &[u8]) -> Result<()> {
+    let count = data
+        .get(4..6)
+        .map(|b| usize::from(u16::from_le_bytes([b[0], b[1]])))
+        .unwrap_or(0);
+    for i in 0..count {
+        let Some(e) = data.get(6 + 16 * i..6 + 16 * (i + 1)) else {
+            return Err(Error::decode("ICO: directory is truncated"));
+        };
+        let size = u64::from(u32::from_le_bytes([e[8], e[9], e[10], e[11]]));
+        let offset = u64::from(u32::from_le_bytes([e[12], e[13], e[14], e[15]]));
+        if offset + size > data.len() as u64 {
+            return Err(Error::decode(format!(
+                "ICO: entry {i} runs to byte {}, file has {}",
+                offset + size,
+                data.len()
             )));
         }
     }

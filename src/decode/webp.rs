@@ -19,6 +19,17 @@ fn err(e: image_webp::DecodingError) -> Error {
 }
 
 fn open<'a>(data: &'a [u8], limits: &Limits) -> Result<WebPDecoder<Cursor<&'a [u8]>>> {
+    // libwebp (so Pillow) refuses a file shorter than its RIFF header says.
+    let declared = data
+        .get(4..8)
+        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize + 8);
+    if declared.is_some_and(|n| n > data.len()) {
+        return Err(Error::decode(format!(
+            "WEBP: file is truncated ({} of {} bytes)",
+            data.len(),
+            declared.unwrap_or(0)
+        )));
+    }
     let mut dec = WebPDecoder::new(Cursor::new(data)).map_err(err)?;
     dec.set_memory_limit(usize::try_from(limits.scratch_bytes()).unwrap_or(usize::MAX));
     if dec.is_animated() {
