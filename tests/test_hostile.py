@@ -8,15 +8,18 @@ import warnings
 from pathlib import Path
 
 import numpy as np
-import pytest
-
 import pixelwire
+import pytest
 from reference import corpus_files, is_lossy, psnr, vllm_load
 
 FILES = corpus_files()
 # Files Pillow refuses as decompression bombs (the "extents" GIF is only a
 # bomb past its first frame, which is all vLLM reads).
-BOMBS = [p for p in FILES if p.name in {"decompression_bomb.gif", "decompression_bomb.ico", "png_decompression_dos.png"}]
+BOMBS = [
+    p
+    for p in FILES
+    if p.name in {"decompression_bomb.gif", "decompression_bomb.ico", "png_decompression_dos.png"}
+]
 
 
 def _peak_rss_mib() -> float:
@@ -52,7 +55,17 @@ def test_empty_input() -> None:
 
 def test_random_bytes() -> None:
     rng = random.Random(1234)
-    prefixes = [b"", b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n", b"GIF89a", b"RIFF\0\0\0\0WEBP", b"BM", b"II*\0", b"qoif", b"P6\n"]
+    prefixes = [
+        b"",
+        b"\xff\xd8\xff",
+        b"\x89PNG\r\n\x1a\n",
+        b"GIF89a",
+        b"RIFF\0\0\0\0WEBP",
+        b"BM",
+        b"II*\0",
+        b"qoif",
+        b"P6\n",
+    ]
     for i in range(600):
         body = rng.randbytes(rng.randrange(0, 4096))
         data = prefixes[i % len(prefixes)] + body
@@ -94,4 +107,7 @@ def test_every_truncation_is_an_error_or_pillow_agrees() -> None:
                 assert psnr(got, expected) >= 40.0, (path.name, cut)
             else:
                 np.testing.assert_array_equal(got, expected, err_msg=f"{path.name} cut at {cut}")
-    print(f"\n{total} truncations: {total - decoded_cuts} raised PixelwireError, {decoded_cuts} decoded exactly as Pillow decodes them")
+    print(
+        f"\n{total} truncations: {total - decoded_cuts} raised PixelwireError, "
+        f"{decoded_cuts} decoded exactly as Pillow decodes them"
+    )

@@ -5,9 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import pytest
-
 import pixelwire
+import pytest
 from reference import LOSSLESS_FORMATS, corpus_files, is_lossy, psnr, vllm_load
 
 # Files Pillow reads that pixelwire refuses, each with the reason. The test
@@ -108,10 +107,25 @@ def test_jpeg_psnr_summary() -> None:
     assert low >= 40.0
 
 
-SAMPLES = ["hopper.png", "transparent.png", "pil123p.png", "transparent.gif", "la.tga",
-           "rgb_trns.png", "i_trns.png", "l_trns.png", "hopper.webp", "transparent.webp",
-           "pil_sample_cmyk.jpg", "hopper_gray.jpg", "python.ico", "tiff_16bit_RGB.tiff",
-           "hopper_16bit.pgm", "first_frame_transparency.gif", "no_palette_with_transparency.gif"]
+SAMPLES = [
+    "hopper.png",
+    "transparent.png",
+    "pil123p.png",
+    "transparent.gif",
+    "la.tga",
+    "rgb_trns.png",
+    "i_trns.png",
+    "l_trns.png",
+    "hopper.webp",
+    "transparent.webp",
+    "pil_sample_cmyk.jpg",
+    "hopper_gray.jpg",
+    "python.ico",
+    "tiff_16bit_RGB.tiff",
+    "hopper_16bit.pgm",
+    "first_frame_transparency.gif",
+    "no_palette_with_transparency.gif",
+]
 
 
 @pytest.mark.parametrize("mode", ["RGBA", "L"])

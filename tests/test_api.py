@@ -1,0 +1,117 @@
+"""The public decoding API: types, limits, errors, and the GIL."""
+
+from __future__ import annotations
+
+import io
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pixelwire
+import pytest
+from PIL import Image
+from reference import CORPUS
+
+
+def _png(width: int, height: int) -> bytes:
+    rng = np.random.default_rng(7)
+    pixels = rng.integers(0, 256, (height, width, 3), dtype=np.uint8)
+    out = io.BytesIO()
+    Image.fromarray(pixels).save(out, "PNG", compress_level=1)
+    return out.getvalue()
+
+
+def test_exception_tree() -> None:
+    assert issubclass(pixelwire.DecodeError, pixelwire.PixelwireError)
+    assert issubclass(pixelwire.UnsupportedFormat, pixelwire.DecodeError)
+    assert issubclass(pixelwire.ImageTooLarge, pixelwire.DecodeError)
+    assert pixelwire.PixelwireError.__module__ == "pixelwire"
+
+
+def test_version_is_cargo_version() -> None:
+    cargo = (Path(__file__).parent.parent / "Cargo.toml").read_text()
+    assert f'version = "{pixelwire.__version__}"' in cargo
+
+
+def test_input_types_and_output_layout() -> None:
+    data = (CORPUS / "hopper.png").read_bytes()
+    arrays = [pixelwire.decode_image(x) for x in (data, bytearray(data), memoryview(data))]
+    for a in arrays:
+        assert a.dtype == np.uint8 and a.flags.c_contiguous and a.shape == (128, 128, 3)
+        np.testing.assert_array_equal(a, arrays[0])
+    assert pixelwire.decode_image(data, mode="RGBA").shape == (128, 128, 4)
+    assert pixelwire.decode_image(data, mode="L").shape == (128, 128, 1)
+
+
+def test_bad_arguments() -> None:
+    data = (CORPUS / "hopper.png").read_bytes()
+    with pytest.raises(ValueError, match="mode"):
+        pixelwire.decode_image(data, mode="CMYK")  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        pixelwire.decode_image("not bytes")  # type: ignore[arg-type]
+
+
+def test_unsupported_format_names_itself() -> None:
+    with pytest.raises(pixelwire.UnsupportedFormat, match="unrecognised image format"):
+        pixelwire.decode_image(b"%PDF-1.7 not an image at all")
+
+
+@pytest.mark.parametrize(
+    ("limits", "message"),
+    [
+        (pixelwire.Limits(max_bytes=100), "over the limit of 100 bytes"),
+        (pixelwire.Limits(max_side=100), "side 128 px is over the limit of 100 px"),
+        (pixelwire.Limits(max_pixels=1000), "16384 pixels, over the limit of 1000 pixels"),
+    ],
+)
+def test_limits_name_the_limit_and_the_value(limits: pixelwire.Limits, message: str) -> None:
+    data = (CORPUS / "hopper.png").read_bytes()
+    with pytest.raises(pixelwire.ImageTooLarge, match=message):
+        pixelwire.decode_image(data, limits=limits)
+
+
+def test_limits_defaults() -> None:
+    limits = pixelwire.Limits()
+    assert (limits.max_bytes, limits.max_pixels, limits.max_side) == (50 * 1024 * 1024, 50_000_000, 20_000)
+    assert pixelwire.Limits(max_side=5) == pixelwire.Limits(max_side=5)
+
+
+def test_probe_reads_the_header() -> None:
+    info = pixelwire.probe_image((CORPUS / "hopper_orientation_3.jpg").read_bytes())
+    assert info["format"] == "JPEG" and info["width"] == 128 and info["color_type"] == "RGB"
+    assert info["orientation"] == 3
+
+
+def test_gil_is_released_while_decoding() -> None:
+    """A second Python thread keeps running while a large image decodes.
+
+    With the GIL held for the whole decode, the counting thread would stall
+    for about the decode's length; released, it only waits for the switch
+    interval."""
+    data = _png(3000, 2000)
+    start = time.perf_counter()
+    pixelwire.decode_image(data)
+    single = time.perf_counter() - start
+
+    stop = threading.Event()
+    gaps: list[float] = []
+
+    def count() -> None:
+        last = time.perf_counter()
+        while not stop.is_set():
+            now = time.perf_counter()
+            gaps.append(now - last)
+            last = now
+
+    ticker = threading.Thread(target=count)
+    ticker.start()
+    try:
+        for _ in range(3):
+            pixelwire.decode_image(data)
+    finally:
+        stop.set()
+        ticker.join()
+    longest = max(gaps)
+    print(f"\ndecode {single * 1000:.0f} ms; longest stall of the other thread {longest * 1000:.1f} ms")
+    assert longest < single / 2
