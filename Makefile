@@ -30,8 +30,8 @@ decode: build-dev
 lint: setup
 	cargo fmt --check
 	cargo clippy --all-targets -- -D warnings
-	$(VENV)/bin/ruff check .
-	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/ruff check python tests benches
+	$(VENV)/bin/ruff format --check python tests benches
 	$(VENV)/bin/mypy
 
 test: build-dev
