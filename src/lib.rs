@@ -6,6 +6,7 @@
 pub mod decode;
 pub mod errors;
 mod python;
+pub mod wire;
 
 use pyo3::prelude::*;
 

@@ -137,7 +137,23 @@ fn probe_image<'py>(
     Ok(d)
 }
 
+/// Decodes an RFC 2397 base64 `data:` URL: returns (media type, bytes).
+#[pyfunction]
+fn decode_data_url<'py>(py: Python<'py>, url: &str) -> PyResult<(String, Bound<'py, PyBytes>)> {
+    let parsed = py.detach(|| crate::wire::parse_data_url(url))?;
+    Ok((parsed.media_type, PyBytes::new(py, &parsed.bytes)))
+}
+
+/// xxh3-64 of a buffer as 16 hex digits (the descriptors' `content_hash`).
+#[pyfunction]
+fn content_hash(py: Python<'_>, data: Encoded<'_>) -> String {
+    let bytes = data.as_slice();
+    py.detach(|| crate::wire::content_hash(bytes))
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(decode_data_url, m)?)?;
+    m.add_function(wrap_pyfunction!(content_hash, m)?)?;
     m.add_class::<PyLimits>()?;
     m.add_function(wrap_pyfunction!(decode_image, m)?)?;
     m.add_function(wrap_pyfunction!(probe_image, m)?)?;

@@ -1,0 +1,143 @@
+//! Bytes on the wire: base64 and `data:` URLs, compressed NIXL metadata,
+//! and the pixel content hash.
+
+use std::io::{Read, Write};
+
+use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig};
+use base64::engine::DecodePaddingMode;
+use base64::Engine;
+
+use crate::errors::{Error, Result};
+
+/// Standard alphabet; padding may be present or not (both occur in data
+/// URLs in the wild), anything else outside the alphabet is an error.
+const BASE64: GeneralPurpose = GeneralPurpose::new(
+    &base64::alphabet::STANDARD,
+    GeneralPurposeConfig::new()
+        .with_encode_padding(true)
+        .with_decode_padding_mode(DecodePaddingMode::Indifferent),
+);
+
+pub fn decode_base64(text: &[u8]) -> Result<Vec<u8>> {
+    BASE64
+        .decode(text)
+        .map_err(|e| Error::InvalidData(format!("invalid base64: {e}")))
+}
+
+pub fn encode_base64(bytes: &[u8]) -> String {
+    BASE64.encode(bytes)
+}
+
+/// A parsed RFC 2397 `data:` URL.
+#[derive(Debug, PartialEq, Eq)]
+pub struct DataUrl {
+    pub media_type: String,
+    pub bytes: Vec<u8>,
+}
+
+/// Parses `data:[<media type>][;params];base64,<payload>`. Only base64
+/// payloads carry images; a percent-encoded one is refused. Error messages
+/// never echo the payload.
+pub fn parse_data_url(url: &str) -> Result<DataUrl> {
+    let rest = url
+        .get(..5)
+        .filter(|scheme| scheme.eq_ignore_ascii_case("data:"))
+        .map(|_| &url[5..])
+        .ok_or_else(|| Error::InvalidData("not a data: URL".into()))?;
+    let comma = rest
+        .find(',')
+        .ok_or_else(|| Error::InvalidData("data: URL has no ',' before its payload".into()))?;
+    let (header, payload) = (&rest[..comma], &rest[comma + 1..]);
+    let mut parts = header.split(';');
+    let media_type = parts.next().unwrap_or("").trim().to_ascii_lowercase();
+    if !parts.any(|p| p.trim().eq_ignore_ascii_case("base64")) {
+        return Err(Error::InvalidData(format!(
+            "data: URL with media type {media_type:?} is not base64-encoded; only base64 data URLs are accepted"
+        )));
+    }
+    let bytes = decode_base64(payload.trim().as_bytes()).map_err(|e| {
+        Error::InvalidData(format!("data: URL payload ({} chars): {e}", payload.len()))
+    })?;
+    Ok(DataUrl { media_type, bytes })
+}
+
+/// `"b64:" + base64(zlib(metadata))`, the form dynamo's decoded-media
+/// descriptors carry NIXL agent metadata in.
+pub fn pack_metadata(raw: &[u8]) -> String {
+    let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
+    z.write_all(raw).expect("writing to a Vec cannot fail");
+    let compressed = z.finish().expect("writing to a Vec cannot fail");
+    format!("b64:{}", encode_base64(&compressed))
+}
+
+/// Inverse of [`pack_metadata`], bounded so a hostile descriptor cannot
+/// inflate without limit.
+pub fn unpack_metadata(packed: &str, max_len: usize) -> Result<Vec<u8>> {
+    let body = packed
+        .strip_prefix("b64:")
+        .ok_or_else(|| Error::Descriptor("nixl_metadata must start with 'b64:'".into()))?;
+    let compressed = decode_base64(body.as_bytes())
+        .map_err(|e| Error::Descriptor(format!("nixl_metadata: {e}")))?;
+    let mut out = Vec::new();
+    flate2::read::ZlibDecoder::new(&compressed[..])
+        .take(max_len as u64 + 1)
+        .read_to_end(&mut out)
+        .map_err(|e| Error::Descriptor(format!("nixl_metadata is not valid zlib data: {e}")))?;
+    if out.len() > max_len {
+        return Err(Error::Descriptor(format!(
+            "nixl_metadata inflates past {max_len} bytes"
+        )));
+    }
+    Ok(out)
+}
+
+/// xxh3-64 of the pixels as 16 lowercase hex digits.
+pub fn content_hash(pixels: &[u8]) -> String {
+    format!("{:016x}", xxhash_rust::xxh3::xxh3_64(pixels))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn data_urls() {
+        let url = "data:image/png;base64,aGVsbG8=";
+        assert_eq!(
+            parse_data_url(url).unwrap(),
+            DataUrl {
+                media_type: "image/png".into(),
+                bytes: b"hello".to_vec()
+            }
+        );
+        assert_eq!(
+            parse_data_url("DATA:;base64,aGVsbG8").unwrap().bytes,
+            b"hello"
+        );
+        assert!(parse_data_url("data:image/png,hello").is_err());
+        assert!(parse_data_url("data:image/png;base64,@@@").is_err());
+        assert!(parse_data_url("http://x").is_err());
+        let secret = "data:image/png;base64,c2VjcmV0!";
+        let msg = parse_data_url(secret).unwrap_err().to_string();
+        assert!(!msg.contains("c2VjcmV0"));
+    }
+
+    #[test]
+    fn metadata_round_trip_and_bounds() {
+        let raw = vec![7u8; 5000];
+        let packed = pack_metadata(&raw);
+        assert!(packed.starts_with("b64:"));
+        assert_eq!(unpack_metadata(&packed, 5000).unwrap(), raw);
+        assert!(unpack_metadata(&packed, 4999).is_err());
+        assert!(unpack_metadata("b64:!!!", 10).is_err());
+        assert!(unpack_metadata("b64:aGVsbG8=", 10).is_err());
+        assert!(unpack_metadata("zz", 10).is_err());
+    }
+
+    #[test]
+    fn hash_is_16_hex_digits() {
+        let h = content_hash(b"abc");
+        assert_eq!(h.len(), 16);
+        assert_eq!(h, format!("{:016x}", xxhash_rust::xxh3::xxh3_64(b"abc")));
+    }
+}
