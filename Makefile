@@ -6,15 +6,18 @@ FILES ?= $(CORPUS)/hopper.png $(CORPUS)/flower2.jpg $(CORPUS)/flower.webp $(CORP
 
 .PHONY: setup build-dev decode lint test bench
 
-# System tools for the vendored libjpeg-turbo build, then a virtualenv with
-# the build, test, bench and lint tools.
-$(VENV)/.tools: pyproject.toml
-	@command -v cmake >/dev/null && command -v nasm >/dev/null || \
-		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq cmake nasm >/dev/null; }
+# System tools: cmake and nasm build the vendored libjpeg-turbo; libclang is
+# what nixl-sys's bindgen needs. Then a virtualenv with the build, test, bench
+# and lint tools, and NIXL's runtime (the nixl-cu12 wheel without its torch
+# requirement: pixelwire loads only its C API and UCX plugin).
+$(VENV)/.tools: pyproject.toml Makefile
+	@command -v cmake >/dev/null && command -v nasm >/dev/null && [ -n "$$(ls /usr/lib/llvm-*/lib/libclang*.so* 2>/dev/null)" ] || \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq cmake nasm libclang-dev >/dev/null; }
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q -U pip
-	$(PY) -m pip install -q "maturin>=1.9.4,<2" numpy "pillow>=12,<14" "simplejpeg>=1.8" \
-		"pytest>=8" "pytest-timeout>=2.3" "ruff>=0.6" "mypy>=1.11"
+	$(PY) -m pip install -q "maturin>=1.9.4,<2" numpy "aiohttp>=3.10" "pillow>=12,<14" \
+		"simplejpeg>=1.8" "pybase64>=1.3" "pytest>=8" "pytest-timeout>=2.3" "ruff>=0.6" "mypy>=1.11"
+	$(PY) -m pip install -q --no-deps "nixl-cu12==1.5.1"
 	touch $@
 
 setup: $(VENV)/.tools

@@ -46,9 +46,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import PIL
-import pixelwire
 import simplejpeg  # type: ignore[import-untyped]
 from PIL import Image, ImageOps, features
+
+import pixelwire
 
 Pixels = npt.NDArray[np.uint8]
 Decoder = Callable[[bytes], Pixels]

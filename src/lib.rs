@@ -1,11 +1,16 @@
-//! pixelwire: native image decoding for multimodal LLM serving.
+//! pixelwire: native image decoding and NIXL pixel transfer for multimodal
+//! LLM serving.
 //!
-//! The real work lives in plain Rust modules; `python.rs` holds the thin PyO3
+//! The real work lives in plain Rust modules; `python/` holds the thin PyO3
 //! wrappers and this file only wires the `pixelwire._native` module.
 
+pub mod agent;
 pub mod decode;
 pub mod errors;
+pub mod pool;
+pub mod publisher;
 mod python;
+pub mod reader;
 pub mod wire;
 
 use pyo3::prelude::*;

@@ -8,9 +8,11 @@ import time
 from pathlib import Path
 
 import numpy as np
-import pixelwire
 import pytest
 from PIL import Image
+
+import pixelwire
+
 from reference import CORPUS
 
 

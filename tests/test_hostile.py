@@ -8,8 +8,10 @@ import warnings
 from pathlib import Path
 
 import numpy as np
-import pixelwire
 import pytest
+
+import pixelwire
+
 from reference import corpus_files, is_lossy, psnr, vllm_load
 
 FILES = corpus_files()

@@ -5,8 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import pixelwire
 import pytest
+
+import pixelwire
+
 from reference import LOSSLESS_FORMATS, corpus_files, is_lossy, psnr, vllm_load
 
 # Files Pillow reads that pixelwire refuses, each with the reason. The test

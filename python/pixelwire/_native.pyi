@@ -1,4 +1,4 @@
-from typing import Literal, TypedDict
+from typing import Any, Literal, TypedDict
 
 import numpy as np
 import numpy.typing as npt
@@ -54,3 +54,55 @@ def decode_image(
 def probe_image(data: Buffer, *, limits: Limits | None = None) -> ProbeResult: ...
 def decode_data_url(url: str) -> tuple[str, bytes]: ...
 def content_hash(data: Buffer) -> str: ...
+def load_nixl(path: str) -> None: ...
+
+class NativePublisher:
+    def __init__(
+        self,
+        *,
+        pool_bytes: int,
+        region_bytes: int,
+        lease_seconds: float,
+        acquire_timeout: float,
+        limits: Limits | None = None,
+    ) -> None: ...
+    @property
+    def agent_name(self) -> str: ...
+    @property
+    def metadata(self) -> str: ...
+    def publish(
+        self, data: Buffer, *, mode: str = "RGB", background: tuple[int, int, int] = (255, 255, 255)
+    ) -> dict[str, Any]: ...
+    def release(self, slot: int, generation: int) -> bool: ...
+    def stats(self) -> dict[str, int]: ...
+    def close(self) -> None: ...
+
+class NativeReader:
+    def __init__(self, *, pool_bytes: int, region_bytes: int, timeout: float, verify: bool) -> None: ...
+    @property
+    def agent_name(self) -> str: ...
+    @property
+    def remote_count(self) -> int: ...
+    def read(
+        self,
+        *,
+        agent: str,
+        metadata: str,
+        addr: int,
+        size: int,
+        notification: str,
+        content_hash: str | None = None,
+    ) -> npt.NDArray[np.uint8]: ...
+    def register(self, *, addr: int, size: int, mem_type: str, device: int) -> None: ...
+    def read_into(
+        self,
+        *,
+        agent: str,
+        metadata: str,
+        addr: int,
+        size: int,
+        notification: str,
+        local_addr: int,
+        mem_type: str,
+        device: int,
+    ) -> None: ...

@@ -5,6 +5,8 @@ use numpy::{PyArray1, PyArrayMethods};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
+mod transfer;
+
 use crate::decode::{self, DecodeOptions, Mode};
 
 /// Decoding limits, checked from the header before pixel memory is taken.
@@ -152,6 +154,7 @@ fn content_hash(py: Python<'_>, data: Encoded<'_>) -> String {
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    transfer::register(m)?;
     m.add_function(wrap_pyfunction!(decode_data_url, m)?)?;
     m.add_function(wrap_pyfunction!(content_hash, m)?)?;
     m.add_class::<PyLimits>()?;

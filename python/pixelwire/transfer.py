@@ -1,0 +1,452 @@
+"""Frontend-to-worker pixels over NIXL: `Publisher` and `Reader`.
+
+The frontend decodes an image straight into NIXL-registered memory and emits a
+small JSON-able descriptor; a worker in another process (or host) pulls the
+pixels with a NIXL READ whose notification tells the frontend to free the slot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import math
+import os
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from pixelwire import _native
+from pixelwire._native import DescriptorError, Limits, TransferError
+
+MiB = 1024 * 1024
+_NOTIFICATION = re.compile(r"^pw1:\d+:\d+$")
+_HASH = re.compile(r"^[0-9a-f]{16}$")
+_CHANNEL_MODES = {1: "L", 3: "RGB", 4: "RGBA"}
+_loaded = False
+_load_lock = threading.Lock()
+
+Output = Literal["pil", "numpy", "torch"]
+
+
+def nixl_library_path() -> str:
+    """Where `libnixl_capi.so` is: `PIXELWIRE_NIXL_LIB`, else the installed
+    `nixl-cu13` or `nixl-cu12` wheel (installed with `--no-deps`: torch is not
+    needed)."""
+    explicit = os.environ.get("PIXELWIRE_NIXL_LIB")
+    if explicit:
+        return explicit
+    for dist in ("nixl_cu13", "nixl_cu12"):
+        spec = importlib.util.find_spec(dist)
+        if spec is None or not spec.submodule_search_locations:
+            continue
+        site = Path(next(iter(spec.submodule_search_locations))).parent
+        for candidate in sorted(site.glob(f".{dist}.mesonpy.libs/libnixl_capi.so")):
+            return str(candidate)
+    raise TransferError(
+        "NIXL runtime not found: install it with `pip install --no-deps nixl-cu12==1.5.1 numpy` "
+        "(or nixl-cu13), or point PIXELWIRE_NIXL_LIB at libnixl_capi.so"
+    )
+
+
+def ensure_nixl() -> None:
+    """Loads NIXL's C API once per process."""
+    global _loaded
+    with _load_lock:
+        if not _loaded:
+            _native.load_nixl(nixl_library_path())
+            _loaded = True
+
+
+def _env_float(name: str, default: float) -> float:
+    value = os.environ.get(name)
+    return float(value) if value else default
+
+
+def _env_int(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    return int(value) if value else default
+
+
+@dataclass(frozen=True)
+class Decoded:
+    """One published image; `to_dict()` is the JSON-able descriptor."""
+
+    nixl_metadata: str
+    addr: int
+    size: int
+    shape: tuple[int, int, int]
+    format: str
+    color_type: str
+    content_hash: str
+    agent: str
+    slot: int
+    generation: int
+    expires_at: float
+    notification: str
+    mem_type: str = "Dram"
+    device_id: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Dynamo's decoded-media field names, plus pixelwire's own keys."""
+        return {
+            "nixl_metadata": self.nixl_metadata,
+            "nixl_descriptor": {
+                "addr": self.addr,
+                "size": self.size,
+                "mem_type": self.mem_type,
+                "device_id": self.device_id,
+            },
+            "shape": list(self.shape),
+            "dtype": "UINT8",
+            "metadata": {"format": self.format, "color_type": self.color_type, "layout": "HWC"},
+            "content_hash": self.content_hash,
+            "pixelwire": {
+                "agent": self.agent,
+                "slot": self.slot,
+                "generation": self.generation,
+                "expires_at": self.expires_at,
+                "notification": self.notification,
+            },
+        }
+
+
+class Publisher:
+    """Frontend side: owns one NIXL agent and a registered pool."""
+
+    def __init__(
+        self,
+        *,
+        pool_bytes: int = 256 * MiB,
+        lease_seconds: float = 60.0,
+        limits: Limits | None = None,
+        acquire_timeout: float = 10.0,
+        region_bytes: int = 64 * MiB,
+    ) -> None:
+        self.pool_bytes = pool_bytes
+        self.lease_seconds = lease_seconds
+        self.limits = limits
+        self.acquire_timeout = acquire_timeout
+        self.region_bytes = min(region_bytes, pool_bytes)
+        self._native: _native.NativePublisher | None = None
+
+    def _open(self) -> _native.NativePublisher:
+        if self._native is None:
+            ensure_nixl()
+            self._native = _native.NativePublisher(
+                pool_bytes=self.pool_bytes,
+                region_bytes=self.region_bytes,
+                lease_seconds=self.lease_seconds,
+                acquire_timeout=self.acquire_timeout,
+                limits=self.limits,
+            )
+        return self._native
+
+    async def __aenter__(self) -> Publisher:
+        await asyncio.to_thread(self._open)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        native, self._native = self._native, None
+        if native is not None:
+            await asyncio.to_thread(native.close)
+
+    @property
+    def agent_name(self) -> str:
+        return self._open().agent_name
+
+    async def decode_and_publish(
+        self, source: bytes | bytearray | memoryview | str, *, mode: Literal["RGB", "RGBA", "L"] = "RGB"
+    ) -> Decoded:
+        """Decodes `source` (encoded bytes or a `data:` URL) into a pool slot
+        off the event loop and returns its descriptor."""
+        native = self._open()
+        if isinstance(source, str):
+            if not source[:5].lower() == "data:":
+                raise TypeError("decode_and_publish takes encoded bytes or a data: URL")
+            data: bytes | bytearray = _native.decode_data_url(source)[1]
+        else:
+            data = bytes(source) if isinstance(source, memoryview) else source
+        fields = await asyncio.to_thread(native.publish, data, mode=mode)
+        return Decoded(
+            nixl_metadata=native.metadata,
+            addr=fields["addr"],
+            size=fields["size"],
+            shape=tuple(fields["shape"]),
+            format=fields["format"],
+            color_type=mode,
+            content_hash=fields["content_hash"],
+            agent=native.agent_name,
+            slot=fields["slot"],
+            generation=fields["generation"],
+            expires_at=fields["expires_at"],
+            notification=fields["notification"],
+            extra={"source_mode": fields["color_type"]},
+        )
+
+    def stats(self) -> dict[str, int]:
+        return dict(self._open().stats())
+
+
+@dataclass(frozen=True)
+class _Source:
+    agent: str
+    metadata: str
+    addr: int
+    size: int
+    shape: tuple[int, int, int]
+    content_hash: str | None
+    notification: str
+    expires_at: float | None
+
+
+def _int(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise DescriptorError(f"{what} must be a non-negative integer, not {value!r}")
+    return value
+
+
+def _shape(value: Any) -> tuple[int, int, int]:
+    if not isinstance(value, (list, tuple)) or len(value) != 3:
+        raise DescriptorError(f"shape must be [H, W, C], not {value!r}")
+    h, w, c = (_int(v, "shape") for v in value)
+    if h == 0 or w == 0 or c not in _CHANNEL_MODES:
+        raise DescriptorError(f"shape {list(value)} is not an image (H, W > 0; C in 1, 3, 4)")
+    return h, w, c
+
+
+def _parse(desc: Decoded | dict[str, Any], shape: Any | None) -> _Source:
+    if isinstance(desc, Decoded):
+        desc = desc.to_dict()
+    if not isinstance(desc, dict):
+        raise DescriptorError(f"descriptor must be a dict or Decoded, not {type(desc).__name__}")
+    metadata = desc.get("nixl_metadata")
+    if not isinstance(metadata, str) or not metadata.startswith("b64:"):
+        raise DescriptorError("nixl_metadata must be a 'b64:' string")
+    if "descriptors" in desc:
+        # dynamo nixl_connect RdmaMetadata: one descriptor, shape given by the caller.
+        if shape is None:
+            raise DescriptorError("an RdmaMetadata descriptor needs shape=")
+        parts = desc["descriptors"]
+        if not isinstance(parts, list) or len(parts) != 1 or not isinstance(parts[0], dict):
+            raise DescriptorError("RdmaMetadata must hold exactly one descriptor")
+        part = parts[0]
+        device = str(part.get("device", "cpu")).lower()
+        if device not in ("cpu", "dram"):
+            raise DescriptorError(f"unsupported remote device {device!r}")
+        notification = desc.get("notification_key")
+        if not isinstance(notification, str) or not notification:
+            raise DescriptorError("RdmaMetadata needs a notification_key")
+        return _Source(
+            agent="",
+            metadata=metadata,
+            addr=_int(part.get("ptr"), "ptr"),
+            size=_int(part.get("size"), "size"),
+            shape=_shape(shape),
+            content_hash=None,
+            notification=notification,
+            expires_at=None,
+        )
+    if desc.get("dtype") != "UINT8":
+        raise DescriptorError(f"dtype must be 'UINT8', not {desc.get('dtype')!r}")
+    nixl = desc.get("nixl_descriptor")
+    own = desc.get("pixelwire")
+    if not isinstance(nixl, dict) or not isinstance(own, dict):
+        raise DescriptorError("descriptor lacks nixl_descriptor or pixelwire keys")
+    if nixl.get("mem_type") != "Dram":
+        raise DescriptorError(f"unsupported mem_type {nixl.get('mem_type')!r}")
+    content_hash = desc.get("content_hash")
+    if not isinstance(content_hash, str) or not _HASH.match(content_hash):
+        raise DescriptorError("content_hash must be 16 hex digits")
+    notification = own.get("notification")
+    if not isinstance(notification, str) or not _NOTIFICATION.match(notification):
+        raise DescriptorError("pixelwire.notification is malformed")
+    agent = own.get("agent")
+    if not isinstance(agent, str) or not agent:
+        raise DescriptorError("pixelwire.agent must name the frontend agent")
+    expires_at = own.get("expires_at")
+    if not isinstance(expires_at, (int, float)) or not math.isfinite(expires_at):
+        raise DescriptorError("pixelwire.expires_at must be a Unix time")
+    return _Source(
+        agent=agent,
+        metadata=metadata,
+        addr=_int(nixl.get("addr"), "addr"),
+        size=_int(nixl.get("size"), "size"),
+        shape=_shape(desc.get("shape") if shape is None else shape),
+        content_hash=content_hash,
+        notification=notification,
+        expires_at=float(expires_at),
+    )
+
+
+class Reader:
+    """Worker side: owns one NIXL agent and a registered receive pool."""
+
+    def __init__(
+        self,
+        *,
+        timeout: float = 30.0,
+        verify: bool = True,
+        max_pixels: int = 50_000_000,
+        pool_bytes: int = 256 * MiB,
+        region_bytes: int = 64 * MiB,
+    ) -> None:
+        self.timeout = timeout
+        self.verify = verify
+        self.max_pixels = max_pixels
+        self.pool_bytes = pool_bytes
+        self.region_bytes = min(region_bytes, pool_bytes)
+        self._native: _native.NativeReader | None = None
+        self._cuda_lock = threading.Lock()
+        self._cuda_staging: dict[int, Any] = {}
+        self._cuda_keep: list[Any] = []
+
+    def _open(self) -> _native.NativeReader:
+        if self._native is None:
+            ensure_nixl()
+            self._native = _native.NativeReader(
+                pool_bytes=self.pool_bytes,
+                region_bytes=self.region_bytes,
+                timeout=self.timeout,
+                verify=self.verify,
+            )
+        return self._native
+
+    async def __aenter__(self) -> Reader:
+        await asyncio.to_thread(self._open)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._native = None
+        self._cuda_staging.clear()
+        self._cuda_keep.clear()
+
+    def _validate(self, source: _Source) -> None:
+        h, w, c = source.shape
+        if h * w * c != source.size:
+            raise DescriptorError(f"shape {list(source.shape)} does not match size {source.size}")
+        if h * w > self.max_pixels:
+            raise DescriptorError(f"image of {h * w} pixels is over max_pixels={self.max_pixels}")
+        if source.expires_at is not None and time.time() > source.expires_at:
+            raise DescriptorError("the descriptor's lease has expired; the frontend has reclaimed the slot")
+
+    async def read_decoded(
+        self,
+        desc: Decoded | dict[str, Any],
+        *,
+        output: Output = "pil",
+        device: str = "cpu",
+        shape: Any | None = None,
+    ) -> Any:
+        """Reads the pixels a descriptor names; returns a PIL image, a numpy
+        array (H, W, C) or a torch tensor (H, W, C), all owning their pixels."""
+        if output not in ("pil", "numpy", "torch"):
+            raise ValueError(f"output must be 'pil', 'numpy' or 'torch', not {output!r}")
+        source = _parse(desc, shape)
+        self._validate(source)
+        native = self._open()
+        if device != "cpu":
+            if output != "torch":
+                raise ValueError("a CUDA destination needs output='torch'")
+            return await asyncio.to_thread(self._read_cuda, native, source, device)
+        flat = await asyncio.to_thread(
+            native.read,
+            agent=source.agent,
+            metadata=source.metadata,
+            addr=source.addr,
+            size=source.size,
+            notification=source.notification,
+            content_hash=source.content_hash,
+        )
+        pixels: npt.NDArray[np.uint8] = flat.reshape(source.shape)
+        if output == "numpy":
+            return pixels
+        if output == "torch":
+            import torch
+
+            return torch.from_numpy(pixels)
+        from PIL import Image
+
+        c = source.shape[2]
+        return Image.fromarray(pixels[:, :, 0] if c == 1 else pixels, _CHANNEL_MODES[c])
+
+    def _read_cuda(self, native: _native.NativeReader, source: _Source, device: str) -> Any:
+        """READ into a registered CUDA staging buffer, then copy out on the GPU."""
+        import torch
+
+        dev = torch.device(device)
+        index = dev.index if dev.index is not None else torch.cuda.current_device()
+        with self._cuda_lock:
+            staging = self._cuda_staging.get(index)
+            if staging is None or staging.numel() < source.size:
+                size = max(source.size, self.region_bytes)
+                staging = torch.empty(size, dtype=torch.uint8, device=torch.device("cuda", index))
+                native.register(addr=staging.data_ptr(), size=size, mem_type="Vram", device=index)
+                # Registered memory must outlive the reader's agent.
+                self._cuda_keep.append(staging)
+                self._cuda_staging[index] = staging
+            native.read_into(
+                agent=source.agent,
+                metadata=source.metadata,
+                addr=source.addr,
+                size=source.size,
+                notification=source.notification,
+                local_addr=staging.data_ptr(),
+                mem_type="Vram",
+                device=index,
+            )
+            return staging[: source.size].view(source.shape).clone()
+
+
+_default_publisher: Publisher | None = None
+_default_reader: Reader | None = None
+
+
+def default_publisher() -> Publisher:
+    """The process-wide Publisher, configured from PIXELWIRE_* variables."""
+    global _default_publisher
+    if _default_publisher is None:
+        _default_publisher = Publisher(
+            pool_bytes=_env_int("PIXELWIRE_POOL_BYTES", 256 * MiB),
+            lease_seconds=_env_float("PIXELWIRE_LEASE_SECONDS", 60.0),
+            acquire_timeout=_env_float("PIXELWIRE_ACQUIRE_TIMEOUT", 10.0),
+        )
+    return _default_publisher
+
+
+def default_reader() -> Reader:
+    """The process-wide Reader, configured from PIXELWIRE_* variables."""
+    global _default_reader
+    if _default_reader is None:
+        _default_reader = Reader(
+            timeout=_env_float("PIXELWIRE_READ_TIMEOUT", 30.0),
+            verify=os.environ.get("PIXELWIRE_VERIFY", "1") not in ("0", "false", "no"),
+            pool_bytes=_env_int("PIXELWIRE_READER_POOL_BYTES", 256 * MiB),
+        )
+    return _default_reader
+
+
+async def decode_and_publish(
+    source: bytes | bytearray | memoryview | str, *, mode: Literal["RGB", "RGBA", "L"] = "RGB"
+) -> Decoded:
+    """`Publisher.decode_and_publish` on the default publisher."""
+    return await default_publisher().decode_and_publish(source, mode=mode)
+
+
+async def read_decoded(
+    desc: Decoded | dict[str, Any], *, output: Output = "pil", device: str = "cpu", shape: Any | None = None
+) -> Any:
+    """`Reader.read_decoded` on the default reader."""
+    return await default_reader().read_decoded(desc, output=output, device=device, shape=shape)

@@ -1,0 +1,245 @@
+//! PyO3 wrappers for the NIXL publisher and reader. Blocking work (decode,
+//! waiting for a slot, waiting for a READ) runs with the GIL released; the
+//! Python layer runs these calls in worker threads so the event loop never
+//! blocks.
+
+use std::time::Duration;
+
+use numpy::PyArray1;
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use super::{limits_or_default, Encoded, PyLimits};
+use crate::decode::{DecodeOptions, Mode};
+use crate::errors::Error;
+use crate::publisher::{notification_for, Publisher, PublisherConfig};
+use crate::reader::{Reader, ReaderConfig, Source};
+
+/// Makes NIXL's C API loadable from the installed wheel's copy.
+#[pyfunction]
+fn load_nixl(path: &str) -> PyResult<()> {
+    Ok(crate::agent::load_library(path)?)
+}
+
+fn seconds(value: f64, what: &str) -> PyResult<Duration> {
+    Duration::try_from_secs_f64(value).map_err(|_| {
+        Error::InvalidArgument(format!("{what} must be a non-negative number of seconds")).into()
+    })
+}
+
+#[pyclass(module = "pixelwire._native", frozen)]
+pub struct NativePublisher {
+    inner: Publisher,
+    limits: crate::decode::Limits,
+}
+
+#[pymethods]
+impl NativePublisher {
+    #[new]
+    #[pyo3(signature = (*, pool_bytes, region_bytes, lease_seconds, acquire_timeout, limits = None))]
+    fn new(
+        py: Python<'_>,
+        pool_bytes: usize,
+        region_bytes: usize,
+        lease_seconds: f64,
+        acquire_timeout: f64,
+        limits: Option<PyRef<'_, PyLimits>>,
+    ) -> PyResult<Self> {
+        let config = PublisherConfig {
+            pool_bytes,
+            region_bytes: region_bytes.max(1),
+            lease: seconds(lease_seconds, "lease_seconds")?,
+            acquire_timeout: seconds(acquire_timeout, "acquire_timeout")?,
+        };
+        let inner = py.detach(|| Publisher::new(config))?;
+        Ok(NativePublisher {
+            inner,
+            limits: limits_or_default(limits.as_deref()),
+        })
+    }
+
+    #[getter]
+    fn agent_name(&self) -> String {
+        self.inner.agent_name().to_string()
+    }
+
+    #[getter]
+    fn metadata(&self) -> String {
+        self.inner.metadata()
+    }
+
+    /// Decodes into a registered slot; returns the descriptor fields.
+    #[pyo3(signature = (data, *, mode = "RGB", background = (255, 255, 255)))]
+    fn publish<'py>(
+        &self,
+        py: Python<'py>,
+        data: Encoded<'py>,
+        mode: &str,
+        background: (u8, u8, u8),
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let opts = DecodeOptions {
+            mode: Mode::parse(mode)?,
+            background: [background.0, background.1, background.2],
+            limits: self.limits,
+            apply_exif_orientation: false,
+        };
+        let bytes = data.as_slice();
+        let p = py.detach(|| self.inner.publish(bytes, &opts))?;
+        let d = PyDict::new(py);
+        d.set_item("addr", p.addr)?;
+        d.set_item("size", p.len)?;
+        d.set_item("shape", (p.shape.height, p.shape.width, p.shape.channels))?;
+        d.set_item("format", p.info.format.name())?;
+        d.set_item("color_type", p.info.color_type)?;
+        d.set_item("content_hash", p.content_hash)?;
+        d.set_item("slot", p.slot)?;
+        d.set_item("generation", p.generation)?;
+        d.set_item("expires_at", p.expires_at)?;
+        d.set_item("notification", notification_for(p.slot, p.generation))?;
+        Ok(d)
+    }
+
+    fn release(&self, slot: u64, generation: u64) -> bool {
+        self.inner.release(slot, generation)
+    }
+
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let (slots, bytes, registered, regions) = self.inner.usage();
+        let c = self.inner.counters();
+        let load = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+        let d = PyDict::new(py);
+        d.set_item("slots_in_use", slots)?;
+        d.set_item("bytes_in_use", bytes)?;
+        d.set_item("registered_bytes", registered)?;
+        d.set_item("regions", regions)?;
+        d.set_item("published", load(&c.published))?;
+        d.set_item("freed_by_notification", load(&c.freed_by_notification))?;
+        d.set_item("reclaimed_by_lease", load(&c.reclaimed_by_lease))?;
+        d.set_item("returned", load(&c.returned))?;
+        d.set_item("stale_notifications", load(&c.stale_notifications))?;
+        Ok(d)
+    }
+
+    fn close(&self, py: Python<'_>) {
+        py.detach(|| self.inner.close());
+    }
+}
+
+#[pyclass(module = "pixelwire._native", frozen)]
+pub struct NativeReader {
+    inner: Reader,
+}
+
+fn mem_type(name: &str) -> PyResult<nixl_sys::MemType> {
+    match name {
+        "Dram" => Ok(nixl_sys::MemType::Dram),
+        "Vram" => Ok(nixl_sys::MemType::Vram),
+        other => Err(Error::Descriptor(format!(
+            "unsupported mem_type {other:?} (expected 'Dram' or 'Vram')"
+        ))
+        .into()),
+    }
+}
+
+#[pymethods]
+impl NativeReader {
+    #[new]
+    #[pyo3(signature = (*, pool_bytes, region_bytes, timeout, verify))]
+    fn new(
+        py: Python<'_>,
+        pool_bytes: usize,
+        region_bytes: usize,
+        timeout: f64,
+        verify: bool,
+    ) -> PyResult<Self> {
+        let config = ReaderConfig {
+            pool_bytes,
+            region_bytes: region_bytes.max(1),
+            timeout: seconds(timeout, "timeout")?,
+            verify,
+        };
+        Ok(NativeReader {
+            inner: py.detach(|| Reader::new(config))?,
+        })
+    }
+
+    #[getter]
+    fn agent_name(&self) -> String {
+        self.inner.agent_name().to_string()
+    }
+
+    #[getter]
+    fn remote_count(&self) -> usize {
+        self.inner.remote_count()
+    }
+
+    /// READs into host memory; returns a new uint8 array owning the pixels.
+    #[pyo3(signature = (*, agent, metadata, addr, size, notification, content_hash = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn read<'py>(
+        &self,
+        py: Python<'py>,
+        agent: String,
+        metadata: String,
+        addr: usize,
+        size: usize,
+        notification: String,
+        content_hash: Option<String>,
+    ) -> PyResult<Bound<'py, PyArray1<u8>>> {
+        let source = Source {
+            agent,
+            metadata,
+            addr,
+            len: size,
+            content_hash,
+            notification,
+        };
+        let pixels = py.detach(|| self.inner.read(&source))?;
+        Ok(PyArray1::from_vec(py, pixels))
+    }
+
+    /// Registers caller memory (e.g. a CUDA staging buffer) for `read_into`.
+    /// The caller keeps it allocated for the reader's life.
+    #[pyo3(signature = (*, addr, size, mem_type, device))]
+    fn register(&self, addr: usize, size: usize, mem_type: &str, device: u64) -> PyResult<()> {
+        let kind = self::mem_type(mem_type)?;
+        // SAFETY: documented contract: the Python layer keeps the buffer alive
+        // as long as the reader.
+        unsafe { self.inner.register_foreign(addr, size, kind, device) }?;
+        Ok(())
+    }
+
+    /// READs straight into registered caller memory.
+    #[pyo3(signature = (*, agent, metadata, addr, size, notification, local_addr, mem_type, device))]
+    #[allow(clippy::too_many_arguments)]
+    fn read_into(
+        &self,
+        py: Python<'_>,
+        agent: String,
+        metadata: String,
+        addr: usize,
+        size: usize,
+        notification: String,
+        local_addr: usize,
+        mem_type: &str,
+        device: u64,
+    ) -> PyResult<()> {
+        let kind = self::mem_type(mem_type)?;
+        let source = Source {
+            agent,
+            metadata,
+            addr,
+            len: size,
+            content_hash: None,
+            notification,
+        };
+        Ok(py.detach(|| self.inner.read_into(&source, (local_addr, kind, device)))?)
+    }
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(load_nixl, m)?)?;
+    m.add_class::<NativePublisher>()?;
+    m.add_class::<NativeReader>()?;
+    Ok(())
+}

@@ -1,0 +1,252 @@
+//! Worker side: pull published pixels with a NIXL READ into registered
+//! memory, check them, and hand back an owned copy.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use nixl_sys::{MemType, RegistrationHandle};
+use parking_lot::{Condvar, Mutex};
+
+use crate::agent::{Agent, ForeignRegion, HostRegion};
+use crate::errors::{Error, Result};
+use crate::pool::{Pool, Slot};
+use crate::wire;
+
+const PAGE: usize = 4096;
+/// Agent metadata is a few hundred bytes; refuse anything absurd.
+const MAX_METADATA: usize = 1 << 20;
+
+#[derive(Clone, Copy, Debug)]
+pub struct ReaderConfig {
+    pub pool_bytes: usize,
+    pub region_bytes: usize,
+    pub timeout: Duration,
+    pub verify: bool,
+}
+
+/// Where the pixels are and how to check them.
+#[derive(Clone, Debug)]
+pub struct Source {
+    pub agent: String,
+    pub metadata: String,
+    pub addr: usize,
+    pub len: usize,
+    pub content_hash: Option<String>,
+    pub notification: String,
+}
+
+struct Registered {
+    _handle: RegistrationHandle,
+    region: Arc<HostRegion>,
+}
+
+struct State {
+    pool: Pool,
+    regions: Vec<Registered>,
+    /// Slots whose READ failed: the transfer may still land in them, so they
+    /// stay out of use until this instant.
+    quarantine: Vec<(Slot, Instant)>,
+}
+
+pub struct Reader {
+    state: Mutex<State>,
+    freed: Condvar,
+    /// Remote agent name -> the packed metadata it was loaded from.
+    remotes: Mutex<HashMap<String, String>>,
+    foreign: Mutex<Vec<RegistrationHandle>>,
+    config: ReaderConfig,
+    agent: Agent,
+}
+
+impl Reader {
+    pub fn new(config: ReaderConfig) -> Result<Reader> {
+        Ok(Reader {
+            state: Mutex::new(State {
+                pool: Pool::new(),
+                regions: Vec::new(),
+                quarantine: Vec::new(),
+            }),
+            freed: Condvar::new(),
+            remotes: Mutex::new(HashMap::new()),
+            foreign: Mutex::new(Vec::new()),
+            config,
+            agent: Agent::new("worker")?,
+        })
+    }
+
+    pub fn agent_name(&self) -> &str {
+        self.agent.name()
+    }
+
+    pub fn remote_count(&self) -> usize {
+        self.remotes.lock().len()
+    }
+
+    /// Loads a frontend's metadata once, and again only when it changed;
+    /// returns the agent to read from. An empty `source.agent` (dynamo's
+    /// RdmaMetadata carries no name) takes the name the metadata holds.
+    fn ensure_remote(&self, source: &Source) -> Result<String> {
+        let mut remotes = self.remotes.lock();
+        if source.agent.is_empty() {
+            if let Some((name, _)) = remotes.iter().find(|(_, md)| **md == source.metadata) {
+                return Ok(name.clone());
+            }
+        } else if remotes.get(&source.agent) == Some(&source.metadata) {
+            return Ok(source.agent.clone());
+        }
+        let raw = wire::unpack_metadata(&source.metadata, MAX_METADATA)?;
+        if remotes.remove(&source.agent).is_some() {
+            self.agent.forget_remote(&source.agent);
+        }
+        let name = self.agent.load_remote(&raw)?;
+        if !source.agent.is_empty() && name != source.agent {
+            self.agent.forget_remote(&name);
+            return Err(Error::Descriptor(format!(
+                "descriptor names agent {:?} but its metadata belongs to {name:?}",
+                source.agent
+            )));
+        }
+        remotes.insert(name.clone(), source.metadata.clone());
+        Ok(name)
+    }
+
+    /// Drops what is known about a frontend (after it failed).
+    fn forget(&self, agent: &str) {
+        if self.remotes.lock().remove(agent).is_some() {
+            self.agent.forget_remote(agent);
+        }
+    }
+
+    /// READs the source into host memory and returns an owned copy.
+    pub fn read(&self, source: &Source) -> Result<Vec<u8>> {
+        let agent = self.ensure_remote(source)?;
+        let (slot, region) = self.acquire(source.len)?;
+        let local = (region.addr() + slot.offset, MemType::Dram, 0);
+        let outcome = self.agent.read(
+            &agent,
+            local,
+            source.addr,
+            source.len,
+            source.notification.as_bytes(),
+            self.config.timeout,
+        );
+        if let Err(e) = outcome {
+            self.quarantine(slot);
+            self.forget(&agent);
+            return Err(e);
+        }
+        // SAFETY: the READ completed into this slot, which only this call owns.
+        let pixels = unsafe { region.slice(slot.offset, slot.len) }.to_vec();
+        self.release(slot);
+        if self.config.verify {
+            if let Some(expected) = &source.content_hash {
+                let got = wire::content_hash(&pixels);
+                if &got != expected {
+                    return Err(Error::Transfer(format!(
+                        "pixels read from {agent} do not match their content hash ({got} != {expected}): the slot was reclaimed or the descriptor is wrong"
+                    )));
+                }
+            }
+        }
+        Ok(pixels)
+    }
+
+    /// Registers caller-owned memory (a CUDA buffer) once; it stays
+    /// registered for the reader's life.
+    ///
+    /// # Safety
+    /// `addr..addr+len` must stay allocated until the reader is dropped.
+    pub unsafe fn register_foreign(
+        &self,
+        addr: usize,
+        len: usize,
+        mem_type: MemType,
+        device: u64,
+    ) -> Result<()> {
+        let handle = self.agent.register(&ForeignRegion {
+            addr,
+            len,
+            mem_type,
+            device,
+        })?;
+        self.foreign.lock().push(handle);
+        Ok(())
+    }
+
+    /// READs the source straight into registered caller memory. On error
+    /// the destination holds indeterminate bytes.
+    pub fn read_into(&self, source: &Source, local: (usize, MemType, u64)) -> Result<()> {
+        let agent = self.ensure_remote(source)?;
+        let outcome = self.agent.read(
+            &agent,
+            local,
+            source.addr,
+            source.len,
+            source.notification.as_bytes(),
+            self.config.timeout,
+        );
+        if outcome.is_err() {
+            self.forget(&agent);
+        }
+        outcome
+    }
+
+    fn acquire(&self, len: usize) -> Result<(Slot, Arc<HostRegion>)> {
+        let cap = self.config.pool_bytes;
+        if len > cap {
+            return Err(Error::Descriptor(format!(
+                "image of {len} bytes is larger than the reader's pool ({cap} bytes)"
+            )));
+        }
+        let deadline = Instant::now() + self.config.timeout;
+        let mut state = self.state.lock();
+        loop {
+            let now = Instant::now();
+            let (done, waiting): (Vec<_>, Vec<_>) = state
+                .quarantine
+                .drain(..)
+                .partition(|(_, until)| *until <= now);
+            state.quarantine = waiting;
+            for (slot, _) in done {
+                state.pool.release(slot.id, slot.generation);
+            }
+            if let Some(slot) = state.pool.allocate(len, None) {
+                let region = Arc::clone(&state.regions[slot.region].region);
+                return Ok((slot, region));
+            }
+            let size = self.config.region_bytes.max(len).div_ceil(PAGE) * PAGE;
+            if state.pool.region_bytes() + size <= cap {
+                let region = Arc::new(HostRegion::new(size)?);
+                let handle = self.agent.register(region.as_ref())?;
+                state.regions.push(Registered {
+                    _handle: handle,
+                    region,
+                });
+                state.pool.add_region(size);
+                continue;
+            }
+            if self
+                .freed
+                .wait_until(&mut state, deadline.min(now + Duration::from_millis(100)))
+                .timed_out()
+                && Instant::now() >= deadline
+            {
+                return Err(Error::Transfer(format!(
+                    "no {len}-byte receive buffer became free within {:?}",
+                    self.config.timeout
+                )));
+            }
+        }
+    }
+
+    fn release(&self, slot: Slot) {
+        self.state.lock().pool.release(slot.id, slot.generation);
+        self.freed.notify_all();
+    }
+
+    fn quarantine(&self, slot: Slot) {
+        let until = Instant::now() + self.config.timeout * 2;
+        self.state.lock().quarantine.push((slot, until));
+    }
+}

@@ -1,0 +1,357 @@
+"""Issue 3: pixels from a frontend process to this (worker) process over
+real NIXL (UCX), with real OS processes. No mocks."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import copy
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import pixelwire
+
+from reference import corpus_files
+
+PEER = Path(__file__).with_name("nixl_peer.py")
+MiB = 1024 * 1024
+
+try:
+    pixelwire.transfer.nixl_library_path()
+except pixelwire.TransferError as missing:  # pragma: no cover - CI installs it
+    pytest.skip(f"NIXL runtime not installed: {missing}", allow_module_level=True)
+
+
+class Frontend:
+    """A Publisher in a child process."""
+
+    def __init__(self, pool_bytes: int = 64 * MiB, lease: float = 60.0, acquire: float = 5.0) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, str(PEER), str(pool_bytes), str(lease), str(acquire)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "NIXL_LOG_LEVEL": "FATAL"},
+        )
+        self.agent = self._answer()["ready"]
+
+    def _answer(self) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError("frontend process died")
+        result: dict[str, Any] = json.loads(line)
+        return result
+
+    def ask(self, **cmd: Any) -> dict[str, Any]:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(cmd) + "\n")
+        self.proc.stdin.flush()
+        return self._answer()
+
+    def publish(self, data: bytes, mode: str = "RGB") -> dict[str, Any]:
+        return self.ask(cmd="publish_b64", data=base64.b64encode(data).decode(), mode=mode)
+
+    def stats(self) -> dict[str, int]:
+        stats: dict[str, int] = self.ask(cmd="stats")["stats"]
+        return stats
+
+    def rss_kib(self) -> int:
+        return int(self.ask(cmd="rss")["rss_kib"])
+
+    def kill(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.ask_nowait()
+            self.proc.wait(timeout=30)
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            if pipe is not None:
+                pipe.close()
+
+    def ask_nowait(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps({"cmd": "exit"}) + "\n")
+        self.proc.stdin.flush()
+
+
+@pytest.fixture
+def frontend() -> Iterator[Frontend]:
+    f = Frontend()
+    yield f
+    f.close()
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+def _wait_for(predicate: Any, seconds: float = 10.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _decodable() -> list[tuple[Path, np.ndarray]]:
+    out = []
+    for path in corpus_files():
+        try:
+            out.append((path, pixelwire.decode_image(path.read_bytes())))
+        except pixelwire.PixelwireError:
+            continue
+    return out
+
+
+def test_round_trip_over_the_corpus(frontend: Frontend) -> None:
+    """Acceptance 1 and 2: every decodable corpus file arrives identical, as
+    numpy, PIL and (where torch is installed) torch; every slot is then freed
+    by the reader's notification."""
+    cases = _decodable()
+    try:
+        import torch  # noqa: F401
+
+        outputs = ["numpy", "pil", "torch"]
+    except ImportError:
+        outputs = ["numpy", "pil"]
+
+    async def main() -> int:
+        reads = 0
+        async with pixelwire.Reader(timeout=20) as reader:
+            for output in outputs:
+                for path, expected in cases:
+                    answer = frontend.publish(path.read_bytes())
+                    got = await reader.read_decoded(answer["desc"], output=output)  # type: ignore[arg-type]
+                    reads += 1
+                    if output == "pil":
+                        assert isinstance(got, Image.Image)
+                        array = np.asarray(got)
+                        got = array[:, :, None] if array.ndim == 2 else array
+                    elif output == "torch":
+                        got = got.numpy()
+                    np.testing.assert_array_equal(got, expected, err_msg=f"{path.name} as {output}")
+            assert reader._open().remote_count == 1, "metadata loaded once for the one frontend"
+        return reads
+
+    reads = run(main())
+    assert _wait_for(lambda: frontend.stats()["freed_by_notification"] == reads)
+    stats = frontend.stats()
+    print(f"\n{reads} reads ({len(cases)} files x {outputs}); frontend stats {stats}")
+    assert stats["slots_in_use"] == 0 and stats["bytes_in_use"] == 0
+    assert stats["published"] == reads and stats["reclaimed_by_lease"] == 0
+
+
+def test_unread_slots_are_reclaimed_and_late_reads_refused() -> None:
+    frontend = Frontend(lease=1.0)
+    try:
+        data = (corpus_files()[0].parent / "hopper.png").read_bytes()
+        desc = frontend.publish(data)["desc"]
+        assert _wait_for(lambda: frontend.stats()["reclaimed_by_lease"] == 1, 10)
+        assert frontend.stats()["slots_in_use"] == 0
+
+        async def main() -> None:
+            async with pixelwire.Reader(timeout=10) as reader:
+                with pytest.raises(pixelwire.DescriptorError, match="lease has expired"):
+                    await reader.read_decoded(desc, output="numpy")
+                # A reader whose clock disagrees still never gets pixels: the
+                # slot was scrubbed (and may hold another image by now).
+                skewed = copy.deepcopy(desc)
+                skewed["pixelwire"]["expires_at"] = time.time() + 3600
+                with pytest.raises(pixelwire.TransferError, match="content hash"):
+                    await reader.read_decoded(skewed, output="numpy")
+                frontend.publish(_png(128, 128, seed=5))  # reuses the slot
+                with pytest.raises(pixelwire.TransferError, match="content hash"):
+                    await reader.read_decoded(skewed, output="numpy")
+
+        run(main())
+    finally:
+        frontend.close()
+
+
+def _png(width: int, height: int, seed: int = 0) -> bytes:
+    pixels = np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)
+    out = io.BytesIO()
+    Image.fromarray(pixels).save(out, "PNG", compress_level=1)
+    return out.getvalue()
+
+
+def test_pool_exhaustion_and_recovery() -> None:
+    frontend = Frontend(pool_bytes=1 * MiB, acquire=0.5)
+    try:
+        image = _png(300, 300)  # 270 000 bytes of pixels
+        descs = [frontend.publish(image)["desc"] for _ in range(3)]
+        started = time.monotonic()
+        answer = frontend.publish(image)
+        waited = time.monotonic() - started
+        assert answer.get("error") == "PoolExhausted", answer
+        assert waited >= 0.45
+
+        async def main() -> None:
+            async with pixelwire.Reader() as reader:
+                await reader.read_decoded(descs[0], output="numpy")
+
+        run(main())
+        assert _wait_for(lambda: frontend.stats()["slots_in_use"] == 2)
+        assert "desc" in frontend.publish(image)
+        stats = frontend.stats()
+        assert stats["registered_bytes"] <= 1 * MiB
+    finally:
+        frontend.close()
+
+
+def test_frontend_killed_gives_transfer_error_and_worker_survives() -> None:
+    data = _png(256, 256)
+    doomed = Frontend()
+    before = doomed.publish(data)["desc"]
+    during = doomed.publish(_png(2000, 1500))["desc"]
+
+    async def main() -> None:
+        async with pixelwire.Reader(timeout=5) as reader:
+            await reader.read_decoded(before, output="numpy")  # connect first
+            second = doomed.publish(data)["desc"]
+            doomed.kill()
+            started = time.monotonic()
+            with pytest.raises(pixelwire.TransferError):
+                await reader.read_decoded(second, output="numpy")
+            with pytest.raises(pixelwire.TransferError):
+                await reader.read_decoded(during, output="numpy")
+            assert time.monotonic() - started < 12
+            healthy = Frontend()
+            try:
+                desc = healthy.publish(data)["desc"]
+                got = await reader.read_decoded(desc, output="numpy")
+                np.testing.assert_array_equal(got, pixelwire.decode_image(data))
+            finally:
+                healthy.close()
+
+    try:
+        run(main())
+    finally:
+        if doomed.proc.poll() is None:
+            doomed.kill()
+        doomed.close()
+
+
+def test_tampered_descriptors_never_give_pixels(frontend: Frontend) -> None:
+    first = frontend.publish(_png(64, 64, seed=1))["desc"]
+    other = frontend.publish(_png(64, 64, seed=2))["desc"]
+
+    def tamper(change: Any) -> dict[str, Any]:
+        d = copy.deepcopy(first)
+        change(d)
+        return d
+
+    def set_size(d: dict[str, Any], size: int, shape: list[int]) -> None:
+        d["nixl_descriptor"]["size"] = size
+        d["shape"] = shape
+
+    descriptor_errors = [
+        tamper(lambda d: d["nixl_descriptor"].__setitem__("size", 64 * 64 * 3 + 1)),
+        tamper(lambda d: d.__setitem__("shape", [64, 65, 3])),
+        tamper(lambda d: d.__setitem__("shape", [64, 64, 2])),
+        tamper(lambda d: d.__setitem__("dtype", "FLOAT32")),
+        tamper(lambda d: d["nixl_descriptor"].__setitem__("mem_type", "Block")),
+        tamper(lambda d: d.__setitem__("nixl_metadata", "b64:!!!not-base64")),
+        tamper(lambda d: d.__setitem__("nixl_metadata", "b64:" + base64.b64encode(b"not zlib").decode())),
+        tamper(lambda d: d.__setitem__("nixl_metadata", "raw-metadata")),
+        tamper(lambda d: d["nixl_descriptor"].__setitem__("addr", -5)),
+        tamper(lambda d: d["pixelwire"].__setitem__("notification", "free everything")),
+        tamper(lambda d: d.__setitem__("content_hash", "xyz")),
+        tamper(lambda d: set_size(d, 10**9, [10**9 // 3, 1, 3])),
+    ]
+    transfer_errors = [
+        # Outside every registered region: NIXL itself refuses.
+        tamper(lambda d: d["nixl_descriptor"].__setitem__("addr", d["nixl_descriptor"]["addr"] + 512 * MiB)),
+        tamper(lambda d: d["nixl_descriptor"].__setitem__("addr", 4096)),
+        # Inside registered memory, but someone else's pixels: the hash tells.
+        tamper(lambda d: d["nixl_descriptor"].__setitem__("addr", other["nixl_descriptor"]["addr"])),
+        tamper(lambda d: d["nixl_descriptor"].__setitem__("addr", d["nixl_descriptor"]["addr"] + 64)),
+        tamper(lambda d: d.__setitem__("content_hash", "0123456789abcdef")),
+    ]
+
+    async def main() -> None:
+        async with pixelwire.Reader(timeout=5, max_pixels=10**8) as reader:
+            for bad in descriptor_errors:
+                with pytest.raises(pixelwire.DescriptorError):
+                    await reader.read_decoded(bad, output="numpy")
+            for bad in transfer_errors:
+                with pytest.raises(pixelwire.TransferError):
+                    await reader.read_decoded(bad, output="numpy")
+            # The untampered descriptors still work afterwards.
+            for good in (first, other):
+                await reader.read_decoded(good, output="numpy")
+
+    run(main())
+
+
+def test_64_concurrent_reads_on_one_reader(frontend: Frontend) -> None:
+    images = [_png(96 + i, 80, seed=i) for i in range(64)]
+    descs = [frontend.publish(img)["desc"] for img in images]
+
+    async def main() -> list[np.ndarray]:
+        async with pixelwire.Reader() as reader:
+            ticks = 0
+            done = asyncio.Event()
+
+            async def heartbeat() -> None:
+                nonlocal ticks
+                while not done.is_set():
+                    ticks += 1
+                    await asyncio.sleep(0.001)
+
+            beat = asyncio.create_task(heartbeat())
+            results = await asyncio.gather(*(reader.read_decoded(d, output="numpy") for d in descs))
+            done.set()
+            await beat
+            assert ticks > 0, "the event loop kept running while reads were in flight"
+            return list(results)
+
+    for got, img in zip(run(main()), images, strict=True):
+        np.testing.assert_array_equal(got, pixelwire.decode_image(img))
+    assert _wait_for(lambda: frontend.stats()["slots_in_use"] == 0)
+
+
+def _own_rss_kib() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+def test_2000_cycles_keep_memory_bounded(frontend: Frontend) -> None:
+    image = _png(128, 96)
+    expected = pixelwire.decode_image(image)
+    bound_kib = 48 * 1024
+
+    async def main() -> tuple[int, int, int, int]:
+        async with pixelwire.Reader() as reader:
+            for _ in range(200):  # warm up pools and caches
+                await reader.read_decoded(frontend.publish(image)["desc"], output="numpy")
+            worker0, front0 = _own_rss_kib(), frontend.rss_kib()
+            for i in range(2000):
+                got = await reader.read_decoded(frontend.publish(image)["desc"], output="numpy")
+                if i % 500 == 0:
+                    np.testing.assert_array_equal(got, expected)
+            return worker0, _own_rss_kib(), front0, frontend.rss_kib()
+
+    worker0, worker1, front0, front1 = run(main())
+    print(f"\nRSS over 2000 cycles: worker {worker0} -> {worker1} KiB, frontend {front0} -> {front1} KiB")
+    assert worker1 - worker0 < bound_kib
+    assert front1 - front0 < bound_kib
+    assert _wait_for(lambda: frontend.stats()["slots_in_use"] == 0)
