@@ -7,11 +7,6 @@ import asyncio
 import base64
 import copy
 import io
-import json
-import os
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,10 +17,10 @@ import pytest
 from PIL import Image
 
 import pixelwire
+from pixelwire._frontend_process import FrontendProcess
 
 from reference import corpus_files
 
-PEER = Path(__file__).with_name("nixl_peer.py")
 MiB = 1024 * 1024
 
 try:
@@ -34,63 +29,12 @@ except pixelwire.TransferError as missing:  # pragma: no cover - CI installs it
     pytest.skip(f"NIXL runtime not installed: {missing}", allow_module_level=True)
 
 
-class Frontend:
-    """A Publisher in a child process."""
-
-    def __init__(self, pool_bytes: int = 64 * MiB, lease: float = 60.0, acquire: float = 5.0) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, str(PEER), str(pool_bytes), str(lease), str(acquire)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            env={**os.environ, "NIXL_LOG_LEVEL": "FATAL"},
-        )
-        self.agent = self._answer()["ready"]
-
-    def _answer(self) -> dict[str, Any]:
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        if not line:
-            raise RuntimeError("frontend process died")
-        result: dict[str, Any] = json.loads(line)
-        return result
-
-    def ask(self, **cmd: Any) -> dict[str, Any]:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps(cmd) + "\n")
-        self.proc.stdin.flush()
-        return self._answer()
-
-    def publish(self, data: bytes, mode: str = "RGB") -> dict[str, Any]:
-        return self.ask(cmd="publish_b64", data=base64.b64encode(data).decode(), mode=mode)
-
-    def stats(self) -> dict[str, int]:
-        stats: dict[str, int] = self.ask(cmd="stats")["stats"]
-        return stats
-
-    def rss_kib(self) -> int:
-        return int(self.ask(cmd="rss")["rss_kib"])
-
-    def kill(self) -> None:
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait()
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.ask_nowait()
-            self.proc.wait(timeout=30)
-        for pipe in (self.proc.stdin, self.proc.stdout):
-            if pipe is not None:
-                pipe.close()
-
-    def ask_nowait(self) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps({"cmd": "exit"}) + "\n")
-        self.proc.stdin.flush()
+def Frontend(pool_bytes: int = 64 * MiB, lease: float = 60.0, acquire: float = 5.0) -> FrontendProcess:
+    return FrontendProcess(pool_bytes=pool_bytes, lease=lease, acquire=acquire)
 
 
 @pytest.fixture
-def frontend() -> Iterator[Frontend]:
+def frontend() -> Iterator[FrontendProcess]:
     f = Frontend()
     yield f
     f.close()
@@ -119,7 +63,7 @@ def _decodable() -> list[tuple[Path, np.ndarray]]:
     return out
 
 
-def test_round_trip_over_the_corpus(frontend: Frontend) -> None:
+def test_round_trip_over_the_corpus(frontend: FrontendProcess) -> None:
     """Acceptance 1 and 2: every decodable corpus file arrives identical, as
     numpy, PIL and (where torch is installed) torch; every slot is then freed
     by the reader's notification."""
@@ -248,7 +192,7 @@ def test_frontend_killed_gives_transfer_error_and_worker_survives() -> None:
         doomed.close()
 
 
-def test_tampered_descriptors_never_give_pixels(frontend: Frontend) -> None:
+def test_tampered_descriptors_never_give_pixels(frontend: FrontendProcess) -> None:
     first = frontend.publish(_png(64, 64, seed=1))["desc"]
     other = frontend.publish(_png(64, 64, seed=2))["desc"]
 
@@ -300,7 +244,7 @@ def test_tampered_descriptors_never_give_pixels(frontend: Frontend) -> None:
     run(main())
 
 
-def test_64_concurrent_reads_on_one_reader(frontend: Frontend) -> None:
+def test_64_concurrent_reads_on_one_reader(frontend: FrontendProcess) -> None:
     images = [_png(96 + i, 80, seed=i) for i in range(64)]
     descs = [frontend.publish(img)["desc"] for img in images]
 
@@ -334,7 +278,7 @@ def _own_rss_kib() -> int:
     return 0
 
 
-def test_2000_cycles_keep_memory_bounded(frontend: Frontend) -> None:
+def test_2000_cycles_keep_memory_bounded(frontend: FrontendProcess) -> None:
     image = _png(128, 96)
     expected = pixelwire.decode_image(image)
     bound_kib = 48 * 1024

@@ -1,5 +1,7 @@
 """pixelwire: decode images natively at the frontend, hand workers raw pixels."""
 
+from typing import TYPE_CHECKING, Any
+
 from pixelwire._native import (
     BlockedURL,
     DecodeError,
@@ -25,6 +27,19 @@ from pixelwire.transfer import (
     read_decoded,
 )
 
+if TYPE_CHECKING:
+    from pixelwire.fetch import Fetcher, load_image
+
+
+def __getattr__(name: str) -> Any:
+    # The fetcher pulls in aiohttp (~0.3 s); import it only when asked for.
+    if name in ("Fetcher", "load_image"):
+        from pixelwire import fetch
+
+        return getattr(fetch, name)
+    raise AttributeError(f"module 'pixelwire' has no attribute {name!r}")
+
+
 # FetchError carries the HTTP status (None when not HTTP) and whether a retry
 # may succeed; instances set their own values.
 FetchError.status = None
@@ -36,6 +51,7 @@ __all__ = [
     "Decoded",
     "DescriptorError",
     "FetchError",
+    "Fetcher",
     "ImageTooLarge",
     "Limits",
     "PixelwireError",
@@ -49,6 +65,7 @@ __all__ = [
     "decode_and_publish",
     "decode_data_url",
     "decode_image",
+    "load_image",
     "probe_image",
     "read_decoded",
 ]

@@ -1,0 +1,26 @@
+"""Transfer benchmark (same as `pixelwire bench transfer`); see
+pixelwire.benchmarks for what is measured."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from pixelwire.benchmarks import as_dicts, transfer
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--repeats", type=int, default=50)
+    parser.add_argument("--no-naive", action="store_true", help="skip the nixl Python API baseline")
+    parser.add_argument("--json", help="write the rows to this file")
+    parser.add_argument("--device", default="cpu", help="read destination: cpu or cuda[:N]")
+    args = parser.parse_args()
+    rows = transfer(repeats=args.repeats, naive=not args.no_naive, device=args.device)
+    if args.json:
+        with open(args.json, "w") as out:
+            json.dump(as_dicts(rows), out, indent=2)
+
+
+if __name__ == "__main__":
+    main()

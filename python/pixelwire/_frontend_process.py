@@ -1,0 +1,174 @@
+"""A pixelwire frontend in a child process, driven over stdin/stdout.
+
+Used by `pixelwire demo`, `pixelwire bench transfer` and the tests. One JSON
+command a line in, one JSON answer a line out:
+
+  {"cmd": "publish", "data": "<base64>", "mode": "RGB", "count": 1}
+      -> {"descs": [...]} or {"error": "PoolExhausted", "message": "..."}
+  {"cmd": "stats"} -> {"stats": {...}}        {"cmd": "rss"} -> {"rss_kib": N}
+  {"cmd": "naive_prepare", "size": N}  -> {"metadata": "<b64>", "addr": A, "size": N, "id": K}
+  {"cmd": "naive_release", "id": K}    -> {"ok": true}
+  {"cmd": "exit"}
+
+The "naive" commands are the benchmark's baseline: a fresh NIXL registration
+and fresh agent metadata for every image, through the `nixl` Python API.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import importlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import pixelwire
+
+
+def rss_kib(pid: int | str = "self") -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+def nixl_python_api() -> Any:
+    """The `nixl` wheel's own Python API module (nixl_cu13 or nixl_cu12)."""
+    for name in ("nixl_cu13._api", "nixl_cu12._api", "nixl._api"):
+        try:
+            return importlib.import_module(name)
+        except ImportError:
+            continue
+    raise pixelwire.TransferError("the nixl Python API is not installed")
+
+
+class _Naive:
+    def __init__(self) -> None:
+        api = nixl_python_api()
+        self.agent = api.nixl_agent(f"naive-front-{os.getpid()}", api.nixl_agent_config(backends=["UCX"]))
+        self.live: dict[int, tuple[Any, Any]] = {}
+        self.next_id = 0
+
+    def prepare(self, size: int) -> dict[str, Any]:
+        buffer = np.full(size, 7, dtype=np.uint8)
+        registration = self.agent.register_memory([(buffer.ctypes.data, size, 0, "")], mem_type="DRAM")
+        metadata = self.agent.get_agent_metadata()
+        self.next_id += 1
+        self.live[self.next_id] = (buffer, registration)
+        return {
+            "metadata": base64.b64encode(metadata).decode(),
+            "addr": buffer.ctypes.data,
+            "size": size,
+            "id": self.next_id,
+        }
+
+    def release(self, key: int) -> None:
+        _, registration = self.live.pop(key)
+        self.agent.deregister_memory(registration)
+
+
+async def serve(pool_bytes: int, lease: float, acquire: float) -> None:
+    loop = asyncio.get_running_loop()
+    naive: _Naive | None = None
+    publisher = pixelwire.Publisher(pool_bytes=pool_bytes, lease_seconds=lease, acquire_timeout=acquire)
+    async with publisher as pub:
+        print(json.dumps({"ready": pub.agent_name}), flush=True)
+        while True:
+            line = await loop.run_in_executor(None, sys.stdin.readline)
+            if not line:
+                break
+            cmd = json.loads(line)
+            answer: dict[str, Any]
+            kind = cmd["cmd"]
+            if kind == "exit":
+                break
+            if kind == "stats":
+                answer = {"stats": pub.stats()}
+            elif kind == "rss":
+                answer = {"rss_kib": rss_kib()}
+            elif kind == "naive_prepare":
+                naive = naive or _Naive()
+                answer = naive.prepare(int(cmd["size"]))
+            elif kind == "naive_release":
+                assert naive is not None
+                naive.release(int(cmd["id"]))
+                answer = {"ok": True}
+            else:
+                data = base64.b64decode(cmd["data"])
+                try:
+                    descs = []
+                    for _ in range(int(cmd.get("count", 1))):
+                        decoded = await pub.decode_and_publish(data, mode=cmd.get("mode", "RGB"))
+                        descs.append(decoded.to_dict())
+                    answer = {"descs": descs}
+                except pixelwire.PixelwireError as error:
+                    answer = {"error": type(error).__name__, "message": str(error)}
+            print(json.dumps(answer), flush=True)
+
+
+class FrontendProcess:
+    """Starts and talks to a frontend child process."""
+
+    def __init__(self, pool_bytes: int = 256 << 20, lease: float = 60.0, acquire: float = 10.0) -> None:
+        env = {**os.environ, "NIXL_LOG_LEVEL": os.environ.get("NIXL_LOG_LEVEL", "FATAL")}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "pixelwire._frontend_process", str(pool_bytes), str(lease), str(acquire)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        self.agent: str = self._answer()["ready"]
+
+    def _answer(self) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError("the frontend process died")
+        answer: dict[str, Any] = json.loads(line)
+        return answer
+
+    def ask(self, **cmd: Any) -> dict[str, Any]:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(cmd) + "\n")
+        self.proc.stdin.flush()
+        return self._answer()
+
+    def publish_many(self, data: bytes, count: int, mode: str = "RGB") -> dict[str, Any]:
+        return self.ask(cmd="publish", data=base64.b64encode(data).decode(), mode=mode, count=count)
+
+    def publish(self, data: bytes, mode: str = "RGB") -> dict[str, Any]:
+        """One image: {"desc": ...} or {"error": ..., "message": ...}."""
+        answer = self.publish_many(data, 1, mode)
+        return {"desc": answer["descs"][0]} if "descs" in answer else answer
+
+    def stats(self) -> dict[str, int]:
+        stats: dict[str, int] = self.ask(cmd="stats")["stats"]
+        return stats
+
+    def rss_kib(self) -> int:
+        return int(self.ask(cmd="rss")["rss_kib"])
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            assert self.proc.stdin is not None
+            self.proc.stdin.write(json.dumps({"cmd": "exit"}) + "\n")
+            self.proc.stdin.flush()
+            self.proc.wait(timeout=30)
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            if pipe is not None:
+                pipe.close()
+
+
+if __name__ == "__main__":
+    asyncio.run(serve(int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3])))
