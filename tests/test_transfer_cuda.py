@@ -12,16 +12,15 @@ import pixelwire
 from pixelwire._frontend_process import FrontendProcess
 from pixelwire.benchmarks import ppm_of_size
 
-from reference import corpus_files
-
 torch = pytest.importorskip("torch")
 if not torch.cuda.is_available():  # pragma: no cover - CI has no GPU
     pytest.skip("no CUDA device", allow_module_level=True)
 
 
 def test_cuda_reads_equal_decode_image() -> None:
-    names = ["hopper.png", "flower2.jpg", "transparent.webp", "pil123p.png", "hopper_gray.jpg"]
-    images = [(corpus_files()[0].parent / n).read_bytes() for n in names] + [ppm_of_size(24 << 20)]
+    # Generated images (the corpus does not travel to the GPU machine);
+    # decoding itself is covered by the parity tests.
+    images = [ppm_of_size(size, seed=i) for i, size in enumerate([3 * 7, 64 << 10, 3 << 20, 24 << 20])]
     frontend = FrontendProcess()
     try:
 
@@ -34,6 +33,5 @@ def test_cuda_reads_equal_decode_image() -> None:
                     np.testing.assert_array_equal(got.cpu().numpy(), pixelwire.decode_image(data))
 
         asyncio.run(main())
-        assert frontend.stats()["slots_in_use"] == 0 or True  # freed asynchronously
     finally:
         frontend.close()
