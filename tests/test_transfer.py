@@ -299,3 +299,67 @@ def test_2000_cycles_keep_memory_bounded(frontend: FrontendProcess) -> None:
     assert worker1 - worker0 < bound_kib
     assert front1 - front0 < bound_kib
     assert _wait_for(lambda: frontend.stats()["slots_in_use"] == 0)
+
+
+@pytest.fixture
+def image_server() -> Iterator[tuple[str, dict[str, bytes]]]:
+    """A real HTTP server on 127.0.0.1 serving corpus images."""
+    import http.server
+    import threading
+
+    files = {name: (corpus_files()[0].parent / name).read_bytes() for name in ("hopper.png", "flower2.jpg")}
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = files.get(self.path.lstrip("/"))
+            self.send_response(200 if body else 404)
+            self.send_header("Content-Length", str(len(body or b"")))
+            self.end_headers()
+            self.wfile.write(body or b"")
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", files
+    server.shutdown()
+    server.server_close()
+    thread.join()
+
+
+@pytest.mark.parametrize("decode_at", ["frontend", "worker"])
+def test_both_modes_give_the_worker_identical_pixels(
+    decode_at: str, image_server: tuple[str, dict[str, bytes]]
+) -> None:
+    """Issue 4, acceptance 4: the same URL gives the worker identical pixels
+    whether it was decoded at the frontend (NIXL) or at the worker."""
+    base, files = image_server
+    frontend = FrontendProcess(env={"PIXELWIRE_DECODE_AT": decode_at, "PIXELWIRE_ALLOW_PRIVATE": "1"})
+    try:
+
+        async def main() -> None:
+            async with pixelwire.Reader(fetcher=pixelwire.Fetcher(allow_private=True)) as reader:
+                for name, data in files.items():
+                    item = frontend.ask(cmd="publish_source", source=f"{base}/{name}")["item"]
+                    assert ("url" in item) == (decode_at == "worker")
+                    got = await reader.load(item, output="numpy")
+                    np.testing.assert_array_equal(got, pixelwire.decode_image(data))
+                await reader.fetcher.close()
+
+        run(main())
+    finally:
+        frontend.close()
+
+
+def test_default_guard_blocks_private_urls_at_the_frontend(
+    image_server: tuple[str, dict[str, bytes]],
+) -> None:
+    base, _ = image_server
+    frontend = FrontendProcess()
+    try:
+        answer = frontend.ask(cmd="publish_source", source=f"{base}/hopper.png")
+        assert answer["error"] == "BlockedURL"
+    finally:
+        frontend.close()

@@ -21,6 +21,7 @@ from pixelwire._native import (
 )
 from pixelwire.transfer import (
     Decoded,
+    PassThrough,
     Publisher,
     Reader,
     decode_and_publish,
@@ -54,6 +55,7 @@ __all__ = [
     "Fetcher",
     "ImageTooLarge",
     "Limits",
+    "PassThrough",
     "PixelwireError",
     "PoolExhausted",
     "Publisher",

@@ -5,6 +5,7 @@ command a line in, one JSON answer a line out:
 
   {"cmd": "publish", "data": "<base64>", "mode": "RGB", "count": 1}
       -> {"descs": [...]} or {"error": "PoolExhausted", "message": "..."}
+  {"cmd": "publish_source", "source": "<url>"} -> {"item": {...}} or {"error": ...}
   {"cmd": "stats"} -> {"stats": {...}}        {"cmd": "rss"} -> {"rss_kib": N}
   {"cmd": "naive_prepare", "size": N}  -> {"metadata": "<b64>", "addr": A, "size": N, "id": K}
   {"cmd": "naive_release", "id": K}    -> {"ok": true}
@@ -78,7 +79,8 @@ async def serve(pool_bytes: int, lease: float, acquire: float) -> None:
     naive: _Naive | None = None
     publisher = pixelwire.Publisher(pool_bytes=pool_bytes, lease_seconds=lease, acquire_timeout=acquire)
     async with publisher as pub:
-        print(json.dumps({"ready": pub.agent_name}), flush=True)
+        ready = pub.agent_name if pub.decode_at == "frontend" else "pass-through"
+        print(json.dumps({"ready": ready}), flush=True)
         while True:
             line = await loop.run_in_executor(None, sys.stdin.readline)
             if not line:
@@ -89,7 +91,7 @@ async def serve(pool_bytes: int, lease: float, acquire: float) -> None:
             if kind == "exit":
                 break
             if kind == "stats":
-                answer = {"stats": pub.stats()}
+                answer = {"stats": pub.stats() if pub.decode_at == "frontend" else {}}
             elif kind == "rss":
                 answer = {"rss_kib": rss_kib()}
             elif kind == "naive_prepare":
@@ -99,6 +101,12 @@ async def serve(pool_bytes: int, lease: float, acquire: float) -> None:
                 assert naive is not None
                 naive.release(int(cmd["id"]))
                 answer = {"ok": True}
+            elif kind == "publish_source":
+                try:
+                    item = await pub.decode_and_publish(cmd["source"], mode=cmd.get("mode", "RGB"))
+                    answer = {"item": item.to_dict()}
+                except pixelwire.PixelwireError as error:
+                    answer = {"error": type(error).__name__, "message": str(error)}
             else:
                 data = base64.b64decode(cmd["data"])
                 try:
@@ -115,8 +123,14 @@ async def serve(pool_bytes: int, lease: float, acquire: float) -> None:
 class FrontendProcess:
     """Starts and talks to a frontend child process."""
 
-    def __init__(self, pool_bytes: int = 256 << 20, lease: float = 60.0, acquire: float = 10.0) -> None:
-        env = {**os.environ, "NIXL_LOG_LEVEL": os.environ.get("NIXL_LOG_LEVEL", "FATAL")}
+    def __init__(
+        self,
+        pool_bytes: int = 256 << 20,
+        lease: float = 60.0,
+        acquire: float = 10.0,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        env = {**os.environ, "NIXL_LOG_LEVEL": os.environ.get("NIXL_LOG_LEVEL", "FATAL"), **(env or {})}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "pixelwire._frontend_process", str(pool_bytes), str(lease), str(acquire)],
             stdin=subprocess.PIPE,

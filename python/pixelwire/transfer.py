@@ -8,6 +8,7 @@ pixels with a NIXL READ whose notification tells the frontend to free the slot.
 from __future__ import annotations
 
 import asyncio
+import base64
 import importlib.util
 import math
 import os
@@ -16,13 +17,16 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import numpy.typing as npt
 
 from pixelwire import _native
 from pixelwire._native import DescriptorError, Limits, TransferError
+
+if TYPE_CHECKING:
+    from pixelwire.fetch import Fetcher
 
 MiB = 1024 * 1024
 _NOTIFICATION = re.compile(r"^pw1:\d+:\d+$")
@@ -32,6 +36,23 @@ _loaded = False
 _load_lock = threading.Lock()
 
 Output = Literal["pil", "numpy", "torch"]
+DecodeAt = Literal["frontend", "worker"]
+
+
+def _decode_at(value: str | None) -> DecodeAt:
+    chosen = value or os.environ.get("PIXELWIRE_DECODE_AT") or "frontend"
+    if chosen not in ("frontend", "worker"):
+        raise ValueError(f"decode_at must be 'frontend' or 'worker', not {chosen!r}")
+    return "frontend" if chosen == "frontend" else "worker"
+
+
+def _default_fetcher() -> Fetcher:
+    """A Fetcher with the default SSRF guard; PIXELWIRE_ALLOW_PRIVATE=1 is the
+    explicit opt-out for deployments that fetch from their own network."""
+    from pixelwire.fetch import Fetcher
+
+    allow = os.environ.get("PIXELWIRE_ALLOW_PRIVATE", "") in ("1", "true", "yes")
+    return Fetcher(allow_private=allow)
 
 
 def nixl_library_path() -> str:
@@ -117,8 +138,22 @@ class Decoded:
         }
 
 
+@dataclass(frozen=True)
+class PassThrough:
+    """An image left for the worker to fetch and decode (``decode_at="worker"``)."""
+
+    url: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"url": self.url}
+
+
 class Publisher:
-    """Frontend side: owns one NIXL agent and a registered pool."""
+    """Frontend side: owns one NIXL agent and a registered pool.
+
+    ``decode_at="worker"`` (or PIXELWIRE_DECODE_AT=worker) turns it into a
+    pass-through: no fetching, no decoding, the worker gets the URL.
+    """
 
     def __init__(
         self,
@@ -128,7 +163,12 @@ class Publisher:
         limits: Limits | None = None,
         acquire_timeout: float = 10.0,
         region_bytes: int = 64 * MiB,
+        decode_at: DecodeAt | None = None,
+        fetcher: Fetcher | None = None,
     ) -> None:
+        self.decode_at = _decode_at(decode_at)
+        self._fetcher = fetcher
+        self._own_fetcher = fetcher is None
         self.pool_bytes = pool_bytes
         self.lease_seconds = lease_seconds
         self.limits = limits
@@ -149,7 +189,8 @@ class Publisher:
         return self._native
 
     async def __aenter__(self) -> Publisher:
-        await asyncio.to_thread(self._open)
+        if self.decode_at == "frontend":
+            await asyncio.to_thread(self._open)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -159,6 +200,15 @@ class Publisher:
         native, self._native = self._native, None
         if native is not None:
             await asyncio.to_thread(native.close)
+        if self._own_fetcher and self._fetcher is not None:
+            await self._fetcher.close()
+            self._fetcher = None
+
+    @property
+    def fetcher(self) -> Fetcher:
+        if self._fetcher is None:
+            self._fetcher = _default_fetcher()
+        return self._fetcher
 
     @property
     def agent_name(self) -> str:
@@ -166,14 +216,19 @@ class Publisher:
 
     async def decode_and_publish(
         self, source: bytes | bytearray | memoryview | str, *, mode: Literal["RGB", "RGBA", "L"] = "RGB"
-    ) -> Decoded:
-        """Decodes `source` (encoded bytes or a `data:` URL) into a pool slot
-        off the event loop and returns its descriptor."""
+    ) -> Decoded | PassThrough:
+        """Fetches `source` (encoded bytes, or a `data:`/`http(s)` URL through
+        the publisher's Fetcher), decodes it into a pool slot off the event
+        loop and returns its descriptor. With ``decode_at="worker"`` it does
+        neither and returns a :class:`PassThrough`."""
+        if self.decode_at == "worker":
+            if isinstance(source, str):
+                return PassThrough(source)
+            encoded = base64.b64encode(bytes(source)).decode()
+            return PassThrough(f"data:application/octet-stream;base64,{encoded}")
         native = self._open()
         if isinstance(source, str):
-            if not source[:5].lower() == "data:":
-                raise TypeError("decode_and_publish takes encoded bytes or a data: URL")
-            data: bytes | bytearray = _native.decode_data_url(source)[1]
+            data: bytes | bytearray = await self.fetcher.fetch(source)
         else:
             data = bytes(source) if isinstance(source, memoryview) else source
         fields = await asyncio.to_thread(native.publish, data, mode=mode)
@@ -299,7 +354,10 @@ class Reader:
         max_pixels: int = 50_000_000,
         pool_bytes: int = 256 * MiB,
         region_bytes: int = 64 * MiB,
+        fetcher: Fetcher | None = None,
     ) -> None:
+        self._fetcher = fetcher
+        self._own_fetcher = fetcher is None
         self.timeout = timeout
         self.verify = verify
         self.max_pixels = max_pixels
@@ -326,7 +384,40 @@ class Reader:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        if self._own_fetcher and self._fetcher is not None:
+            await self._fetcher.close()
+            self._fetcher = None
         self.close()
+
+    @property
+    def fetcher(self) -> Fetcher:
+        if self._fetcher is None:
+            self._fetcher = _default_fetcher()
+        return self._fetcher
+
+    async def load(
+        self,
+        item: Decoded | PassThrough | dict[str, Any],
+        *,
+        output: Output = "pil",
+        device: str = "cpu",
+        mode: Literal["RGB", "RGBA", "L"] = "RGB",
+    ) -> Any:
+        """One call for both switch settings: a decoded descriptor is read
+        over NIXL; a URL item is fetched with this reader's Fetcher (same
+        guard) and decoded here with the same decoder, in `mode`."""
+        if isinstance(item, PassThrough):
+            url: Any = item.url
+        else:
+            url = item.get("url") if isinstance(item, dict) else None
+        if url is None:
+            assert not isinstance(item, PassThrough)
+            return await self.read_decoded(item, output=output, device=device)
+        if not isinstance(url, str):
+            raise DescriptorError("a pass-through item's url must be a string")
+        data = await self.fetcher.fetch(url)
+        pixels = await asyncio.to_thread(_native.decode_image, data, mode=mode)
+        return _as_output(pixels, output, device)
 
     def close(self) -> None:
         self._native = None
@@ -370,17 +461,7 @@ class Reader:
             notification=source.notification,
             content_hash=source.content_hash,
         )
-        pixels: npt.NDArray[np.uint8] = flat.reshape(source.shape)
-        if output == "numpy":
-            return pixels
-        if output == "torch":
-            import torch
-
-            return torch.from_numpy(pixels)
-        from PIL import Image
-
-        c = source.shape[2]
-        return Image.fromarray(pixels[:, :, 0] if c == 1 else pixels, _CHANNEL_MODES[c])
+        return _as_output(flat.reshape(source.shape), output, "cpu")
 
     def _read_cuda(self, native: _native.NativeReader, source: _Source, device: str) -> Any:
         """READ into a registered CUDA staging buffer, then copy out on the GPU."""
@@ -408,6 +489,21 @@ class Reader:
                 device=index,
             )
             return staging[: source.size].view(source.shape).clone()
+
+
+def _as_output(pixels: npt.NDArray[np.uint8], output: Output, device: str) -> Any:
+    """The (H, W, C) pixels as the caller asked: numpy, PIL or torch."""
+    if output == "numpy":
+        return pixels
+    if output == "torch":
+        import torch
+
+        tensor = torch.from_numpy(pixels)
+        return tensor if device == "cpu" else tensor.to(device)
+    from PIL import Image
+
+    c = pixels.shape[2]
+    return Image.fromarray(pixels[:, :, 0] if c == 1 else pixels, _CHANNEL_MODES[c])
 
 
 _default_publisher: Publisher | None = None
@@ -440,7 +536,7 @@ def default_reader() -> Reader:
 
 async def decode_and_publish(
     source: bytes | bytearray | memoryview | str, *, mode: Literal["RGB", "RGBA", "L"] = "RGB"
-) -> Decoded:
+) -> Decoded | PassThrough:
     """`Publisher.decode_and_publish` on the default publisher."""
     return await default_publisher().decode_and_publish(source, mode=mode)
 
