@@ -779,6 +779,38 @@ def test_200_concurrent_fetches_and_decodes_share_a_bounded_pool() -> None:
     run(main())
 
 
+def test_200_concurrent_url_publishes_read_back_over_nixl() -> None:
+    """200 concurrent fetch + decode_and_publish of URLs, each read back over
+    NIXL and compared with the decoder's output, through a bounded pool of
+    connections."""
+    try:
+        pixelwire.transfer.nixl_library_path()
+    except pixelwire.TransferError as missing:
+        pytest.skip(str(missing))
+    files = {name: (CORPUS / name).read_bytes() for name in CONCURRENT_IMAGES}
+    expected = {name: pixelwire.decode_image(data) for name, data in files.items()}
+    names = [CONCURRENT_IMAGES[i % len(CONCURRENT_IMAGES)] for i in range(200)]
+
+    async def main() -> None:
+        async with serve() as server, open_fetcher(timeout=120.0) as fetcher:
+            server.delay = 0.005
+            publisher = pixelwire.Publisher(fetcher=fetcher, pool_bytes=512 << 20, acquire_timeout=60)
+            async with publisher, pixelwire.Reader() as reader:
+                descs = await asyncio.gather(
+                    *(publisher.decode_and_publish(server.url(f"/img/{name}")) for name in names)
+                )
+                for name, desc in zip(names, descs, strict=True):
+                    got = await reader.read_decoded(desc, output="numpy")
+                    np.testing.assert_array_equal(got, expected[name])
+                limit = Fetcher.MAX_CONNECTIONS_PER_HOST
+                peers, busiest = len(server.peers), server.max_in_flight
+                print(f"\n200 URL publishes: {peers} connections, {busiest} in flight")
+                assert len(server.log) == 200
+                assert server.max_in_flight <= limit and len(server.peers) <= limit
+
+    run(main())
+
+
 class SmallPoolFetcher(Fetcher):
     MAX_CONNECTIONS = 8
     MAX_CONNECTIONS_PER_HOST = 4
