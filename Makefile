@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 CORPUS ?= ../shared/corpus/pillow
 FILES ?= $(CORPUS)/hopper.png $(CORPUS)/flower2.jpg $(CORPUS)/flower.webp $(CORPUS)/transparent.gif $(CORPUS)/pil_sample_cmyk.jpg
 
-.PHONY: setup build-dev decode lint test bench
+.PHONY: setup build-dev demo decode lint test bench
 
 # System tools: cmake and nasm build the vendored libjpeg-turbo; libclang is
 # what nixl-sys's bindgen needs. Then a virtualenv with the build, test, bench
@@ -26,7 +26,12 @@ setup: $(VENV)/.tools
 build-dev: setup
 	VIRTUAL_ENV=$(abspath $(VENV)) $(VENV)/bin/maturin develop --release -q
 
-# The main job: decode files and print format, shape and decode time.
+# The main job: a frontend process publishes images over NIXL, this process
+# reads them as the worker, verifies every pixel and prints a table.
+demo: build-dev
+	$(VENV)/bin/pixelwire demo
+
+# Decode files and print format, shape and decode time.
 decode: build-dev
 	$(VENV)/bin/pixelwire decode $(FILES)
 
@@ -44,3 +49,5 @@ test: build-dev
 bench: build-dev
 	cargo bench --bench decode
 	$(PY) benches/decode_vs_peers.py
+	$(PY) benches/fetch_decode.py
+	$(PY) benches/transfer.py

@@ -3,7 +3,7 @@
 Used by `pixelwire demo`, `pixelwire bench transfer` and the tests. One JSON
 command a line in, one JSON answer a line out:
 
-  {"cmd": "publish", "data": "<base64>", "mode": "RGB", "count": 1}
+  {"cmd": "publish", "data": "<base64>" | "path": "<file>", "mode": "RGB", "count": 1}
       -> {"descs": [...]} or {"error": "PoolExhausted", "message": "..."}
   {"cmd": "publish_source", "source": "<url>"} -> {"item": {...}} or {"error": ...}
   {"cmd": "stats"} -> {"stats": {...}}        {"cmd": "rss"} -> {"rss_kib": N}
@@ -108,7 +108,7 @@ async def serve(pool_bytes: int, lease: float, acquire: float) -> None:
                 except pixelwire.PixelwireError as error:
                     answer = {"error": type(error).__name__, "message": str(error)}
             else:
-                data = base64.b64decode(cmd["data"])
+                data = Path(cmd["path"]).read_bytes() if "path" in cmd else base64.b64decode(cmd["data"])
                 try:
                     descs = []
                     for _ in range(int(cmd.get("count", 1))):
@@ -156,6 +156,11 @@ class FrontendProcess:
 
     def publish_many(self, data: bytes, count: int, mode: str = "RGB") -> dict[str, Any]:
         return self.ask(cmd="publish", data=base64.b64encode(data).decode(), mode=mode, count=count)
+
+    def publish_file(self, path: Path, mode: str = "RGB") -> dict[str, Any]:
+        """One image the frontend reads from disk itself (no copy through the pipe)."""
+        answer = self.ask(cmd="publish", path=str(path), mode=mode)
+        return {"desc": answer["descs"][0]} if "descs" in answer else answer
 
     def publish(self, data: bytes, mode: str = "RGB") -> dict[str, Any]:
         """One image: {"desc": ...} or {"error": ..., "message": ...}."""

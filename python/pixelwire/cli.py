@@ -35,9 +35,25 @@ def main(argv: list[str] | None = None) -> int:
     decode = commands.add_parser("decode", help="decode image files and print format, shape and time")
     decode.add_argument("files", nargs="+", type=Path)
     decode.add_argument("--mode", default="RGB", choices=["RGB", "RGBA", "L"])
+    demo = commands.add_parser("demo", help="frontend and worker processes moving images over NIXL")
+    demo.add_argument("paths", nargs="*", type=Path, help="image files or folders (default: generated)")
+    demo.add_argument("--per-size", type=int, default=20, help="generated images of each size")
+    bench = commands.add_parser("bench", help="benchmarks")
+    bench.add_argument("which", choices=["transfer"])
+    bench.add_argument("--repeats", type=int, default=50)
+    bench.add_argument("--device", default="cpu")
     args = parser.parse_args(argv)
     if args.command == "decode":
         return _decode(args.files, args.mode)
+    if args.command == "demo":
+        from pixelwire import demo as demo_module
+
+        return demo_module.main(args.paths, args.per_size)
+    if args.command == "bench":
+        from pixelwire.benchmarks import transfer
+
+        transfer(repeats=args.repeats, device=args.device)
+        return 0
     return 2
 
 

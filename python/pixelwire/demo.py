@@ -1,0 +1,129 @@
+"""`pixelwire demo`: a frontend process publishes images over NIXL, this
+process reads them as the worker, checks every pixel and prints a table."""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+import pixelwire
+from pixelwire._frontend_process import FrontendProcess
+
+SIZES = [(320, 240), (640, 480), (1280, 720), (1920, 1080), (3840, 2160)]
+SUFFIXES = {".jpg", ".jpeg", ".png", ".gif", ".webp", ".bmp", ".tif", ".tiff", ".ico", ".tga", ".ppm", ".qoi"}
+
+
+def generated_image(width: int, height: int, seed: int) -> bytes:
+    """A binary PPM with smooth gradients and some noise."""
+    y, x = np.mgrid[0:height, 0:width]
+    rng = np.random.default_rng(seed)
+    r = (x * 255 // max(width - 1, 1)).astype(np.uint8)
+    g = (y * 255 // max(height - 1, 1)).astype(np.uint8)
+    b = ((x + y + seed * 31) % 256).astype(np.uint8) ^ rng.integers(0, 16, (height, width), dtype=np.uint8)
+    pixels = np.stack([r, g, b], axis=2)
+    return f"P6\n{width} {height}\n255\n".encode() + pixels.tobytes()
+
+
+@dataclass
+class Group:
+    label: str
+    latencies: list[float] = field(default_factory=list)
+    read_seconds: list[float] = field(default_factory=list)
+    nbytes: int = 0
+
+
+def _inputs(paths: list[Path], per_size: int, scratch: Path) -> list[tuple[str, Path]]:
+    """(label, file) pairs; generated images are written to `scratch`."""
+    if not paths:
+        out = []
+        for w, h in SIZES:
+            for seed in range(per_size):
+                file = scratch / f"{w}x{h}-{seed}.ppm"
+                file.write_bytes(generated_image(w, h, seed))
+                out.append((f"{w}x{h}", file))
+        return out
+    files: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            files += sorted(p for p in path.iterdir() if p.suffix.lower() in SUFFIXES)
+        else:
+            files.append(path)
+    return [(p.name, p) for p in files]
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+async def _run(inputs: list[tuple[str, Path]], frontend: FrontendProcess) -> tuple[dict[str, Group], int]:
+    groups: dict[str, Group] = {}
+    failures = 0
+    async with pixelwire.Reader() as reader:
+        for label, path in inputs:
+            data = path.read_bytes()
+            try:
+                expected = pixelwire.decode_image(data)
+            except pixelwire.PixelwireError as error:
+                print(f"skipped {label}: {type(error).__name__}: {error}")
+                continue
+            start = time.perf_counter()
+            answer = frontend.publish_file(path)
+            if "desc" not in answer:
+                print(f"{label}: frontend refused it: {answer['error']}: {answer['message']}")
+                failures += 1
+                continue
+            read_start = time.perf_counter()
+            got = await reader.read_decoded(answer["desc"], output="numpy")
+            done = time.perf_counter()
+            if not np.array_equal(got, expected):
+                print(f"{label}: PIXELS DIFFER")
+                failures += 1
+                continue
+            group = groups.setdefault(label if label[0].isdigit() else "files", Group(label))
+            group.latencies.append(done - start)
+            group.read_seconds.append(done - read_start)
+            group.nbytes += got.nbytes
+    return groups, failures
+
+
+def main(paths: list[Path], per_size: int = 20) -> int:
+    with tempfile.TemporaryDirectory(prefix="pixelwire-demo-") as scratch:
+        inputs = _inputs(paths, per_size, Path(scratch))
+        print(f"pixelwire {pixelwire.__version__}: {len(inputs)} images, frontend process -> worker, NIXL")
+        frontend = FrontendProcess(pool_bytes=512 << 20)
+        try:
+            groups, failures = asyncio.run(_run(inputs, frontend))
+            stats = frontend.stats()
+        finally:
+            frontend.close()
+    print(f"\n{'images':>14} {'count':>6} {'MB':>9} {'p50 ms':>8} {'p99 ms':>8} {'read GB/s':>10}")
+    every = Group("all")
+    for group in groups.values():
+        every.latencies += group.latencies
+        every.read_seconds += group.read_seconds
+        every.nbytes += group.nbytes
+    for group in [*groups.values(), every]:
+        if not group.latencies:
+            continue
+        print(
+            f"{group.label:>14} {len(group.latencies):6d} {group.nbytes / 1e6:9.1f}"
+            f" {_pct(group.latencies, 0.5) * 1e3:8.2f} {_pct(group.latencies, 0.99) * 1e3:8.2f}"
+            f" {group.nbytes / sum(group.read_seconds) / 1e9:10.2f}"
+        )
+    print(
+        "\nlatency: publish request (the frontend reads the file and decodes it into registered"
+        " memory) to pixels in the worker;"
+        " read GB/s: NIXL READ + checks only."
+    )
+    verified = sum(len(g.latencies) for g in groups.values())
+    print(f"verified {verified} images pixel for pixel; frontend pool after the run: {stats}")
+    median = statistics.median(every.latencies) * 1e3 if every.latencies else float("nan")
+    print(f"median end-to-end latency {median:.2f} ms; failures: {failures}")
+    return 1 if failures or not verified else 0
