@@ -49,6 +49,46 @@ struct State {
     quarantine: Vec<(Slot, Instant)>,
 }
 
+/// Pixels a read produced: a leased receive slot or an owned copy.
+pub enum Pixels {
+    Leased(Lease),
+    Owned(Vec<u8>),
+}
+
+/// A receive slot holding one image's pixels; the slot returns to the pool
+/// when the lease drops.
+pub struct Lease {
+    reader: Arc<Reader>,
+    slot: Slot,
+    region: Arc<HostRegion>,
+}
+
+impl Lease {
+    pub fn as_slice(&self) -> &[u8] {
+        // SAFETY: the slot is owned by this lease until it drops.
+        unsafe { self.region.slice(self.slot.offset, self.slot.len) }
+    }
+
+    pub fn as_mut_ptr(&self) -> *mut u8 {
+        // SAFETY: as above; the caller exposes it as this lease's buffer.
+        unsafe { self.region.slice_mut(self.slot.offset, self.slot.len) }.as_mut_ptr()
+    }
+
+    pub fn len(&self) -> usize {
+        self.slot.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.slot.len == 0
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.reader.release(self.slot);
+    }
+}
+
 pub struct Reader {
     state: Mutex<State>,
     freed: Condvar,
@@ -118,8 +158,11 @@ impl Reader {
         }
     }
 
-    /// READs the source into host memory and returns an owned copy.
-    pub fn read(&self, source: &Source) -> Result<Vec<u8>> {
+    /// READs the source into host memory. The pixels stay in the receive
+    /// slot (zero-copy, freed when the returned lease drops) while at most
+    /// half the pool is held that way; past that they are copied out so
+    /// callers that keep images cannot starve the pool.
+    pub fn read(self: &Arc<Self>, source: &Source) -> Result<Pixels> {
         let agent = self.ensure_remote(source)?;
         let (slot, region) = self.acquire(source.len)?;
         let local = (region.addr() + slot.offset, MemType::Dram, 0);
@@ -136,12 +179,14 @@ impl Reader {
             self.forget(&agent);
             return Err(e);
         }
-        // SAFETY: the READ completed into this slot, which only this call owns.
-        let pixels = unsafe { region.slice(slot.offset, slot.len) }.to_vec();
-        self.release(slot);
+        let lease = Lease {
+            reader: Arc::clone(self),
+            slot,
+            region,
+        };
         if self.config.verify {
             if let Some(expected) = &source.content_hash {
-                let got = wire::content_hash(&pixels);
+                let got = wire::content_hash(lease.as_slice());
                 if &got != expected {
                     return Err(Error::Transfer(format!(
                         "pixels read from {agent} do not match their content hash ({got} != {expected}): the slot was reclaimed or the descriptor is wrong"
@@ -149,7 +194,12 @@ impl Reader {
                 }
             }
         }
-        Ok(pixels)
+        let held = self.state.lock().pool.bytes_in_use();
+        if held <= self.config.pool_bytes / 2 {
+            Ok(Pixels::Leased(lease))
+        } else {
+            Ok(Pixels::Owned(lease.as_slice().to_vec()))
+        }
     }
 
     /// Registers caller-owned memory (a CUDA buffer) once; it stays

@@ -461,6 +461,9 @@ class Reader:
             notification=source.notification,
             content_hash=source.content_hash,
         )
+        if not isinstance(flat, np.ndarray):
+            # A receive slot lent zero-copy: the array keeps it until freed.
+            flat = np.frombuffer(memoryview(flat), dtype=np.uint8)
         return _as_output(flat.reshape(source.shape), output, "cpu")
 
     def _read_cuda(self, native: _native.NativeReader, source: _Source, device: str) -> Any:

@@ -13,7 +13,11 @@ use super::{limits_or_default, Encoded, PyLimits};
 use crate::decode::{DecodeOptions, Mode};
 use crate::errors::Error;
 use crate::publisher::{notification_for, Publisher, PublisherConfig};
-use crate::reader::{Reader, ReaderConfig, Source};
+use std::sync::Arc;
+
+use pyo3::ffi;
+
+use crate::reader::{Lease, Pixels, Reader, ReaderConfig, Source};
 
 /// Makes NIXL's C API loadable from the installed wheel's copy.
 #[pyfunction]
@@ -127,7 +131,36 @@ impl NativePublisher {
 
 #[pyclass(module = "pixelwire._native", frozen)]
 pub struct NativeReader {
-    inner: Reader,
+    inner: Arc<Reader>,
+}
+
+/// Pixels left in a registered receive slot, exposed through the buffer
+/// protocol (numpy.frombuffer keeps this object, and so the slot, alive).
+#[pyclass(module = "pixelwire._native", frozen)]
+pub struct PixelBuffer {
+    lease: Lease,
+}
+
+#[pymethods]
+impl PixelBuffer {
+    unsafe fn __getbuffer__(
+        slf: PyRef<'_, Self>,
+        view: *mut ffi::Py_buffer,
+        flags: std::os::raw::c_int,
+    ) -> PyResult<()> {
+        let ptr = slf.lease.as_mut_ptr();
+        let len = slf.lease.len() as ffi::Py_ssize_t;
+        // SAFETY: `view` comes from the interpreter; the memory stays valid
+        // while the exporter (this object, referenced by the view) lives.
+        if unsafe { ffi::PyBuffer_FillInfo(view, slf.as_ptr(), ptr.cast(), len, 0, flags) } != 0 {
+            return Err(PyErr::fetch(slf.py()));
+        }
+        Ok(())
+    }
+
+    fn __len__(&self) -> usize {
+        self.lease.len()
+    }
 }
 
 fn mem_type(name: &str) -> PyResult<nixl_sys::MemType> {
@@ -159,7 +192,7 @@ impl NativeReader {
             verify,
         };
         Ok(NativeReader {
-            inner: py.detach(|| Reader::new(config))?,
+            inner: Arc::new(py.detach(|| Reader::new(config))?),
         })
     }
 
@@ -173,7 +206,8 @@ impl NativeReader {
         self.inner.remote_count()
     }
 
-    /// READs into host memory; returns a new uint8 array owning the pixels.
+    /// READs into host memory; returns a 1-D uint8 array owning the pixels,
+    /// or a PixelBuffer over the receive slot (zero-copy) for numpy.frombuffer.
     #[pyo3(signature = (*, agent, metadata, addr, size, notification, content_hash = None))]
     #[allow(clippy::too_many_arguments)]
     fn read<'py>(
@@ -185,7 +219,7 @@ impl NativeReader {
         size: usize,
         notification: String,
         content_hash: Option<String>,
-    ) -> PyResult<Bound<'py, PyArray1<u8>>> {
+    ) -> PyResult<Bound<'py, PyAny>> {
         let source = Source {
             agent,
             metadata,
@@ -194,8 +228,10 @@ impl NativeReader {
             content_hash,
             notification,
         };
-        let pixels = py.detach(|| self.inner.read(&source))?;
-        Ok(PyArray1::from_vec(py, pixels))
+        match py.detach(|| self.inner.read(&source))? {
+            Pixels::Owned(pixels) => Ok(PyArray1::from_vec(py, pixels).into_any()),
+            Pixels::Leased(lease) => Ok(Bound::new(py, PixelBuffer { lease })?.into_any()),
+        }
     }
 
     /// Registers caller memory (e.g. a CUDA staging buffer) for `read_into`.
@@ -241,5 +277,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(load_nixl, m)?)?;
     m.add_class::<NativePublisher>()?;
     m.add_class::<NativeReader>()?;
+    m.add_class::<PixelBuffer>()?;
     Ok(())
 }
