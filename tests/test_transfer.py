@@ -363,3 +363,36 @@ def test_default_guard_blocks_private_urls_at_the_frontend(
         assert answer["error"] == "BlockedURL"
     finally:
         frontend.close()
+
+
+def _lent_slot(array: np.ndarray) -> bool:
+    """Whether the array's memory is a receive slot lent zero-copy."""
+    base: Any = array
+    while base is not None:
+        if type(base).__name__ == "PixelBuffer":
+            return True
+        base = base.obj if isinstance(base, memoryview) else getattr(base, "base", None)
+    return False
+
+
+def test_zero_copy_while_the_pool_has_room_then_copies(frontend: FrontendProcess) -> None:
+    image = _png(600, 580, seed=3)  # ~1 MiB of pixels
+    expected = pixelwire.decode_image(image)
+
+    async def main() -> None:
+        async with pixelwire.Reader(pool_bytes=4 * MiB, region_bytes=4 * MiB) as reader:
+            kept = []
+            for _ in range(4):
+                kept.append(await reader.read_decoded(frontend.publish(image)["desc"], output="numpy"))
+            lent = [_lent_slot(a) for a in kept]
+            assert lent == [True, True, False, False], lent
+            for array in kept:
+                np.testing.assert_array_equal(array, expected)
+            kept[0][0, 0, 0] ^= 0xFF  # owned memory: writable, and no one else's
+            del kept, array
+            # Dropping the arrays gave the slots back: lent again.
+            again = await reader.read_decoded(frontend.publish(image)["desc"], output="numpy")
+            assert _lent_slot(again)
+            np.testing.assert_array_equal(again, expected)
+
+    run(main())
