@@ -24,6 +24,13 @@ pub fn decode_base64(text: &[u8]) -> Result<Vec<u8>> {
         .map_err(|e| Error::InvalidData(format!("invalid base64: {e}")))
 }
 
+/// Base64 as browsers read it in `data:` URLs (WHATWG "forgiving base64":
+/// ASCII whitespace ignored, padding optional), SIMD-accelerated.
+pub fn decode_base64_forgiving(text: &[u8]) -> Result<Vec<u8>> {
+    base64_simd::forgiving_decode_to_vec(text)
+        .map_err(|_| Error::InvalidData("invalid base64".into()))
+}
+
 pub fn encode_base64(bytes: &[u8]) -> String {
     BASE64.encode(bytes)
 }
@@ -55,7 +62,7 @@ pub fn parse_data_url(url: &str) -> Result<DataUrl> {
             "data: URL with media type {media_type:?} is not base64-encoded; only base64 data URLs are accepted"
         )));
     }
-    let bytes = decode_base64(payload.trim().as_bytes()).map_err(|e| {
+    let bytes = decode_base64_forgiving(payload.as_bytes()).map_err(|e| {
         Error::InvalidData(format!("data: URL payload ({} chars): {e}", payload.len()))
     })?;
     Ok(DataUrl { media_type, bytes })
