@@ -396,3 +396,27 @@ def test_zero_copy_while_the_pool_has_room_then_copies(frontend: FrontendProcess
             np.testing.assert_array_equal(again, expected)
 
     run(main())
+
+
+def test_dynamo_rdma_metadata_descriptor(frontend: FrontendProcess) -> None:
+    """A dynamo nixl_connect RdmaMetadata-shaped dict, with the shape given."""
+    data = _png(200, 150, seed=9)
+    desc = frontend.publish(data)["desc"]
+    rdma = {
+        "descriptors": [
+            {"device": "cpu", "ptr": desc["nixl_descriptor"]["addr"], "size": desc["nixl_descriptor"]["size"]}
+        ],
+        "nixl_metadata": desc["nixl_metadata"],
+        "notification_key": desc["pixelwire"]["notification"],
+        "operation_kind": "read",
+    }
+
+    async def main() -> None:
+        async with pixelwire.Reader() as reader:
+            with pytest.raises(pixelwire.DescriptorError, match="shape"):
+                await reader.read_decoded(rdma, output="numpy")
+            got = await reader.read_decoded(rdma, output="numpy", shape=desc["shape"])
+            np.testing.assert_array_equal(got, pixelwire.decode_image(data))
+
+    run(main())
+    assert _wait_for(lambda: frontend.stats()["slots_in_use"] == 0)

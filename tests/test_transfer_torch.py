@@ -1,5 +1,6 @@
-"""CUDA destination: the worker READs straight into GPU memory. Runs only
-where torch sees a GPU (the device machine); skipped cleanly in CI."""
+"""torch outputs: a CPU tensor, and a CUDA destination where the worker
+READs straight into GPU memory. Runs where torch is installed (the GPU
+machine); skipped cleanly in CI, which has no torch."""
 
 from __future__ import annotations
 
@@ -13,11 +14,12 @@ from pixelwire._frontend_process import FrontendProcess
 from pixelwire.benchmarks import ppm_of_size
 
 torch = pytest.importorskip("torch")
-if not torch.cuda.is_available():  # pragma: no cover - CI has no GPU
-    pytest.skip("no CUDA device", allow_module_level=True)
 
 
-def test_cuda_reads_equal_decode_image() -> None:
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_torch_reads_equal_decode_image(device: str) -> None:
+    if device == "cuda" and not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
     # Generated images (the corpus does not travel to the GPU machine);
     # decoding itself is covered by the parity tests.
     images = [ppm_of_size(size, seed=i) for i, size in enumerate([3 * 7, 64 << 10, 3 << 20, 24 << 20])]
@@ -28,8 +30,8 @@ def test_cuda_reads_equal_decode_image() -> None:
             async with pixelwire.Reader() as reader:
                 for data in images:
                     desc = frontend.publish(data)["desc"]
-                    got = await reader.read_decoded(desc, output="torch", device="cuda")
-                    assert got.is_cuda and got.dtype == torch.uint8
+                    got = await reader.read_decoded(desc, output="torch", device=device)
+                    assert got.is_cuda == (device == "cuda") and got.dtype == torch.uint8
                     np.testing.assert_array_equal(got.cpu().numpy(), pixelwire.decode_image(data))
 
         asyncio.run(main())
