@@ -12,7 +12,10 @@ use nixl_sys::{
     RegistrationHandle, ThreadSync, XferDescList, XferOp, XferStatus,
 };
 
+use std::sync::Arc;
+
 use crate::errors::{Error, Result};
+use crate::pool::{Pool, Slot};
 
 static LIBRARY_LOADED: AtomicBool = AtomicBool::new(false);
 
@@ -320,5 +323,73 @@ impl Agent {
             .into_iter()
             .flat_map(|(agent, msgs)| msgs.into_iter().map(move |m| (agent.clone(), m)))
             .collect())
+    }
+}
+
+/// A registered region; the handle is declared first so it deregisters
+/// before the memory is freed.
+struct Registered {
+    _handle: RegistrationHandle,
+    region: Arc<HostRegion>,
+}
+
+/// Slots in host regions registered with one agent, a region added at a time
+/// (never past the cap), so memory is registered once, not per image.
+pub struct RegisteredPool {
+    pub pool: Pool,
+    regions: Vec<Registered>,
+    cap: usize,
+    region_bytes: usize,
+}
+
+/// A slot and the region it lives in.
+pub struct Allocation {
+    pub slot: Slot,
+    pub region: Arc<HostRegion>,
+    /// A region was added (the agent's metadata changed).
+    pub grew: bool,
+}
+
+impl RegisteredPool {
+    pub fn new(cap: usize, region_bytes: usize) -> RegisteredPool {
+        RegisteredPool {
+            pool: Pool::new(),
+            regions: Vec::new(),
+            cap,
+            region_bytes: region_bytes.max(1),
+        }
+    }
+
+    /// Allocates `len` bytes, registering a new region when nothing fits and
+    /// the cap allows; `None` when the pool is full.
+    pub fn allocate(
+        &mut self,
+        agent: &Agent,
+        len: usize,
+        expires: Option<Instant>,
+    ) -> Result<Option<Allocation>> {
+        let mut grew = false;
+        loop {
+            if let Some(slot) = self.pool.allocate(len, expires) {
+                let region = Arc::clone(&self.regions[slot.region].region);
+                return Ok(Some(Allocation { slot, region, grew }));
+            }
+            let size = self.region_bytes.max(len).div_ceil(PAGE) * PAGE;
+            if grew || self.pool.region_bytes() + size > self.cap {
+                return Ok(None);
+            }
+            let region = Arc::new(HostRegion::new(size)?);
+            let handle = agent.register(region.as_ref())?;
+            self.regions.push(Registered {
+                _handle: handle,
+                region,
+            });
+            self.pool.add_region(size);
+            grew = true;
+        }
+    }
+
+    pub fn region(&self, index: usize) -> &HostRegion {
+        &self.regions[index].region
     }
 }

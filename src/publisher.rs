@@ -5,16 +5,13 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use nixl_sys::RegistrationHandle;
 use parking_lot::{Condvar, Mutex, RwLock};
 
-use crate::agent::{Agent, HostRegion};
+use crate::agent::{Agent, HostRegion, RegisteredPool};
 use crate::decode::{self, DecodeOptions, ImageInfo, OutputShape};
 use crate::errors::{Error, Result};
-use crate::pool::{Pool, Slot};
+use crate::pool::Slot;
 use crate::wire;
-
-const PAGE: usize = 4096;
 
 #[derive(Clone, Copy, Debug)]
 pub struct PublisherConfig {
@@ -40,16 +37,8 @@ pub struct Published {
     pub expires_at: f64,
 }
 
-/// A registered region; the handle is declared first so it deregisters
-/// before the memory is freed.
-struct Registered {
-    _handle: RegistrationHandle,
-    region: Arc<HostRegion>,
-}
-
 struct State {
-    pool: Pool,
-    regions: Vec<Registered>,
+    slots: RegisteredPool,
 }
 
 #[derive(Default)]
@@ -102,8 +91,7 @@ impl Publisher {
         let metadata = wire::pack_metadata(&agent.local_metadata()?);
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
-                pool: Pool::new(),
-                regions: Vec::new(),
+                slots: RegisteredPool::new(config.pool_bytes, config.region_bytes),
             }),
             freed: Condvar::new(),
             metadata: RwLock::new(metadata),
@@ -141,10 +129,10 @@ impl Publisher {
     pub fn usage(&self) -> (usize, usize, usize, usize) {
         let state = self.shared.state.lock();
         (
-            state.pool.slots_in_use(),
-            state.pool.bytes_in_use(),
-            state.pool.region_bytes(),
-            state.pool.region_count(),
+            state.slots.pool.slots_in_use(),
+            state.slots.pool.bytes_in_use(),
+            state.slots.pool.region_bytes(),
+            state.slots.pool.region_count(),
         )
     }
 
@@ -153,8 +141,7 @@ impl Publisher {
     pub fn publish(&self, data: &[u8], opts: &DecodeOptions) -> Result<Published> {
         let info = decode::probe(data, &opts.limits)?;
         let shape = info.output_shape(opts);
-        let slot = self.shared.acquire(shape.len())?;
-        let region = Arc::clone(&self.shared.state.lock().regions[slot.region].region);
+        let (slot, region) = self.shared.acquire(shape.len())?;
         // SAFETY: the slot's range belongs to this call until it is published.
         let pixels = unsafe { region.slice_mut(slot.offset, slot.len) };
         let decoded =
@@ -184,7 +171,13 @@ impl Publisher {
 
     /// Frees a slot the caller no longer wants published.
     pub fn release(&self, slot: u64, generation: u64) -> bool {
-        let freed = self.shared.state.lock().pool.release(slot, generation);
+        let freed = self
+            .shared
+            .state
+            .lock()
+            .slots
+            .pool
+            .release(slot, generation);
         if freed {
             self.shared
                 .counters
@@ -212,7 +205,7 @@ impl Drop for Publisher {
 }
 
 impl Shared {
-    fn acquire(&self, len: usize) -> Result<Slot> {
+    fn acquire(&self, len: usize) -> Result<(Slot, Arc<HostRegion>)> {
         let cap = self.config.pool_bytes;
         if len > cap {
             return Err(Error::PoolExhausted(format!(
@@ -223,38 +216,30 @@ impl Shared {
         let mut state = self.state.lock();
         loop {
             let expires = Instant::now() + self.config.lease;
-            if let Some(slot) = state.pool.allocate(len, Some(expires)) {
-                return Ok(slot);
-            }
-            let size = self.config.region_bytes.max(len).div_ceil(PAGE) * PAGE;
-            if state.pool.region_bytes() + size <= cap {
-                self.grow(&mut state, size)?;
-                continue;
+            if let Some(a) = state.slots.allocate(&self.agent, len, Some(expires))? {
+                if a.grew {
+                    *self.metadata.write() = wire::pack_metadata(&self.agent.local_metadata()?);
+                }
+                return Ok((a.slot, a.region));
             }
             if self.freed.wait_until(&mut state, deadline).timed_out() {
                 return Err(Error::PoolExhausted(format!(
                     "no {len}-byte slot became free within {:?} ({} bytes in use of {cap})",
                     self.config.acquire_timeout,
-                    state.pool.bytes_in_use()
+                    state.slots.pool.bytes_in_use()
                 )));
             }
         }
     }
 
-    fn grow(&self, state: &mut State, size: usize) -> Result<()> {
-        let region = Arc::new(HostRegion::new(size)?);
-        let handle = self.agent.register(region.as_ref())?;
-        state.regions.push(Registered {
-            _handle: handle,
-            region,
-        });
-        state.pool.add_region(size);
-        *self.metadata.write() = wire::pack_metadata(&self.agent.local_metadata()?);
-        Ok(())
-    }
-
     fn give_back(&self, slot: Slot) {
-        if self.state.lock().pool.release(slot.id, slot.generation) {
+        if self
+            .state
+            .lock()
+            .slots
+            .pool
+            .release(slot.id, slot.generation)
+        {
             self.counters.returned.fetch_add(1, Ordering::Relaxed);
         }
         self.freed.notify_all();
@@ -264,13 +249,14 @@ impl Shared {
     /// content-hash check fails even before the slot is reused.
     fn reclaim_expired(&self) -> u64 {
         let mut state = self.state.lock();
-        let slots = state.pool.reclaim_expired(Instant::now());
+        let slots = state.slots.pool.reclaim_expired(Instant::now());
         for slot in &slots {
             // SAFETY: the slot was just freed and the state lock is held, so
             // no new owner can have it yet.
             unsafe {
-                state.regions[slot.region]
-                    .region
+                state
+                    .slots
+                    .region(slot.region)
                     .slice_mut(slot.offset, slot.len)
             }
             .fill(0);
@@ -286,7 +272,7 @@ impl Shared {
                 let mut state = self.state.lock();
                 for (_, message) in notifications {
                     match parse_notification(&message) {
-                        Some((slot, generation)) if state.pool.release(slot, generation) => {
+                        Some((slot, generation)) if state.slots.pool.release(slot, generation) => {
                             freed += 1
                         }
                         _ => {

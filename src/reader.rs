@@ -8,12 +8,11 @@ use std::time::{Duration, Instant};
 use nixl_sys::{MemType, RegistrationHandle};
 use parking_lot::{Condvar, Mutex};
 
-use crate::agent::{Agent, ForeignRegion, HostRegion};
+use crate::agent::{Agent, ForeignRegion, HostRegion, RegisteredPool};
 use crate::errors::{Error, Result};
-use crate::pool::{Pool, Slot};
+use crate::pool::Slot;
 use crate::wire;
 
-const PAGE: usize = 4096;
 /// Agent metadata is a few hundred bytes; refuse anything absurd.
 const MAX_METADATA: usize = 1 << 20;
 
@@ -36,14 +35,8 @@ pub struct Source {
     pub notification: String,
 }
 
-struct Registered {
-    _handle: RegistrationHandle,
-    region: Arc<HostRegion>,
-}
-
 struct State {
-    pool: Pool,
-    regions: Vec<Registered>,
+    slots: RegisteredPool,
     /// Slots whose READ failed: the transfer may still land in them, so they
     /// stay out of use until this instant.
     quarantine: Vec<(Slot, Instant)>,
@@ -103,8 +96,7 @@ impl Reader {
     pub fn new(config: ReaderConfig) -> Result<Reader> {
         Ok(Reader {
             state: Mutex::new(State {
-                pool: Pool::new(),
-                regions: Vec::new(),
+                slots: RegisteredPool::new(config.pool_bytes, config.region_bytes),
                 quarantine: Vec::new(),
             }),
             freed: Condvar::new(),
@@ -194,7 +186,7 @@ impl Reader {
                 }
             }
         }
-        let held = self.state.lock().pool.bytes_in_use();
+        let held = self.state.lock().slots.pool.bytes_in_use();
         if held <= self.config.pool_bytes / 2 {
             Ok(Pixels::Leased(lease))
         } else {
@@ -259,22 +251,10 @@ impl Reader {
                 .partition(|(_, until)| *until <= now);
             state.quarantine = waiting;
             for (slot, _) in done {
-                state.pool.release(slot.id, slot.generation);
+                state.slots.pool.release(slot.id, slot.generation);
             }
-            if let Some(slot) = state.pool.allocate(len, None) {
-                let region = Arc::clone(&state.regions[slot.region].region);
-                return Ok((slot, region));
-            }
-            let size = self.config.region_bytes.max(len).div_ceil(PAGE) * PAGE;
-            if state.pool.region_bytes() + size <= cap {
-                let region = Arc::new(HostRegion::new(size)?);
-                let handle = self.agent.register(region.as_ref())?;
-                state.regions.push(Registered {
-                    _handle: handle,
-                    region,
-                });
-                state.pool.add_region(size);
-                continue;
+            if let Some(a) = state.slots.allocate(&self.agent, len, None)? {
+                return Ok((a.slot, a.region));
             }
             if self
                 .freed
@@ -291,7 +271,11 @@ impl Reader {
     }
 
     fn release(&self, slot: Slot) {
-        self.state.lock().pool.release(slot.id, slot.generation);
+        self.state
+            .lock()
+            .slots
+            .pool
+            .release(slot.id, slot.generation);
         self.freed.notify_all();
     }
 

@@ -62,3 +62,12 @@ def is_lossy(fmt: str, data: bytes) -> bool:
 def psnr(a: np.ndarray, b: np.ndarray) -> float:
     mse = float(np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2))
     return float("inf") if mse == 0 else 10 * np.log10(255.0**2 / mse)
+
+
+def assert_same_pixels(fmt: str, data: bytes, got: np.ndarray, expected: np.ndarray, what: str = "") -> None:
+    """Same shape; identical pixels, or PSNR >= 40 dB for lossy formats."""
+    assert got.shape == expected.shape, what
+    if is_lossy(fmt, data):
+        assert psnr(got, expected) >= 40.0, what
+    else:
+        np.testing.assert_array_equal(got, expected, err_msg=what)

@@ -37,7 +37,7 @@ from aiohttp import web
 import pixelwire
 from pixelwire.fetch import Fetcher, address_refusal, load_image
 
-from reference import CORPUS, is_lossy, psnr, vllm_load
+from reference import CORPUS, assert_same_pixels, vllm_load
 
 T = TypeVar("T")
 
@@ -52,11 +52,7 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
 
 def assert_matches_vllm(data: bytes, got: np.ndarray) -> None:
     fmt, expected = vllm_load(data)
-    assert got.shape == expected.shape
-    if is_lossy(fmt, data):
-        assert psnr(got, expected) >= 40.0
-    else:
-        np.testing.assert_array_equal(got, expected)
+    assert_same_pixels(fmt, data, got, expected)
 
 
 class Server:
@@ -770,11 +766,7 @@ def test_200_concurrent_fetches_and_decodes_share_a_bounded_pool() -> None:
             assert len(server.peers) <= limit  # connections were reused, not one per fetch
         for name, pixels in zip(names, results, strict=True):
             fmt, reference = expected[name]
-            assert pixels.shape == reference.shape
-            if is_lossy(fmt, files[name]):
-                assert psnr(pixels, reference) >= 40.0
-            else:
-                np.testing.assert_array_equal(pixels, reference)
+            assert_same_pixels(fmt, files[name], pixels, reference)
 
     run(main())
 

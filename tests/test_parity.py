@@ -9,7 +9,7 @@ import pytest
 
 import pixelwire
 
-from reference import LOSSLESS_FORMATS, corpus_files, is_lossy, psnr, vllm_load
+from reference import LOSSLESS_FORMATS, assert_same_pixels, corpus_files, is_lossy, psnr, vllm_load
 
 # Files Pillow reads that pixelwire refuses, each with the reason. The test
 # fails if any other file is refused, or if one of these starts decoding
@@ -136,11 +136,7 @@ def test_other_modes_match_pillow_convert(name: str, mode: str) -> None:
     data = (FILES[0].parent / name).read_bytes()
     fmt, expected = vllm_load(data, mode)
     got = pixelwire.decode_image(data, mode=mode)
-    assert got.shape == expected.shape
-    if is_lossy(fmt, data):
-        assert psnr(got, expected) >= 40.0
-    else:
-        np.testing.assert_array_equal(got, expected)
+    assert_same_pixels(fmt, data, got, expected)
 
 
 @pytest.mark.parametrize("name", ["transparent.png", "rgba16.tga", "transparent.webp", "pil123rgba.qoi"])
@@ -153,10 +149,7 @@ def test_background_colour_for_rgba(name: str) -> None:
     if name in REFUSED:
         pytest.skip(REFUSED[name])
     got = pixelwire.decode_image(data, background=(10, 200, 30))
-    if is_lossy(fmt, data):
-        assert psnr(got, expected) >= 40.0
-    else:
-        np.testing.assert_array_equal(got, expected)
+    assert_same_pixels(fmt, data, got, expected)
 
 
 ORIENTED = sorted(p.name for p in FILES if "orientation" in p.name and p.name not in REFUSED)
@@ -167,8 +160,4 @@ def test_exif_orientation_matches_exif_transpose(name: str) -> None:
     data = (FILES[0].parent / name).read_bytes()
     fmt, expected = vllm_load(data, exif_transpose=True)
     got = pixelwire.decode_image(data, apply_exif_orientation=True)
-    assert got.shape == expected.shape
-    if is_lossy(fmt, data):
-        assert psnr(got, expected) >= 40.0
-    else:
-        np.testing.assert_array_equal(got, expected)
+    assert_same_pixels(fmt, data, got, expected)
