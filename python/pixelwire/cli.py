@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -43,6 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--repeats", type=int, default=50)
     bench.add_argument("--device", default="cpu")
     args = parser.parse_args(argv)
+    # NIXL logs every connection event at INFO; keep the tables readable.
+    os.environ.setdefault("NIXL_LOG_LEVEL", "WARN")
     if args.command == "decode":
         return _decode(args.files, args.mode)
     if args.command == "demo":
