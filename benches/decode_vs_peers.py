@@ -29,36 +29,27 @@ Usage::
 
 from __future__ import annotations
 
-import argparse
 import io
 import json
-import os
-import platform
-import statistics
 import sys
-import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-import PIL
 import simplejpeg  # type: ignore[import-untyped]
-from PIL import Image, ImageOps, features
+from PIL import Image
 
 import pixelwire
+
+from bench_common import QUALITY, bench_parser, encoded_photos, environment, median_seconds
 
 Pixels = npt.NDArray[np.uint8]
 Decoder = Callable[[bytes], Pixels]
 
-DEFAULT_SOURCE = (
-    Path(__file__).resolve().parents[2] / "shared" / "corpus" / "pillow" / "exif_gps_typeerror.jpg"
-)
 SIZES: tuple[tuple[int, int], ...] = ((512, 512), (1920, 1080), (3840, 2160))
-QUALITY = 90
 THREADS = 2
 
 
@@ -127,36 +118,12 @@ class ThreadRow:
 
 
 def make_inputs(source: Path) -> list[Input]:
-    with Image.open(source) as photo:
-        photo.load()
-        rgb = photo.convert("RGB")
-    inputs: list[Input] = []
-    for width, height in SIZES:
-        scaled = ImageOps.fit(rgb, (width, height), method=Image.Resampling.LANCZOS)
-        for fmt, params in (
-            ("JPEG", {"quality": QUALITY}),
-            ("PNG", {}),
-            ("WEBP", {"quality": QUALITY, "lossless": False}),
-        ):
-            buf = io.BytesIO()
-            scaled.save(buf, format=fmt, **params)
-            inputs.append(Input(fmt, width, height, buf.getvalue()))
-    return inputs
+    formats = [("JPEG", {"quality": QUALITY}), ("PNG", {}), ("WEBP", {"quality": QUALITY, "lossless": False})]
+    return [Input(fmt, w, h, data) for fmt, w, h, data in encoded_photos(source, SIZES, formats)]
 
 
 def decoders_for(fmt: str) -> list[str]:
     return ["pixelwire", "pillow", "simplejpeg"] if fmt == "JPEG" else ["pixelwire", "pillow"]
-
-
-def median_seconds(fn: Callable[[], object], reps: int, warmup: int) -> float:
-    for _ in range(warmup):
-        fn()
-    times: list[float] = []
-    for _ in range(reps):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def reps_for(megapixels: float, quick: bool) -> int:
@@ -255,30 +222,9 @@ def print_tables(rows: list[Row], thread_rows: list[ThreadRow]) -> None:
         )
 
 
-def environment(source: Path) -> dict[str, Any]:
-    return {
-        "python": sys.version.split()[0],
-        "platform": platform.platform(),
-        "cpu_count": os.cpu_count(),
-        "pixelwire": pixelwire.__version__,
-        "pillow": PIL.__version__,
-        "pillow_libjpeg_turbo": features.version("libjpeg_turbo"),
-        "pillow_webp": features.version("webp"),
-        "pillow_zlib": features.version("zlib"),
-        "simplejpeg": simplejpeg.__version__,
-        "numpy": np.__version__,
-        "source": str(source),
-    }
-
-
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--quick", action="store_true", help="fewer repetitions")
-    parser.add_argument("--json", type=Path, metavar="PATH", help="write the results as JSON")
-    parser.add_argument("--source", type=Path, default=DEFAULT_SOURCE, help="photo the inputs are made from")
-    args = parser.parse_args(argv)
-
-    env = environment(args.source)
+    args = bench_parser(__doc__).parse_args(argv)
+    env = environment(args.source, simplejpeg=simplejpeg.__version__)
     print(
         f"pixelwire {env['pixelwire']}, Pillow {env['pillow']} "
         f"(libjpeg-turbo {env['pillow_libjpeg_turbo']}, libwebp {env['pillow_webp']}, "

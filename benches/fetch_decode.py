@@ -29,39 +29,30 @@ Usage::
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import base64
 import io
 import json
-import os
-import platform
-import statistics
 import sys
-import time
 import urllib.parse
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-import PIL
 import pybase64
-from PIL import Image, ImageOps, features
+from PIL import Image
 
 import pixelwire
 from pixelwire.fetch import Fetcher, load_image
 
+from bench_common import QUALITY, bench_parser, encoded_photos, environment, median_seconds
+
 Pixels = npt.NDArray[np.uint8]
 
-DEFAULT_SOURCE = (
-    Path(__file__).resolve().parents[2] / "shared" / "corpus" / "pillow" / "exif_gps_typeerror.jpg"
-)
 SIZES: tuple[tuple[int, int], ...] = ((1920, 1080), (3840, 2160))
-QUALITY = 90
 
 
 def vllm_base64(url: str) -> bytes:
@@ -120,30 +111,15 @@ class Row:
 
 
 def make_inputs(source: Path) -> list[Input]:
-    with Image.open(source) as photo:
-        photo.load()
-        rgb = photo.convert("RGB")
-    inputs: list[Input] = []
-    for width, height in SIZES:
-        scaled = ImageOps.fit(rgb, (width, height), method=Image.Resampling.LANCZOS)
-        for fmt, mime, params in (("JPEG", "image/jpeg", {"quality": QUALITY}), ("PNG", "image/png", {})):
-            buf = io.BytesIO()
-            scaled.save(buf, format=fmt, **params)
-            data = buf.getvalue()
-            url = f"data:{mime};base64," + base64.b64encode(data).decode("ascii")
-            inputs.append(Input(fmt, width, height, data, url))
-    return inputs
+    mimes = {"JPEG": "image/jpeg", "PNG": "image/png"}
+    return [
+        Input(fmt, w, h, data, f"data:{mimes[fmt]};base64," + base64.b64encode(data).decode("ascii"))
+        for fmt, w, h, data in encoded_photos(source, SIZES, [("JPEG", {"quality": QUALITY}), ("PNG", {})])
+    ]
 
 
 def median_ms(fn: Callable[[], object], reps: int, warmup: int) -> float:
-    for _ in range(warmup):
-        fn()
-    times: list[float] = []
-    for _ in range(reps):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3
+    return median_seconds(fn, reps, warmup) * 1e3
 
 
 def measure(inputs: list[Input], quick: bool) -> list[Row]:
@@ -204,29 +180,9 @@ def print_table(rows: list[Row]) -> None:
         )
 
 
-def environment(source: Path) -> dict[str, Any]:
-    return {
-        "python": sys.version.split()[0],
-        "platform": platform.platform(),
-        "cpu_count": os.cpu_count(),
-        "pixelwire": pixelwire.__version__,
-        "pillow": PIL.__version__,
-        "pillow_libjpeg_turbo": features.version("libjpeg_turbo"),
-        "pillow_zlib": features.version("zlib"),
-        "pybase64": pybase64.get_version(),
-        "numpy": np.__version__,
-        "source": str(source),
-    }
-
-
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--quick", action="store_true", help="fewer repetitions")
-    parser.add_argument("--json", type=Path, metavar="PATH", help="write the results as JSON")
-    parser.add_argument("--source", type=Path, default=DEFAULT_SOURCE, help="photo the inputs are made from")
-    args = parser.parse_args(argv)
-
-    env = environment(args.source)
+    args = bench_parser(__doc__).parse_args(argv)
+    env = environment(args.source, pybase64=pybase64.get_version())
     print(
         f"pixelwire {env['pixelwire']}, Pillow {env['pillow']} "
         f"(libjpeg-turbo {env['pillow_libjpeg_turbo']}, zlib {env['pillow_zlib']}), "
