@@ -44,6 +44,15 @@ def encoded_photos(
     return out
 
 
+def pillow_decode(data: bytes) -> np.ndarray:
+    """vLLM's ``ImageMediaIO.load_bytes`` followed by the array conversion."""
+    image: Image.Image = Image.open(io.BytesIO(data))
+    image.load()
+    if image.mode != "RGB":
+        image = image.convert("RGB")
+    return np.asarray(image)
+
+
 def median_seconds(fn: Callable[[], object], reps: int, warmup: int) -> float:
     for _ in range(warmup):
         fn()

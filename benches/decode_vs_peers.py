@@ -29,7 +29,6 @@ Usage::
 
 from __future__ import annotations
 
-import io
 import json
 import sys
 from collections.abc import Callable
@@ -40,11 +39,10 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 import simplejpeg  # type: ignore[import-untyped]
-from PIL import Image
 
 import pixelwire
 
-from bench_common import QUALITY, bench_parser, encoded_photos, environment, median_seconds
+from bench_common import QUALITY, bench_parser, encoded_photos, environment, median_seconds, pillow_decode
 
 Pixels = npt.NDArray[np.uint8]
 Decoder = Callable[[bytes], Pixels]
@@ -58,12 +56,8 @@ def decode_pixelwire(data: bytes) -> Pixels:
 
 
 def decode_pillow(data: bytes) -> Pixels:
-    """vLLM's ``ImageMediaIO.load_bytes`` followed by the array conversion."""
-    image: Image.Image = Image.open(io.BytesIO(data))
-    image.load()
-    if image.mode != "RGB":
-        image = image.convert("RGB")
-    return np.asarray(image)
+    """vLLM's path: Pillow open, load, convert, then the array."""
+    return pillow_decode(data)
 
 
 def decode_simplejpeg(data: bytes) -> Pixels:

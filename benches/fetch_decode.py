@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import io
 import json
 import sys
 import urllib.parse
@@ -43,12 +42,11 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 import pybase64
-from PIL import Image
 
 import pixelwire
 from pixelwire.fetch import Fetcher, load_image
 
-from bench_common import QUALITY, bench_parser, encoded_photos, environment, median_seconds
+from bench_common import QUALITY, bench_parser, encoded_photos, environment, median_seconds, pillow_decode
 
 Pixels = npt.NDArray[np.uint8]
 
@@ -67,12 +65,8 @@ def vllm_base64(url: str) -> bytes:
 
 
 def vllm_decode(data: bytes) -> Pixels:
-    """vLLM's ``ImageMediaIO.load_bytes`` followed by the array conversion."""
-    image: Image.Image = Image.open(io.BytesIO(data))
-    image.load()
-    if image.mode != "RGB":
-        image = image.convert("RGB")
-    return np.asarray(image)
+    """vLLM's path: Pillow open, load, convert, then the array."""
+    return pillow_decode(data)
 
 
 def vllm_path(url: str) -> Pixels:

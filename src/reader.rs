@@ -155,22 +155,15 @@ impl Reader {
     /// half the pool is held that way; past that they are copied out so
     /// callers that keep images cannot starve the pool.
     pub fn read(self: &Arc<Self>, source: &Source) -> Result<Pixels> {
-        let agent = self.ensure_remote(source)?;
         let (slot, region) = self.acquire(source.len)?;
         let local = (region.addr() + slot.offset, MemType::Dram, 0);
-        let outcome = self.agent.read(
-            &agent,
-            local,
-            source.addr,
-            source.len,
-            source.notification.as_bytes(),
-            self.config.timeout,
-        );
-        if let Err(e) = outcome {
-            self.quarantine(slot);
-            self.forget(&agent);
-            return Err(e);
-        }
+        let agent = match self.pull(source, local) {
+            Ok(agent) => agent,
+            Err(e) => {
+                self.quarantine(slot);
+                return Err(e);
+            }
+        };
         let lease = Lease {
             reader: Arc::clone(self),
             slot,
@@ -219,6 +212,13 @@ impl Reader {
     /// READs the source straight into registered caller memory. On error
     /// the destination holds indeterminate bytes.
     pub fn read_into(&self, source: &Source, local: (usize, MemType, u64)) -> Result<()> {
+        self.pull(source, local).map(drop)
+    }
+
+    /// The READ both paths share; returns the agent read from. After a
+    /// failure the frontend's metadata is dropped, so a restarted or
+    /// replaced frontend is loaded afresh.
+    fn pull(&self, source: &Source, local: (usize, MemType, u64)) -> Result<String> {
         let agent = self.ensure_remote(source)?;
         let outcome = self.agent.read(
             &agent,
@@ -228,10 +228,13 @@ impl Reader {
             source.notification.as_bytes(),
             self.config.timeout,
         );
-        if outcome.is_err() {
-            self.forget(&agent);
+        match outcome {
+            Ok(()) => Ok(agent),
+            Err(e) => {
+                self.forget(&agent);
+                Err(e)
+            }
         }
-        outcome
     }
 
     fn acquire(&self, len: usize) -> Result<(Slot, Arc<HostRegion>)> {
