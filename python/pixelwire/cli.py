@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -30,6 +31,29 @@ def _decode(paths: list[Path], mode: str) -> int:
     return 1 if failures == len(paths) else 0
 
 
+def _frontend(args: argparse.Namespace) -> int:
+    from pixelwire import frontend
+    from pixelwire.signing import secret_from_env
+    from pixelwire.transfer import MiB, _decode_at
+
+    image_kwargs = args.media_io_kwargs.get("image", {}) if isinstance(args.media_io_kwargs, dict) else {}
+    config = frontend.FrontendConfig(
+        upstream=args.upstream,
+        decode_at=_decode_at(args.decode_at),
+        pool_bytes=args.pool_bytes or int(os.environ.get("PIXELWIRE_POOL_BYTES", 256 * MiB)),
+        lease_seconds=args.lease_seconds or float(os.environ.get("PIXELWIRE_LEASE_SECONDS", 60.0)),
+        secret=secret_from_env(),
+        image_kwargs=image_kwargs,
+        upstream_timeout=args.upstream_timeout,
+        allowed_domains=args.allowed_domains,
+        allow_private=args.allow_private
+        or os.environ.get("PIXELWIRE_ALLOW_PRIVATE", "") in ("1", "true", "yes"),
+        check_upstream=not args.no_check_upstream,
+    )
+    frontend.run(config, args.host, args.port)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="pixelwire", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -43,6 +67,41 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("which", choices=["transfer"])
     bench.add_argument("--repeats", type=int, default=50)
     bench.add_argument("--device", default="cpu")
+    front = commands.add_parser("frontend", help="OpenAI-compatible proxy that decodes images for vLLM")
+    front.add_argument("--upstream", required=True, help="the vLLM server, e.g. http://127.0.0.1:8000")
+    front.add_argument("--host", default="0.0.0.0")
+    front.add_argument("--port", type=int, default=8080)
+    front.add_argument(
+        "--decode-at",
+        choices=["frontend", "worker"],
+        default=None,
+        help="where images are decoded (default: PIXELWIRE_DECODE_AT, else frontend)",
+    )
+    front.add_argument("--pool-bytes", type=int, default=None, help="registered pixel pool (default 256 MiB)")
+    front.add_argument("--lease-seconds", type=float, default=None)
+    front.add_argument(
+        "--media-io-kwargs",
+        type=json.loads,
+        default={},
+        help="the same JSON as vLLM's --media-io-kwargs; its 'image' part is used",
+    )
+    front.add_argument(
+        "--allowed-domains",
+        nargs="+",
+        default=None,
+        help="hosts images may come from ('*.example.com' for subdomains)",
+    )
+    front.add_argument(
+        "--allow-private",
+        action="store_true",
+        help="let image URLs reach private, loopback and link-local addresses",
+    )
+    front.add_argument("--upstream-timeout", type=float, default=600.0)
+    front.add_argument(
+        "--no-check-upstream",
+        action="store_true",
+        help="do not wait for the upstream to show the pixelwire connector",
+    )
     args = parser.parse_args(argv)
     # NIXL logs every connection event at INFO; keep the tables readable.
     os.environ.setdefault("NIXL_LOG_LEVEL", "WARN")
@@ -52,6 +111,8 @@ def main(argv: list[str] | None = None) -> int:
         from pixelwire import demo as demo_module
 
         return demo_module.main(args.paths, args.per_size)
+    if args.command == "frontend":
+        return _frontend(args)
     if args.command == "bench":
         from pixelwire.benchmarks import transfer
 

@@ -404,6 +404,25 @@ class Fetcher:
                 FetchError, f"HTTP error fetching {_describe(parsed)}: {exc.__class__.__name__}"
             ) from exc
 
+    def check(self, url: str) -> None:
+        """The checks ``fetch`` makes before connecting (scheme, credentials,
+        host spelling, allow-list, literal addresses), without fetching: for a
+        hop that forwards the URL for someone else to fetch. Names are not
+        resolved here. Raises :class:`pixelwire.BlockedURL`."""
+        if not isinstance(url, str):
+            raise TypeError(f"url must be a str, not {type(url).__name__}")
+        if url[:5].lower() == "data:":
+            return
+        try:
+            parsed = URL(url)
+        except (ValueError, TypeError) as exc:
+            raise _blocked(f"invalid URL ({exc.__class__.__name__})") from None
+        if parsed.scheme == "file":
+            if self.allowed_local_path is None:
+                raise _blocked("file: URLs are refused (no allowed_local_path is set)")
+            return
+        self._check_url(parsed)
+
     # -- data: -----------------------------------------------------------------
 
     async def _fetch_data(self, url: str) -> bytes:

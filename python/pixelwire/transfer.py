@@ -112,6 +112,8 @@ class Decoded:
     notification: str
     mem_type: str = "Dram"
     device_id: int = 0
+    background: tuple[int, int, int] = (255, 255, 255)
+    published_at: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -134,6 +136,8 @@ class Decoded:
                 "generation": self.generation,
                 "expires_at": self.expires_at,
                 "notification": self.notification,
+                "background": list(self.background),
+                "published_at": self.published_at,
             },
         }
 
@@ -215,12 +219,18 @@ class Publisher:
         return self._open().agent_name
 
     async def decode_and_publish(
-        self, source: bytes | bytearray | memoryview | str, *, mode: Literal["RGB", "RGBA", "L"] = "RGB"
+        self,
+        source: bytes | bytearray | memoryview | str,
+        *,
+        mode: Literal["RGB", "RGBA", "L"] = "RGB",
+        background: tuple[int, int, int] = (255, 255, 255),
     ) -> Decoded | PassThrough:
         """Fetches `source` (encoded bytes, or a `data:`/`http(s)` URL through
         the publisher's Fetcher), decodes it into a pool slot off the event
-        loop and returns its descriptor. With ``decode_at="worker"`` it does
-        neither and returns a :class:`PassThrough`."""
+        loop and returns its descriptor. `background` is what RGBA is
+        composited onto for ``mode="RGB"`` (vLLM's ``rgba_background_color``).
+        With ``decode_at="worker"`` it does neither and returns a
+        :class:`PassThrough`."""
         if self.decode_at == "worker":
             if isinstance(source, str):
                 return PassThrough(source)
@@ -231,7 +241,7 @@ class Publisher:
             data: bytes | bytearray = await self.fetcher.fetch(source)
         else:
             data = bytes(source) if isinstance(source, memoryview) else source
-        fields = await asyncio.to_thread(native.publish, data, mode=mode)
+        fields = await asyncio.to_thread(native.publish, data, mode=mode, background=background)
         return Decoded(
             nixl_metadata=native.metadata,
             addr=fields["addr"],
@@ -245,8 +255,17 @@ class Publisher:
             generation=fields["generation"],
             expires_at=fields["expires_at"],
             notification=fields["notification"],
+            background=background,
+            published_at=time.time(),
             extra={"source_mode": fields["color_type"]},
         )
+
+    def release(self, decoded: Decoded) -> bool:
+        """Frees a published image before its reader's notification or its
+        lease (its request is over). False when it was already freed, by a
+        notification, an expired lease or an earlier release."""
+        native = self._native
+        return native is not None and native.release(decoded.slot, decoded.generation)
 
     def stats(self) -> dict[str, int]:
         return dict(self._open().stats())
@@ -418,6 +437,10 @@ class Reader:
         data = await self.fetcher.fetch(url)
         pixels = await asyncio.to_thread(_native.decode_image, data, mode=mode)
         return _as_output(pixels, output, device)
+
+    def stats(self) -> dict[str, int]:
+        """Receive-pool usage: bytes_in_use, registered_bytes, remotes."""
+        return dict(self._open().stats())
 
     def close(self) -> None:
         self._native = None

@@ -206,6 +206,15 @@ impl NativeReader {
         self.inner.remote_count()
     }
 
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let (bytes_in_use, registered) = self.inner.usage();
+        let d = PyDict::new(py);
+        d.set_item("bytes_in_use", bytes_in_use)?;
+        d.set_item("registered_bytes", registered)?;
+        d.set_item("remotes", self.inner.remote_count())?;
+        Ok(d)
+    }
+
     /// READs into host memory; returns a 1-D uint8 array owning the pixels,
     /// or a PixelBuffer over the receive slot (zero-copy) for numpy.frombuffer.
     #[pyo3(signature = (*, agent, metadata, addr, size, notification, content_hash = None))]

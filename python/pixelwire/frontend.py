@@ -1,0 +1,408 @@
+"""``pixelwire frontend``: an OpenAI-compatible reverse proxy in front of vLLM.
+
+For ``POST /v1/chat/completions`` it decodes every ``image_url`` part
+concurrently into NIXL-registered memory, swaps each URL for a (signed)
+descriptor reference that vLLM's pixelwire media connector reads over NIXL,
+forwards the request and streams the answer back. Every other route passes
+through; ``/metrics`` is the frontend's own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
+
+from pixelwire._native import (
+    BlockedURL,
+    DecodeError,
+    FetchError,
+    PixelwireError,
+    PoolExhausted,
+)
+from pixelwire.fetch import Fetcher
+from pixelwire.metrics import ImageMetrics
+from pixelwire.signing import encode_reference, is_reference
+from pixelwire.transfer import DecodeAt, Decoded, MiB, Publisher
+
+log = logging.getLogger("pixelwire.frontend")
+
+# Headers that describe one hop, not the message (RFC 9110 §7.6.1), plus the
+# ones aiohttp recomputes for the new body.
+_HOP_HEADERS = frozenset(
+    h.lower()
+    for h in (
+        "Connection",
+        "Keep-Alive",
+        "Proxy-Authenticate",
+        "Proxy-Authorization",
+        "TE",
+        "Trailer",
+        "Transfer-Encoding",
+        "Upgrade",
+        "Host",
+        "Content-Length",
+        "Content-Encoding",
+    )
+)
+_NATIVE_MODES = ("RGB", "RGBA", "L")
+# The worker's plug-in exposes this gauge when vLLM runs it as its media connector.
+_PLUGIN_ACTIVE = re.compile(r'^pixelwire_worker_info\{[^}]*connector="pixelwire"[^}]*\}\s+1(\.0)?\s*$', re.M)
+
+
+@dataclass
+class FrontendConfig:
+    upstream: str
+    decode_at: DecodeAt = "frontend"
+    pool_bytes: int = 256 * MiB
+    lease_seconds: float = 60.0
+    secret: bytes | None = None
+    # Server-wide defaults for images, as vLLM's --media-io-kwargs '{"image": {...}}'.
+    image_kwargs: dict[str, Any] = field(default_factory=dict)
+    upstream_timeout: float = 600.0
+    connect_timeout: float = 10.0
+    allowed_domains: list[str] | None = None
+    allow_private: bool = False
+    check_upstream: bool = True
+    max_body_bytes: int = 256 * MiB
+
+
+class OpenAIError(Exception):
+    """An error answered in OpenAI's error JSON."""
+
+    def __init__(self, status: int, message: str, *, kind: str | None = None, param: str | None = None):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.kind = kind or _KINDS.get(status, "InternalServerError")
+        self.param = param
+
+    def response(self) -> web.Response:
+        body = {
+            "error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.status}
+        }
+        headers = {"Retry-After": "1"} if self.status == 503 else None
+        return web.json_response(body, status=self.status, headers=headers)
+
+
+_KINDS = {
+    400: "BadRequestError",
+    404: "NotFoundError",
+    413: "BadRequestError",
+    502: "BadGatewayError",
+    503: "ServiceUnavailableError",
+    504: "GatewayTimeoutError",
+}
+
+
+@dataclass
+class _ImagePart:
+    where: str  # messages[i].content[j], for error messages
+    holder: dict[str, Any]  # the dict whose "url" (or "image_url") key holds the URL
+    key: str
+    url: str
+
+
+def _image_parts(body: dict[str, Any]) -> list[_ImagePart]:
+    """Every image_url content part; refuses client-supplied descriptor
+    references anywhere in a non-text part (only this frontend mints them)."""
+    parts: list[_ImagePart] = []
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        return parts  # upstream validates the request's shape
+    for i, message in enumerate(messages):
+        content = message.get("content") if isinstance(message, dict) else None
+        if not isinstance(content, list):
+            continue
+        for j, part in enumerate(content):
+            if not isinstance(part, dict):
+                continue
+            where = f"messages[{i}].content[{j}]"
+            if part.get("type") != "text" and _holds_reference(part):
+                raise OpenAIError(
+                    400,
+                    f"{where}: pixelwire descriptors are minted by the frontend, not sent by clients",
+                    param=where,
+                )
+            if part.get("type") != "image_url":
+                continue
+            image_url = part.get("image_url")
+            if isinstance(image_url, dict) and isinstance(image_url.get("url"), str):
+                parts.append(_ImagePart(where, image_url, "url", image_url["url"]))
+            elif isinstance(image_url, str):
+                parts.append(_ImagePart(where, part, "image_url", image_url))
+    return parts
+
+
+def _holds_reference(value: Any) -> bool:
+    if isinstance(value, str):
+        return is_reference(value.lstrip())
+    if isinstance(value, dict):
+        return any(_holds_reference(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_holds_reference(v) for v in value)
+    return False
+
+
+def _image_settings(defaults: dict[str, Any], body: dict[str, Any]) -> tuple[Any, tuple[int, int, int]]:
+    """(image_mode, rgba_background_color) the worker's vLLM will ask for:
+    the server-wide defaults overridden by the request's media_io_kwargs."""
+    settings = {"image_mode": "RGB", "rgba_background_color": [255, 255, 255], **defaults}
+    kwargs = body.get("media_io_kwargs")
+    if isinstance(kwargs, dict) and isinstance(kwargs.get("image"), dict):
+        settings.update(kwargs["image"])
+    background = settings["rgba_background_color"]
+    if not (
+        isinstance(background, (list, tuple))
+        and len(background) == 3
+        and all(isinstance(c, int) and not isinstance(c, bool) and 0 <= c <= 255 for c in background)
+    ):
+        raise OpenAIError(
+            400, "rgba_background_color must be a list of 3 integers in [0, 255]", param="media_io_kwargs"
+        )
+    return settings["image_mode"], (background[0], background[1], background[2])
+
+
+def _image_error(part: _ImagePart, error: BaseException) -> OpenAIError:
+    if isinstance(error, PoolExhausted):
+        return OpenAIError(503, f"{part.where}: the frontend's image pool is full; retry shortly")
+    if isinstance(error, BlockedURL):
+        return OpenAIError(400, f"{part.where}: image URL refused: {error}", param=part.where)
+    if isinstance(error, FetchError):
+        return OpenAIError(400, f"{part.where}: could not fetch the image: {error}", param=part.where)
+    if isinstance(error, DecodeError):
+        return OpenAIError(400, f"{part.where}: could not decode the image: {error}", param=part.where)
+    if isinstance(error, (PixelwireError, ValueError)):
+        return OpenAIError(400, f"{part.where}: {error}", param=part.where)
+    log.error("unexpected error publishing %s", part.where, exc_info=error)
+    return OpenAIError(500, f"{part.where}: internal error publishing the image")
+
+
+class Frontend:
+    """The proxy's state: one Publisher, one upstream session, metrics."""
+
+    def __init__(self, config: FrontendConfig) -> None:
+        self.config = config
+        self.upstream = config.upstream.rstrip("/")
+        self.registry = CollectorRegistry()
+        self.fetcher = Fetcher(allowed_domains=config.allowed_domains, allow_private=config.allow_private)
+        self.publisher = Publisher(
+            pool_bytes=config.pool_bytes,
+            lease_seconds=config.lease_seconds,
+            decode_at=config.decode_at,
+            fetcher=self.fetcher,
+        )
+        self.metrics = ImageMetrics("frontend", self.registry, self._pool_bytes_in_use)
+        self.requests = Counter(
+            "pixelwire_frontend_requests",
+            "Requests answered, by route and status",
+            ["route", "status"],
+            registry=self.registry,
+        )
+        self.upstream_calls = Counter(
+            "pixelwire_frontend_upstream_requests", "Requests forwarded upstream", registry=self.registry
+        )
+        self.released = Counter(
+            "pixelwire_frontend_released_at_request_end",
+            "Images still held when their request ended (freed then, not by a notification)",
+            registry=self.registry,
+        )
+        self._session: aiohttp.ClientSession | None = None
+        self._plugin_seen = not (config.check_upstream and config.decode_at == "frontend")
+        self._checker: asyncio.Task[None] | None = None
+
+    def _pool_bytes_in_use(self) -> float:
+        if self.config.decode_at != "frontend" or self.publisher._native is None:
+            return 0.0
+        return float(self.publisher.stats()["bytes_in_use"])
+
+    # -- lifecycle -------------------------------------------------------------
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=self.config.max_body_bytes)
+        app.router.add_post("/v1/chat/completions", self.chat_completions)
+        app.router.add_get("/metrics", self.metrics_page)
+        app.router.add_route("*", "/{tail:.*}", self.passthrough)
+        app.on_startup.append(self._start)
+        app.on_cleanup.append(self._stop)
+        return app
+
+    async def _start(self, _app: web.Application) -> None:
+        timeout = aiohttp.ClientTimeout(
+            total=self.config.upstream_timeout, sock_connect=self.config.connect_timeout
+        )
+        self._session = aiohttp.ClientSession(timeout=timeout, auto_decompress=False)
+        await self.publisher.__aenter__()
+        if not self._plugin_seen:
+            self._checker = asyncio.create_task(self._check_upstream())
+
+    async def _stop(self, _app: web.Application) -> None:
+        if self._checker is not None:
+            self._checker.cancel()
+        if self._session is not None:
+            await self._session.close()
+        await self.publisher.close()
+        await self.fetcher.close()
+
+    async def _check_upstream(self) -> None:
+        """Until the upstream shows the pixelwire connector is active, warn:
+        a vLLM without it would fail only at the first image."""
+        warned = False
+        while not self._plugin_seen:
+            text = await self._upstream_metrics()
+            if text and _PLUGIN_ACTIVE.search(text):
+                self._plugin_seen = True
+                log.info("upstream %s runs the pixelwire media connector", self.upstream)
+                return
+            if text is not None and not warned:
+                warned = True
+                log.error(
+                    "upstream %s does NOT run the pixelwire media connector: start vLLM with "
+                    "pixelwire installed and VLLM_MEDIA_CONNECTOR=pixelwire, or run this frontend with "
+                    "--decode-at worker. Image requests are refused (502) until it does.",
+                    self.upstream,
+                )
+            await asyncio.sleep(2.0)
+
+    async def _upstream_has_plugin(self) -> bool:
+        text = await self._upstream_metrics()
+        self._plugin_seen = bool(text and _PLUGIN_ACTIVE.search(text))
+        return self._plugin_seen
+
+    async def _upstream_metrics(self) -> str | None:
+        assert self._session is not None
+        try:
+            async with self._session.get(
+                f"{self.upstream}/metrics", timeout=aiohttp.ClientTimeout(total=5)
+            ) as response:
+                return await response.text() if response.status == 200 else ""
+        except (aiohttp.ClientError, TimeoutError):
+            return None  # not up yet
+
+    # -- routes ----------------------------------------------------------------
+
+    async def metrics_page(self, _request: web.Request) -> web.Response:
+        body = generate_latest(self.registry)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def passthrough(self, request: web.Request) -> web.StreamResponse:
+        body = await request.read()
+        try:
+            return await self._forward(request, body, route="other")
+        except OpenAIError as e:
+            self.requests.labels(route="other", status=str(e.status)).inc()
+            return e.response()
+
+    async def chat_completions(self, request: web.Request) -> web.StreamResponse:
+        published: list[Decoded] = []
+        try:
+            try:
+                body = json.loads(await request.read())
+            except (json.JSONDecodeError, UnicodeDecodeError) as e:
+                raise OpenAIError(400, f"request body is not valid JSON: {e}") from None
+            if not isinstance(body, dict):
+                raise OpenAIError(400, "request body must be a JSON object")
+            parts = _image_parts(body)
+            if parts:
+                if not self._plugin_seen and not await self._upstream_has_plugin():
+                    raise OpenAIError(
+                        502,
+                        "the upstream vLLM is not running the pixelwire media connector "
+                        "(VLLM_MEDIA_CONNECTOR=pixelwire); see the frontend's log",
+                    )
+                await self._publish_parts(body, parts, published)
+            payload = json.dumps(body, separators=(",", ":")).encode()
+            return await self._forward(request, payload, route="chat")
+        except OpenAIError as e:
+            self.requests.labels(route="chat", status=str(e.status)).inc()
+            return e.response()
+        finally:
+            # The request is over (answered, failed or its client went away):
+            # whatever its worker did not read is freed now, not at lease end.
+            for decoded in published:
+                if self.publisher.release(decoded):
+                    self.released.inc()
+
+    async def _publish_parts(self, body: dict[str, Any], parts: list[_ImagePart], out: list[Decoded]) -> None:
+        mode, background = _image_settings(self.config.image_kwargs, body)
+        native = self.config.decode_at == "frontend" and mode in _NATIVE_MODES
+
+        async def one(part: _ImagePart) -> str:
+            if not native:
+                # The worker fetches: refuse here what its guard would refuse.
+                self.fetcher.check(part.url)
+                self.metrics.handled("passthrough", 0)
+                return part.url
+            with self.metrics.timed("nixl"):
+                result = await self.publisher.decode_and_publish(part.url, mode=mode, background=background)
+            assert isinstance(result, Decoded)
+            out.append(result)
+            self.metrics.handled("nixl", result.size)
+            return encode_reference(result.to_dict(), self.config.secret)
+
+        results = await asyncio.gather(*(one(p) for p in parts), return_exceptions=True)
+        for part, result in zip(parts, results, strict=True):
+            if isinstance(result, BaseException):
+                if not isinstance(result, Exception):
+                    raise result
+                self.metrics.failed(result)
+                raise _image_error(part, result)
+        for part, result in zip(parts, results, strict=True):
+            assert isinstance(result, str)
+            part.holder[part.key] = result
+
+    async def _forward(self, request: web.Request, body: bytes, *, route: str) -> web.StreamResponse:
+        assert self._session is not None
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_HEADERS}
+        url = f"{self.upstream}{request.rel_url}"
+        self.upstream_calls.inc()
+        response: web.StreamResponse | None = None
+        try:
+            async with self._session.request(request.method, url, data=body, headers=headers) as upstream:
+                out_headers = {k: v for k, v in upstream.headers.items() if k.lower() not in _HOP_HEADERS}
+                if upstream.headers.get("Content-Encoding"):
+                    out_headers["Content-Encoding"] = upstream.headers["Content-Encoding"]
+                response = web.StreamResponse(
+                    status=upstream.status, reason=upstream.reason, headers=out_headers
+                )
+                await response.prepare(request)
+                # Chunks are written as they arrive: SSE streams pass through live.
+                async for chunk in upstream.content.iter_any():
+                    await response.write(chunk)
+                await response.write_eof()
+                self.requests.labels(route=route, status=str(upstream.status)).inc()
+                return response
+        except (TimeoutError, aiohttp.ClientError, ConnectionError) as e:
+            if response is not None and response.prepared:
+                # Mid-stream: the status is sent, so the connection just ends.
+                log.warning("upstream stream or client connection broke on %s: %r", request.rel_url, e)
+                raise
+            if isinstance(e, (TimeoutError, aiohttp.ServerTimeoutError)):
+                raise OpenAIError(504, f"the upstream {self.upstream} timed out") from None
+            raise OpenAIError(
+                502, f"the upstream {self.upstream} is unreachable: {type(e).__name__}"
+            ) from None
+
+
+def run(config: FrontendConfig, host: str, port: int) -> None:
+    """Serves until interrupted."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    frontend = Frontend(config)
+    log.info(
+        "pixelwire frontend on http://%s:%d -> %s (decode at %s, signing %s)",
+        host,
+        port,
+        config.upstream,
+        config.decode_at,
+        "on" if config.secret else "off",
+    )
+    # A client that goes away cancels its handler, which closes the upstream
+    # request (vLLM aborts it) and frees the request's images at once.
+    web.run_app(frontend.app(), host=host, port=port, print=None, access_log=None, handler_cancellation=True)

@@ -1,0 +1,175 @@
+"""The connector itself; imports vLLM, so only :func:`pixelwire.vllm.register` loads it."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Coroutine
+from typing import Any, Literal, cast
+
+import numpy as np
+import vllm.envs as envs
+from PIL import Image
+from prometheus_client import REGISTRY, Gauge
+from vllm.multimodal.media import MediaConnector, MediaWithBytes
+from vllm.multimodal.media.image import ImageMediaIO
+
+from pixelwire import __version__
+from pixelwire._native import DescriptorError, Limits, PixelwireError, decode_image
+from pixelwire.fetch import Fetcher
+from pixelwire.metrics import ImageMetrics
+from pixelwire.signing import decode_reference, is_reference, secret_from_env
+from pixelwire.transfer import Reader, default_reader
+
+NativeMode = Literal["RGB", "RGBA", "L"]
+_NATIVE_MODES = ("RGB", "RGBA", "L")
+_state_lock = threading.Lock()
+_metrics: ImageMetrics | None = None
+_fetchers: dict[tuple[Any, ...], Fetcher] = {}
+_sync_loop: asyncio.AbstractEventLoop | None = None
+
+
+def _reader_bytes_in_use() -> float:
+    reader = default_reader()
+    return float(reader.stats()["bytes_in_use"]) if reader._native is not None else 0.0
+
+
+def install_metrics(selected: str) -> ImageMetrics:
+    """``pixelwire_worker_*`` in prometheus_client's default registry, which
+    vLLM's API server serves at /metrics; ``pixelwire_worker_info`` tells a
+    frontend which connector vLLM was started with."""
+    global _metrics
+    with _state_lock:
+        if _metrics is None:
+            _metrics = ImageMetrics("worker", REGISTRY, _reader_bytes_in_use)
+            info = Gauge(
+                "pixelwire_worker_info",
+                "pixelwire plug-in loaded; connector is VLLM_MEDIA_CONNECTOR",
+                ["version", "connector"],
+                registry=REGISTRY,
+            )
+            info.labels(version=__version__, connector=selected).set(1)
+        return _metrics
+
+
+def _fetcher(domains: list[str] | None, local_path: Any) -> Fetcher:
+    """One Fetcher per event loop and vLLM setting (allowed domains, local path, timeout)."""
+    import os
+
+    allow_private = os.environ.get("PIXELWIRE_ALLOW_PRIVATE", "") in ("1", "true", "yes")
+    # A Fetcher's HTTP session belongs to one event loop: vLLM's, or the sync one.
+    loop = asyncio.get_running_loop()
+    key = (loop, tuple(domains or ()), str(local_path or ""), envs.VLLM_IMAGE_FETCH_TIMEOUT, allow_private)
+    with _state_lock:
+        fetcher = _fetchers.get(key)
+        if fetcher is None:
+            fetcher = Fetcher(
+                timeout=float(envs.VLLM_IMAGE_FETCH_TIMEOUT),
+                max_redirects=3 if envs.VLLM_MEDIA_URL_ALLOW_REDIRECTS else 0,
+                allowed_domains=domains or None,
+                allow_private=allow_private,
+                allowed_local_path=local_path,
+            )
+            _fetchers[key] = fetcher
+        return fetcher
+
+
+def _limits() -> Limits:
+    max_pixels = envs.VLLM_MAX_IMAGE_PIXELS
+    return Limits(max_pixels=max_pixels) if max_pixels > 0 else Limits()
+
+
+def _run_sync(coro: Coroutine[Any, Any, Any]) -> Any:
+    """Runs a coroutine for vLLM's synchronous loaders on one private loop
+    thread, whether or not the caller is inside an event loop."""
+    global _sync_loop
+    with _state_lock:
+        if _sync_loop is None:
+            _sync_loop = asyncio.new_event_loop()
+            threading.Thread(target=_sync_loop.run_forever, name="pixelwire-sync", daemon=True).start()
+    return asyncio.run_coroutine_threadsafe(coro, _sync_loop).result()
+
+
+def _to_pil(pixels: np.ndarray) -> Image.Image:
+    if pixels.shape[2] == 1:
+        return Image.fromarray(pixels[:, :, 0], "L")
+    return Image.fromarray(pixels, "RGBA" if pixels.shape[2] == 4 else "RGB")
+
+
+class PixelwireMediaConnector(MediaConnector):
+    """vLLM's MediaConnector with images taken over: descriptor references
+    are read over NIXL; ``http(s)``, ``data:`` and allowed ``file:`` URLs are
+    fetched and decoded natively (off the GIL) when the mode asked for is one
+    pixelwire decodes (RGB, RGBA, L). Everything else is vLLM's own code."""
+
+    def _image_settings(self, image_mode: str | None) -> tuple[str | None, tuple[int, int, int]]:
+        # ImageMediaIO validates the kwargs exactly as vLLM does.
+        io = ImageMediaIO(**({"image_mode": image_mode} | self.media_io_kwargs.get("image", {})))
+        return io.image_mode, io.rgba_background_color
+
+    async def fetch_image_async(self, image_url: str, *, image_mode: str | None = "RGB") -> Any:
+        mode, background = self._image_settings(image_mode)
+        metrics = install_metrics("pixelwire")
+        try:
+            if is_reference(image_url):
+                return await self._read_reference(image_url, mode, background, metrics)
+            if mode in _NATIVE_MODES and isinstance(image_url, str):
+                return await self._load_url(image_url, mode, background, metrics)
+        except PixelwireError as e:
+            metrics.failed(e)
+            # vLLM answers ValueError with 400 and the message.
+            raise ValueError(f"pixelwire: {e}") from e
+        metrics.handled("vllm", 0)
+        return await super().fetch_image_async(image_url, image_mode=image_mode)
+
+    def fetch_image(self, image_url: str, *, image_mode: str | None = "RGB") -> Any:
+        return _run_sync(self.fetch_image_async(image_url, image_mode=image_mode))
+
+    async def _read_reference(
+        self, reference: str, mode: str | None, background: tuple[int, int, int], metrics: ImageMetrics
+    ) -> Image.Image:
+        # The signature is checked before anything reaches NIXL.
+        descriptor = decode_reference(reference, secret_from_env())
+        info, own = descriptor.get("metadata"), descriptor.get("pixelwire")
+        if (
+            not isinstance(info, dict)
+            or not isinstance(own, dict)
+            or not isinstance(info.get("color_type"), str)
+        ):
+            raise DescriptorError("descriptor lacks its metadata.color_type or pixelwire keys")
+        made = info["color_type"]
+        made_on = tuple(own.get("background", (255, 255, 255)))
+        if made != mode or (mode == "RGB" and made_on != background):
+            raise DescriptorError(
+                f"the frontend decoded this image as {made} on {list(made_on)} but vLLM asks for "
+                f"{mode} on {list(background)}: give the frontend the same --media-io-kwargs as vLLM"
+            )
+        reader: Reader = default_reader()
+        with metrics.timed("nixl"):
+            pixels = await reader.read_decoded(descriptor, output="numpy")
+        published_at = own.get("published_at")
+        if isinstance(published_at, (int, float)) and published_at > 0:
+            metrics.publish_to_read_seconds.observe(max(0.0, time.time() - published_at))
+        metrics.handled("nixl", int(pixels.nbytes))
+        return _to_pil(pixels)
+
+    async def _load_url(
+        self, url: str, mode: str, background: tuple[int, int, int], metrics: ImageMetrics
+    ) -> MediaWithBytes:
+        fetcher = _fetcher(self.allowed_media_domains, self.allowed_local_media_path)
+        with metrics.timed("url"):
+            data = await fetcher.fetch(url)
+            pixels = await asyncio.to_thread(
+                decode_image,
+                data,
+                mode=cast(NativeMode, mode),
+                background=background,
+                limits=_limits(),
+            )
+        metrics.handled("url", int(pixels.nbytes))
+        # With the encoded bytes, vLLM's processor cache hashes them as it
+        # does for its own loader.
+        return MediaWithBytes(
+            _to_pil(pixels), data, {"image_mode": mode, "rgba_background_color": background}
+        )

@@ -1,0 +1,155 @@
+"""Starts the pieces of a real serving stack for the end-to-end tests and
+``make demo-vllm``: vLLM's OpenAI server on the tiny model, the pixelwire
+frontend, and a local HTTP server for images."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import http.server
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import tiny_model
+
+HERE = Path(__file__).resolve().parent
+CACHE = Path(os.environ.get("PIXELWIRE_E2E_CACHE", Path.home() / ".cache" / "pixelwire"))
+SECRET = "e2e-test-secret"
+
+
+def model_dir() -> Path:
+    """The tiny model, built once per version of its recipe."""
+    recipe = hashlib.sha256((HERE / "tiny_model.py").read_bytes()).hexdigest()[:12]
+    return tiny_model.ensure(CACHE / f"tiny-qwen2-vl-{recipe}")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Service:
+    """A server in its own process group, with its output in a log file."""
+
+    def __init__(self, name: str, argv: list[str], env: dict[str, str], port: int, log_dir: Path) -> None:
+        self.name = name
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+        self.log = log_dir / f"{name}.log"
+        with open(self.log, "wb") as out:
+            self.process = subprocess.Popen(
+                argv, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
+
+    def wait_ready(self, path: str, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"{self.name} exited with {self.process.returncode}:\n{self.tail()}")
+            with contextlib.suppress(OSError, urllib.error.URLError):
+                with urllib.request.urlopen(self.url + path, timeout=2) as response:
+                    if response.status == 200:
+                        return
+            time.sleep(0.5)
+        raise TimeoutError(f"{self.name} not ready after {timeout:g} s:\n{self.tail()}")
+
+    def get(self, path: str) -> str:
+        with urllib.request.urlopen(self.url + path, timeout=10) as response:
+            return str(response.read().decode())
+
+    def tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait(timeout=10)
+
+
+def start_vllm(
+    name: str, log_dir: Path, *, connector: str, extra_env: dict[str, str] | None = None
+) -> Service:
+    """vLLM's OpenAI server on the tiny model; ``connector`` is
+    VLLM_MEDIA_CONNECTOR ("http" is vLLM's own loader)."""
+    port = free_port()
+    env = {
+        **os.environ,
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+        "HF_HUB_OFFLINE": "1",
+        "VLLM_MEDIA_CONNECTOR": connector,
+        "NIXL_LOG_LEVEL": "WARN",
+        **(extra_env or {}),
+    }
+    argv = [
+        sys.executable, "-m", "vllm.entrypoints.openai.api_server",
+        "--model", str(model_dir()), "--served-model-name", "tiny",
+        "--host", "127.0.0.1", "--port", str(port),
+        "--dtype", "float32", "--max-model-len", "1024", "--max-num-seqs", "4",
+        "--enforce-eager", "--limit-mm-per-prompt", '{"image": 4}', "--seed", "0",
+    ]  # fmt: skip
+    return Service(name, argv, env, port, log_dir)
+
+
+def start_frontend(
+    name: str, log_dir: Path, upstream: str, *args: str, env: dict[str, str] | None = None
+) -> Service:
+    port = free_port()
+    argv = [
+        sys.executable, "-m", "pixelwire.cli", "frontend",
+        "--upstream", upstream, "--host", "127.0.0.1", "--port", str(port), *args,
+    ]  # fmt: skip
+    return Service(name, argv, {**os.environ, "NIXL_LOG_LEVEL": "WARN", **(env or {})}, port, log_dir)
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def image_server(root: Path) -> Iterator[str]:
+    """Serves ``root`` over HTTP on the loopback; yields its base URL."""
+
+    def handler(*args: object) -> _QuietHandler:
+        return _QuietHandler(*args, directory=str(root))  # type: ignore[arg-type]
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def metric(text: str, name: str, **labels: str) -> float:
+    """The value of one sample in Prometheus text, 0 when absent."""
+    want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    for line in text.splitlines():
+        if line.startswith("#"):
+            continue
+        key, _, value = line.rpartition(" ")
+        metric_name, _, label_text = key.partition("{")
+        if metric_name != name:
+            continue
+        found = ",".join(sorted(label_text.rstrip("}").split(","))) if label_text else ""
+        if found == want:
+            return float(value)
+    return 0.0

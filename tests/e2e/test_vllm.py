@@ -1,0 +1,329 @@
+"""End to end with a real vLLM server, the real pixelwire frontend and the
+official openai client (``make test-vllm``; see the README).
+
+Two vLLM servers run the same tiny, randomly initialised Qwen2-VL: one with
+VLLM_MEDIA_CONNECTOR=pixelwire behind the frontend, one with vLLM's own
+loader as the reference. Greedy completions with logprobs must match token
+for token for lossless images, and a different image must change them.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import shutil
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import stack
+
+pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
+
+CORPUS = Path(__file__).resolve().parents[3] / "shared" / "corpus" / "pillow"
+PNG = "hopper.png"
+JPEG = "flower2.jpg"
+OTHER_PNG = "bw_gradient.png"
+LEASE_SECONDS = 20
+
+
+def _data_url(name: str) -> str:
+    mime = "image/png" if name.endswith(".png") else "image/jpeg"
+    return f"data:{mime};base64,{base64.b64encode((CORPUS / name).read_bytes()).decode()}"
+
+
+@pytest.fixture(scope="session")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    logs = tmp_path_factory.mktemp("logs")
+    images = tmp_path_factory.mktemp("images")
+    for name in (PNG, JPEG, OTHER_PNG):
+        shutil.copy(CORPUS / name, images / name)
+    stack.model_dir()
+    services: list[stack.Service] = []
+    with stack.image_server(images) as image_base:
+        try:
+            worker_env = {"PIXELWIRE_SECRET": stack.SECRET, "PIXELWIRE_ALLOW_PRIVATE": "1"}
+            pixelwire_vllm = stack.start_vllm(
+                "vllm-pixelwire", logs, connector="pixelwire", extra_env=worker_env
+            )
+            services.append(pixelwire_vllm)
+            reference_vllm = stack.start_vllm("vllm-reference", logs, connector="http")
+            services.append(reference_vllm)
+            guard = ["--allowed-domains", "127.0.0.1", "--allow-private"]
+            secret = {"PIXELWIRE_SECRET": stack.SECRET}
+            frontend = stack.start_frontend(
+                "frontend",
+                logs,
+                pixelwire_vllm.url,
+                *guard,
+                "--lease-seconds",
+                str(LEASE_SECONDS),
+                env=secret,
+            )
+            services.append(frontend)
+            worker_mode = stack.start_frontend(
+                "frontend-worker-mode", logs, pixelwire_vllm.url, *guard, "--decode-at", "worker", env=secret
+            )
+            services.append(worker_mode)
+            # Frontend mode in front of a vLLM without the connector.
+            misconfigured = stack.start_frontend("frontend-misconfigured", logs, reference_vllm.url, *guard)
+            services.append(misconfigured)
+            for service in services:
+                service.wait_ready("/health", timeout=600)
+            yield {
+                "pixelwire_vllm": pixelwire_vllm,
+                "reference_vllm": reference_vllm,
+                "frontend": frontend,
+                "worker_mode": worker_mode,
+                "misconfigured": misconfigured,
+                "images": image_base,
+            }
+        finally:
+            for service in reversed(services):
+                service.stop()
+
+
+def _client(service: stack.Service) -> Any:
+    import openai
+
+    return openai.OpenAI(base_url=f"{service.url}/v1", api_key="unused", max_retries=0, timeout=120)
+
+
+def _messages(urls: list[str]) -> list[dict[str, Any]]:
+    parts: list[dict[str, Any]] = [{"type": "image_url", "image_url": {"url": u}} for u in urls]
+    parts.append({"type": "text", "text": "Describe the image."})
+    return [{"role": "user", "content": parts}]
+
+
+def _complete(service: stack.Service, urls: list[str], *, stream: bool = False) -> list[tuple[str, float]]:
+    """(token, logprob) for a greedy completion of 8 tokens."""
+    args: dict[str, Any] = {
+        "model": "tiny",
+        "messages": _messages(urls),
+        "temperature": 0,
+        "max_tokens": 8,
+        "logprobs": True,
+        "seed": 0,
+    }
+    client = _client(service)
+    if not stream:
+        response = client.chat.completions.create(**args)
+        return [(t.token, t.logprob) for t in response.choices[0].logprobs.content]
+    out: list[tuple[str, float]] = []
+    for chunk in client.chat.completions.create(**args, stream=True):
+        if chunk.choices and chunk.choices[0].logprobs and chunk.choices[0].logprobs.content:
+            out.extend((t.token, t.logprob) for t in chunk.choices[0].logprobs.content)
+    return out
+
+
+def _cases(images: str) -> dict[str, list[str]]:
+    return {
+        "png_base64": [_data_url(PNG)],
+        "jpeg_base64": [_data_url(JPEG)],
+        "http_url": [f"{images}/{PNG}"],
+        "two_images": [_data_url(PNG), f"{images}/{JPEG}"],
+    }
+
+
+def _metrics(service: stack.Service) -> str:
+    return service.get("/metrics")
+
+
+def _post(service: stack.Service, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    request = urllib.request.Request(
+        f"{service.url}/v1/chat/completions",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=120) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def _wait_pool_empty(frontend: stack.Service, within: float) -> float:
+    deadline = time.monotonic() + within
+    while True:
+        in_use = stack.metric(_metrics(frontend), "pixelwire_frontend_pool_bytes_in_use")
+        if in_use == 0 or time.monotonic() > deadline:
+            return in_use
+        time.sleep(0.2)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+@pytest.mark.parametrize("case", ["png_base64", "jpeg_base64", "http_url", "two_images"])
+def test_frontend_decoded_path_matches_vllms_own_loader(
+    served: dict[str, Any], case: str, stream: bool
+) -> None:
+    urls = _cases(served["images"])[case]
+    before = _metrics(served["pixelwire_vllm"])
+    through_pixelwire = _complete(served["frontend"], urls, stream=stream)
+    reference = _complete(served["reference_vllm"], urls)
+    after = _metrics(served["pixelwire_vllm"])
+    read = stack.metric(after, "pixelwire_worker_images_total", path="nixl") - stack.metric(
+        before, "pixelwire_worker_images_total", path="nixl"
+    )
+    assert read == len(urls), "every image must reach vLLM over NIXL"
+    assert len(through_pixelwire) == 8
+    if case == "jpeg_base64":
+        # Lossy: pixelwire's libjpeg-turbo and Pillow's may differ in the last bit.
+        assert [t for t, _ in through_pixelwire] == [t for t, _ in reference]
+    else:
+        assert through_pixelwire == reference
+    assert _wait_pool_empty(served["frontend"], 5.0) == 0
+
+
+def test_a_different_image_changes_the_logprobs(served: dict[str, Any]) -> None:
+    one = _complete(served["frontend"], [_data_url(PNG)])
+    other = _complete(served["frontend"], [_data_url(OTHER_PNG)])
+    assert one != other
+    assert [lp for _, lp in one] != [lp for _, lp in other]
+    # And the reference agrees for the other image too.
+    assert other == _complete(served["reference_vllm"], [_data_url(OTHER_PNG)])
+
+
+@pytest.mark.parametrize("case", ["png_base64", "jpeg_base64", "http_url", "two_images"])
+def test_decode_at_worker_gives_the_same_texts(served: dict[str, Any], case: str) -> None:
+    urls = _cases(served["images"])[case]
+    before = _metrics(served["pixelwire_vllm"])
+    worker_decoded = _complete(served["worker_mode"], urls)
+    after = _metrics(served["pixelwire_vllm"])
+    native = stack.metric(after, "pixelwire_worker_images_total", path="url") - stack.metric(
+        before, "pixelwire_worker_images_total", path="url"
+    )
+    assert native == len(urls), "the worker's plug-in decodes URL images natively"
+    frontend_decoded = _complete(served["frontend"], urls)
+    assert "".join(t for t, _ in worker_decoded) == "".join(t for t, _ in frontend_decoded)
+    if case != "jpeg_base64":
+        assert worker_decoded == _complete(served["reference_vllm"], urls)
+
+
+def test_metrics_show_nixl_and_an_empty_pool(served: dict[str, Any]) -> None:
+    _complete(served["frontend"], [_data_url(PNG), f"{served['images']}/{JPEG}"])
+    front = _metrics(served["frontend"])
+    worker = _metrics(served["pixelwire_vllm"])
+    assert stack.metric(front, "pixelwire_frontend_images_total", path="nixl") >= 2
+    assert stack.metric(front, "pixelwire_frontend_pixel_bytes_total", path="nixl") > 0
+    assert stack.metric(front, "pixelwire_frontend_decode_seconds_count", path="nixl") >= 2
+    assert stack.metric(worker, "pixelwire_worker_images_total", path="nixl") >= 2
+    assert stack.metric(worker, "pixelwire_worker_publish_to_read_seconds_count") >= 2
+    assert stack.metric(worker, "pixelwire_worker_info", version=_version(worker), connector="pixelwire") == 1
+    assert _wait_pool_empty(served["frontend"], 5.0) == 0
+    assert stack.metric(worker, "pixelwire_worker_pool_bytes_in_use") == 0
+
+
+def _version(metrics_text: str) -> str:
+    for line in metrics_text.splitlines():
+        if line.startswith("pixelwire_worker_info{"):
+            return line.split('version="', 1)[1].split('"', 1)[0]
+    return ""
+
+
+def _assert_openai_error(status: int, body: dict[str, Any], want_status: int, words: str) -> None:
+    assert status == want_status, body
+    error = body["error"]
+    assert set(error) >= {"message", "type", "code"}
+    assert words in error["message"], error["message"]
+
+
+def _upstream_calls(frontend: stack.Service) -> float:
+    return stack.metric(_metrics(frontend), "pixelwire_frontend_upstream_requests_total")
+
+
+def _minted_reference(served: dict[str, Any]) -> str:
+    """A genuine signed descriptor reference: what the frontend sends to vLLM."""
+    from pixelwire.signing import decode_reference, encode_reference
+
+    descriptor = {
+        "nixl_metadata": "b64:eJwDAAAAAAE=",
+        "nixl_descriptor": {"addr": 4096, "size": 12, "mem_type": "Dram", "device_id": 0},
+        "shape": [2, 2, 3],
+        "dtype": "UINT8",
+        "metadata": {"format": "PNG", "color_type": "RGB", "layout": "HWC"},
+        "content_hash": "0123456789abcdef",
+        "pixelwire": {"agent": "x", "slot": 0, "generation": 1, "expires_at": time.time() + 60,
+                      "notification": "pw1:0:1", "background": [255, 255, 255], "published_at": time.time()},
+    }  # fmt: skip
+    reference = encode_reference(descriptor, stack.SECRET.encode())
+    assert decode_reference(reference, stack.SECRET.encode()) == descriptor
+    return reference
+
+
+def test_client_supplied_descriptor_is_refused_before_vllm(served: dict[str, Any]) -> None:
+    frontend = served["frontend"]
+    calls = _upstream_calls(frontend)
+    status, body = _post(frontend, {"model": "tiny", "messages": _messages([_minted_reference(served)])})
+    _assert_openai_error(status, body, 400, "minted by the frontend")
+    assert body["error"]["param"] == "messages[0].content[0]"
+    assert _upstream_calls(frontend) == calls
+
+
+def test_forged_or_unsigned_descriptors_are_refused_before_nixl(served: dict[str, Any]) -> None:
+    from pixelwire.signing import decode_reference, encode_reference
+
+    genuine = _minted_reference(served)
+    descriptor = decode_reference(genuine, stack.SECRET.encode())
+    forged = encode_reference(descriptor, b"not-the-secret")
+    unsigned = encode_reference(descriptor)
+    head, payload, signature = genuine.rsplit(".", 2)
+    altered = f"{head}.{payload[:-2]}{'A' if payload[-2] != 'A' else 'B'}{payload[-1]}.{signature}"
+    vllm = served["pixelwire_vllm"]
+    before = _metrics(vllm)
+    # Through the frontend: refused as client-supplied, vLLM never asked.
+    calls = _upstream_calls(served["frontend"])
+    for reference in (forged, unsigned, altered):
+        status, body = _post(served["frontend"], {"model": "tiny", "messages": _messages([reference])})
+        _assert_openai_error(status, body, 400, "minted by the frontend")
+    assert _upstream_calls(served["frontend"]) == calls
+    # Straight to vLLM: the plug-in refuses them before any NIXL call.
+    for reference, words in ((forged, "does not match"), (unsigned, "unsigned"), (altered, "does not match")):
+        status, body = _post(vllm, {"model": "tiny", "messages": _messages([reference])})
+        _assert_openai_error(status, body, 400, words)
+    after = _metrics(vllm)
+    refused = stack.metric(after, "pixelwire_worker_errors_total", type="SignatureError") - stack.metric(
+        before, "pixelwire_worker_errors_total", type="SignatureError"
+    )
+    assert refused == 3
+    for name in ("pixelwire_worker_images_total", "pixelwire_worker_decode_seconds_count"):
+        assert stack.metric(after, name, path="nixl") == stack.metric(before, name, path="nixl")
+
+
+@pytest.mark.parametrize(
+    "url", ["http://169.254.169.254/latest/meta-data/", "file:///etc/passwd", "http://example.invalid/a.png"]
+)
+def test_blocked_url_is_a_400_and_vllm_is_never_asked(served: dict[str, Any], url: str) -> None:
+    for name in ("frontend", "worker_mode"):
+        frontend = served[name]
+        calls = _upstream_calls(frontend)
+        status, body = _post(frontend, {"model": "tiny", "messages": _messages([_data_url(PNG), url])})
+        _assert_openai_error(status, body, 400, "refused")
+        assert body["error"]["param"] == "messages[0].content[1]"
+        assert _upstream_calls(frontend) == calls
+    assert _wait_pool_empty(served["frontend"], 5.0) == 0
+
+
+def test_frontend_in_front_of_a_vllm_without_the_connector_says_so(served: dict[str, Any]) -> None:
+    status, body = _post(served["misconfigured"], {"model": "tiny", "messages": _messages([_data_url(PNG)])})
+    _assert_openai_error(status, body, 502, "VLLM_MEDIA_CONNECTOR=pixelwire")
+    # Text-only requests still pass through.
+    status, body = _post(
+        served["misconfigured"],
+        {"model": "tiny", "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]},
+    )
+    assert status == 200, body
+
+
+def test_other_routes_pass_through(served: dict[str, Any]) -> None:
+    models = json.loads(served["frontend"].get("/v1/models"))
+    assert [m["id"] for m in models["data"]] == ["tiny"]
+    status, body = _post(
+        served["frontend"], {"model": "no-such-model", "messages": _messages([_data_url(PNG)])}
+    )
+    assert status == 404, body  # vLLM's own status, preserved
+    assert _wait_pool_empty(served["frontend"], 5.0) == 0

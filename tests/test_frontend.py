@@ -1,0 +1,375 @@
+"""`pixelwire frontend` as a real process, in front of an upstream server in
+this process that plays vLLM's HTTP side and reads every descriptor over real
+NIXL with a real Reader. (The vLLM end-to-end group is tests/e2e.)"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import http.client
+import json
+import socket
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from aiohttp import web
+
+import pixelwire
+from pixelwire.signing import (
+    SignatureError,
+    decode_reference,
+    encode_reference,
+    is_reference,
+)
+
+import stack
+from reference import CORPUS, vllm_load
+
+SECRET = b"frontend-test-secret"
+INFO = 'pixelwire_worker_info{version="test",connector="pixelwire"} 1.0\n'
+
+try:
+    pixelwire.transfer.nixl_library_path()
+except pixelwire.TransferError as missing:  # pragma: no cover - CI installs it
+    pytest.skip(f"NIXL runtime not installed: {missing}", allow_module_level=True)
+
+
+class Upstream:
+    """An OpenAI-shaped server: for each image reference it READs the pixels
+    over NIXL and answers their shape and SHA-256; ``"hang"`` in the model
+    name makes it wait forever, ``"stream"`` answers SSE."""
+
+    def __init__(self, *, plugin: bool = True) -> None:
+        self.plugin = plugin
+        self.calls = 0
+        self.received = threading.Event()
+        self.port = stack.free_port()
+        self.loop = asyncio.new_event_loop()
+        self.reader = pixelwire.Reader(timeout=10)
+        started = threading.Event()
+        self.thread = threading.Thread(target=self._run, args=(started,), daemon=True)
+        self.thread.start()
+        assert started.wait(10)
+
+    def _run(self, started: threading.Event) -> None:
+        asyncio.set_event_loop(self.loop)
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_post("/v1/chat/completions", self.chat)
+        app.router.add_get("/metrics", self.metrics)
+        app.router.add_get("/v1/models", self.models)
+        self.runner = web.AppRunner(app, handler_cancellation=True)
+        self.loop.run_until_complete(self.runner.setup())
+        self.loop.run_until_complete(web.TCPSite(self.runner, "127.0.0.1", self.port).start())
+        started.set()
+        self.loop.run_forever()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def metrics(self, _request: web.Request) -> web.Response:
+        return web.Response(text=INFO if self.plugin else "# no plug-in\n")
+
+    async def models(self, request: web.Request) -> web.Response:
+        return web.json_response({"data": [{"id": "m"}], "query": request.query_string}, status=203)
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        self.calls += 1
+        body = await request.json()
+        self.received.set()
+        if "hang" in body["model"]:
+            await asyncio.sleep(3600)
+        images = []
+        for message in body["messages"]:
+            for part in message["content"] if isinstance(message["content"], list) else []:
+                if part.get("type") == "image_url":
+                    url = part["image_url"]["url"]
+                    if is_reference(url):
+                        pixels = await self.reader.read_decoded(decode_reference(url, SECRET), output="numpy")
+                        images.append(
+                            {"shape": list(pixels.shape), "sha": hashlib.sha256(pixels).hexdigest()}
+                        )
+                    else:
+                        images.append({"url": url[:40]})
+        if "stream" not in body["model"]:
+            return web.json_response({"images": images}, status=201)
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        for i in range(3):
+            await response.write(f"data: {json.dumps({'i': i, 'images': images})}\n\n".encode())
+            await asyncio.sleep(0.05)
+        await response.write(b"data: [DONE]\n\n")
+        return response
+
+    def close(self) -> None:
+        asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+        self.loop.close()
+        self.reader.close()
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[Upstream]:
+    u = Upstream()
+    yield u
+    u.close()
+
+
+def _frontend(tmp: Path, upstream_url: str, *args: str) -> stack.Service:
+    env = {"PIXELWIRE_SECRET": SECRET.decode()}
+    service = stack.start_frontend(
+        "frontend", tmp, upstream_url, "--allowed-domains", "images.test", *args, env=env
+    )
+    service.wait_ready("/metrics", timeout=60)
+    return service
+
+
+@pytest.fixture(scope="module")
+def frontend(upstream: Upstream, tmp_path_factory: pytest.TempPathFactory) -> Iterator[stack.Service]:
+    service = _frontend(tmp_path_factory.mktemp("frontend"), upstream.url, "--lease-seconds", "30")
+    yield service
+    service.stop()
+
+
+def _post(service: stack.Service, body: dict[str, Any], timeout: float = 30) -> tuple[int, Any]:
+    request = urllib.request.Request(
+        f"{service.url}/v1/chat/completions",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def _data_url(name: str) -> str:
+    return f"data:image/png;base64,{base64.b64encode((CORPUS / name).read_bytes()).decode()}"
+
+
+def _chat(*urls: str, model: str = "m", **extra: Any) -> dict[str, Any]:
+    parts = [{"type": "image_url", "image_url": {"url": u}} for u in urls]
+    return {
+        "model": model,
+        "messages": [{"role": "user", "content": [*parts, {"type": "text", "text": "hi"}]}],
+        **extra,
+    }
+
+
+def _in_use(service: stack.Service) -> float:
+    return stack.metric(service.get("/metrics"), "pixelwire_frontend_pool_bytes_in_use")
+
+
+def _wait_empty(service: stack.Service, within: float) -> float:
+    deadline = time.monotonic() + within
+    while (in_use := _in_use(service)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return in_use
+
+
+def _expected(name: str, **kwargs: Any) -> dict[str, Any]:
+    _, pixels = vllm_load((CORPUS / name).read_bytes(), **kwargs)
+    return {"shape": list(pixels.shape), "sha": hashlib.sha256(np.ascontiguousarray(pixels)).hexdigest()}
+
+
+def test_images_travel_over_nixl_with_vllms_pixels(frontend: stack.Service) -> None:
+    names = ["hopper.png", "transparent.png", "flower2.jpg"]
+    status, raw = _post(frontend, _chat(*(_data_url(n) for n in names)))
+    assert status == 201  # the upstream's own status
+    got = json.loads(raw)["images"]
+    assert got[0] == _expected("hopper.png")
+    assert got[1] == _expected("transparent.png")  # RGBA composited on white, as vLLM does
+    assert got[2]["shape"] == _expected("flower2.jpg")["shape"]
+    assert _wait_empty(frontend, 5) == 0
+    text = frontend.get("/metrics")
+    assert stack.metric(text, "pixelwire_frontend_images_total", path="nixl") >= 3
+
+
+def test_request_media_io_kwargs_choose_mode_and_background(frontend: stack.Service) -> None:
+    body = _chat(
+        _data_url("transparent.png"), media_io_kwargs={"image": {"rgba_background_color": [0, 0, 0]}}
+    )
+    status, raw = _post(frontend, body)
+    assert status == 201
+    assert json.loads(raw)["images"] == [_expected("transparent.png", background=(0, 0, 0))]
+    status, raw = _post(
+        frontend, _chat(_data_url("transparent.png"), media_io_kwargs={"image": {"image_mode": "RGBA"}})
+    )
+    assert json.loads(raw)["images"] == [_expected("transparent.png", mode="RGBA")]
+
+
+def test_sse_passes_through_live(frontend: stack.Service) -> None:
+    connection = http.client.HTTPConnection("127.0.0.1", frontend.port, timeout=30)
+    connection.request(
+        "POST", "/v1/chat/completions", body=json.dumps(_chat(_data_url("hopper.png"), model="stream")),
+        headers={"Content-Type": "application/json"},
+    )  # fmt: skip
+    response = connection.getresponse()
+    assert response.status == 200
+    assert response.getheader("Content-Type", "").startswith("text/event-stream")
+    events = [e for e in response.read().decode().split("\n\n") if e]
+    connection.close()
+    assert len(events) == 4 and events[-1] == "data: [DONE]"
+    assert json.loads(events[0].removeprefix("data: "))["images"] == [_expected("hopper.png")]
+
+
+def test_other_routes_pass_through_with_their_status(frontend: stack.Service) -> None:
+    with urllib.request.urlopen(f"{frontend.url}/v1/models?x=1", timeout=10) as response:
+        assert response.status == 203
+        assert json.loads(response.read()) == {"data": [{"id": "m"}], "query": "x=1"}
+    try:
+        urllib.request.urlopen(f"{frontend.url}/no/such/route", timeout=10)
+        raise AssertionError("expected 404")
+    except urllib.error.HTTPError as e:
+        assert e.code == 404
+
+
+@pytest.mark.parametrize(
+    ("url", "status", "words"),
+    [
+        ("http://10.0.0.1/a.png", 400, "refused"),
+        ("file:///etc/passwd", 400, "refused"),
+        ("data:image/png;base64,AAAA", 400, "could not decode"),
+        ("data:image/png;base64,@@@", 400, ""),
+    ],
+)
+def test_bad_images_are_400s_naming_the_part(
+    frontend: stack.Service, upstream: Upstream, url: str, status: int, words: str
+) -> None:
+    calls = upstream.calls
+    code, body = _post(frontend, _chat(_data_url("hopper.png"), url))
+    assert code == status, body
+    assert body["error"]["param"] == "messages[0].content[1]"
+    assert (
+        body["error"]["message"].startswith("messages[0].content[1]: ") and words in body["error"]["message"]
+    )
+    assert body["error"]["type"] == "BadRequestError" and body["error"]["code"] == 400
+    assert upstream.calls == calls
+    # The image that did decode is freed at once, not at lease end.
+    assert _wait_empty(frontend, 2) == 0
+
+
+def test_client_supplied_descriptors_are_refused(frontend: stack.Service, upstream: Upstream) -> None:
+    reference = encode_reference({"x": 1}, SECRET)
+    calls = upstream.calls
+    for body in (
+        _chat(reference),
+        _chat(" " + reference.upper()),
+        {
+            "model": "m",
+            "messages": [{"role": "user", "content": [{"type": "input_image", "image_url": reference}]}],
+        },
+    ):
+        code, error = _post(frontend, body)
+        assert code == 400 and "minted by the frontend" in error["error"]["message"]
+    assert upstream.calls == calls
+    # Text that merely mentions the prefix is text.
+    code, _ = _post(
+        frontend,
+        {"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": reference}]}]},
+    )
+    assert code == 201
+
+
+def test_invalid_json_is_a_400(frontend: stack.Service) -> None:
+    request = urllib.request.Request(f"{frontend.url}/v1/chat/completions", data=b"{nope", method="POST")
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        urllib.request.urlopen(request, timeout=10)
+    assert caught.value.code == 400
+    assert "not valid JSON" in json.loads(caught.value.read())["error"]["message"]
+
+
+def test_a_disconnected_clients_images_are_freed_at_once(frontend: stack.Service, upstream: Upstream) -> None:
+    upstream.received.clear()
+    with socket.create_connection(("127.0.0.1", frontend.port)) as sock:
+        body = json.dumps(_chat(*[_data_url("hopper.png")] * 3, model="hang")).encode()
+        head = (
+            "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n"
+        )
+        sock.sendall(head.encode() + body)
+        assert upstream.received.wait(20), "the frontend forwarded the request"
+        assert _in_use(frontend) > 0  # published, never read: the upstream hangs
+    # The client is gone: the frontend drops the upstream request and frees
+    # the images well before their 30 s lease.
+    assert _wait_empty(frontend, 5) == 0
+    assert stack.metric(frontend.get("/metrics"), "pixelwire_frontend_released_at_request_end_total") >= 3
+
+
+def test_upstream_down_is_502_and_slow_upstream_is_504(upstream: Upstream, tmp_path: Path) -> None:
+    down = _frontend(tmp_path, f"http://127.0.0.1:{stack.free_port()}", "--no-check-upstream")
+    try:
+        code, body = _post(down, _chat(_data_url("hopper.png")))
+        assert code == 502 and "unreachable" in body["error"]["message"], body
+        assert _wait_empty(down, 2) == 0
+    finally:
+        down.stop()
+    slow = _frontend(tmp_path, upstream.url, "--upstream-timeout", "1")
+    try:
+        code, body = _post(slow, _chat(_data_url("hopper.png"), model="hang"))
+        assert code == 504 and body["error"]["type"] == "GatewayTimeoutError", body
+        assert _wait_empty(slow, 2) == 0
+    finally:
+        slow.stop()
+
+
+def test_an_upstream_without_the_connector_is_a_502_for_images(tmp_path: Path) -> None:
+    bare = Upstream(plugin=False)
+    service = _frontend(tmp_path, bare.url)
+    try:
+        code, body = _post(service, _chat(_data_url("hopper.png")))
+        assert code == 502 and "VLLM_MEDIA_CONNECTOR=pixelwire" in body["error"]["message"]
+        code, _ = _post(service, {"model": "m", "messages": [{"role": "user", "content": "text only"}]})
+        assert code == 201
+        assert "does NOT run the pixelwire media connector" in service.tail(200)
+        assert bare.calls == 1
+    finally:
+        service.stop()
+        bare.close()
+
+
+def test_decode_at_worker_passes_urls_through_but_checks_them(upstream: Upstream, tmp_path: Path) -> None:
+    service = _frontend(tmp_path, upstream.url, "--decode-at", "worker")
+    try:
+        url = _data_url("hopper.png")
+        code, raw = _post(service, _chat(url, "https://images.test/a.png"))
+        assert code == 201
+        assert json.loads(raw)["images"] == [{"url": url[:40]}, {"url": "https://images.test/a.png"}]
+        code, body = _post(service, _chat("https://elsewhere.test/a.png"))
+        assert code == 400 and "not in allowed_domains" in body["error"]["message"]
+    finally:
+        service.stop()
+
+
+def test_signing_round_trip_and_refusals() -> None:
+    descriptor = {"b": [1, 2], "a": {"z": "ü"}}
+    signed = encode_reference(descriptor, SECRET)
+    assert signed.startswith("pixelwire:1.") and is_reference(signed)
+    assert decode_reference(signed, SECRET) == descriptor
+    assert decode_reference(signed, None) == descriptor  # no secret here: signature not required
+    unsigned = encode_reference(descriptor)
+    assert unsigned.endswith(".")
+    with pytest.raises(SignatureError, match="unsigned"):
+        decode_reference(unsigned, SECRET)
+    with pytest.raises(SignatureError, match="does not match"):
+        decode_reference(encode_reference(descriptor, b"other"), SECRET)
+    head, payload, signature = signed.rsplit(".", 2)
+    flipped = payload[:-1] + ("A" if payload[-1] != "A" else "B")
+    with pytest.raises(SignatureError):
+        decode_reference(f"{head}.{flipped}.{signature}", SECRET)
+    for bad in ("pixelwire:2.e30.", "pixelwire:1", "pixelwire:1.!!!.", "pixelwire:1.W10.", "http://x"):
+        with pytest.raises(pixelwire.DescriptorError):
+            decode_reference(bad, None)
+    with pytest.raises(pixelwire.DescriptorError, match="over"):
+        decode_reference("pixelwire:1." + "A" * 70000 + ".", None)
+    assert issubclass(SignatureError, pixelwire.PixelwireError)
