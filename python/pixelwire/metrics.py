@@ -22,7 +22,14 @@ class ImageMetrics:
     ``passthrough`` (frontend left it to the worker) or ``vllm`` (handed to
     vLLM's own loader)."""
 
-    def __init__(self, role: str, registry: CollectorRegistry, pool_bytes: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        role: str,
+        registry: CollectorRegistry,
+        pool_bytes: Callable[[], float],
+        *,
+        reads: bool = False,
+    ) -> None:
         prefix = f"pixelwire_{role}"
         self.images = Counter(f"{prefix}_images", "Images handled, by path", ["path"], registry=registry)
         self.pixel_bytes = Counter(
@@ -35,11 +42,16 @@ class ImageMetrics:
             buckets=_SECONDS,
             registry=registry,
         )
-        self.publish_to_read_seconds = Histogram(
-            f"{prefix}_publish_to_read_seconds",
-            "Seconds from the frontend publishing an image to the worker holding its pixels",
-            buckets=_SECONDS,
-            registry=registry,
+        # Only the reading side sees both ends of that interval.
+        self.publish_to_read_seconds = (
+            Histogram(
+                f"{prefix}_publish_to_read_seconds",
+                "Seconds from the frontend publishing an image to the worker holding its pixels",
+                buckets=_SECONDS,
+                registry=registry,
+            )
+            if reads
+            else None
         )
         self.pool_bytes_in_use = Gauge(
             f"{prefix}_pool_bytes_in_use", "Bytes of NIXL-registered pool held by images", registry=registry

@@ -42,7 +42,7 @@ def install_metrics(selected: str) -> ImageMetrics:
     global _metrics
     with _state_lock:
         if _metrics is None:
-            _metrics = ImageMetrics("worker", REGISTRY, _reader_bytes_in_use)
+            _metrics = ImageMetrics("worker", REGISTRY, _reader_bytes_in_use, reads=True)
             info = Gauge(
                 "pixelwire_worker_info",
                 "pixelwire plug-in loaded; connector is VLLM_MEDIA_CONNECTOR",
@@ -149,8 +149,9 @@ class PixelwireMediaConnector(MediaConnector):
         with metrics.timed("nixl"):
             pixels = await reader.read_decoded(descriptor, output="numpy")
         published_at = own.get("published_at")
-        if isinstance(published_at, (int, float)) and published_at > 0:
-            metrics.publish_to_read_seconds.observe(max(0.0, time.time() - published_at))
+        latency = metrics.publish_to_read_seconds
+        if latency is not None and isinstance(published_at, (int, float)) and published_at > 0:
+            latency.observe(max(0.0, time.time() - published_at))
         metrics.handled("nixl", int(pixels.nbytes))
         return _to_pil(pixels)
 
