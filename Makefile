@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 CORPUS ?= ../shared/corpus/pillow
 FILES ?= $(CORPUS)/hopper.png $(CORPUS)/flower2.jpg $(CORPUS)/flower.webp $(CORPUS)/transparent.gif $(CORPUS)/pil_sample_cmyk.jpg
 
-.PHONY: setup build-dev demo decode lint test test-core test-vllm vllm-setup demo-vllm bench
+.PHONY: setup build-dev demo decode lint test test-core test-vllm vllm-setup demo-vllm bench bench-vllm
 
 # The vLLM stack lives outside the checkout so that later runs on the same
 # machine reuse it (~6 GB; pip's cache keeps the downloads too).
@@ -82,3 +82,8 @@ bench: build-dev
 	$(PY) benches/decode_vs_peers.py
 	$(PY) benches/fetch_decode.py
 	$(PY) benches/transfer.py
+
+# Chat completions with one image through real vLLM servers: vLLM's loader
+# vs the frontend over NIXL vs worker mode (latency and API-server CPU).
+bench-vllm: vllm-setup
+	cd benches && PIXELWIRE_E2E_CACHE=$(VLLM_CACHE) $(VPY) vllm_serving.py

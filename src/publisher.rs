@@ -8,7 +8,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use parking_lot::{Condvar, Mutex, RwLock};
 
 use crate::agent::{Agent, HostRegion, RegisteredPool};
-use crate::decode::{self, DecodeOptions, ImageInfo, OutputShape};
+use crate::decode::{self, DecodeOptions, ImageInfo, Mode, OutputShape};
 use crate::errors::{Error, Result};
 use crate::pool::Slot;
 use crate::wire;
@@ -138,14 +138,32 @@ impl Publisher {
 
     /// Decodes `data` into a pool slot and describes it. Blocks (GIL-free)
     /// up to the acquire timeout when the pool is full.
-    pub fn publish(&self, data: &[u8], opts: &DecodeOptions) -> Result<Published> {
+    /// Decodes into a slot and publishes it. `rgbx` (RGB only) stores each
+    /// pixel in four bytes, Pillow's in-memory layout, so a reader building a
+    /// PIL image maps the pixels instead of copying them.
+    pub fn publish(&self, data: &[u8], opts: &DecodeOptions, rgbx: bool) -> Result<Published> {
+        if rgbx && opts.mode != Mode::Rgb {
+            return Err(Error::InvalidArgument(
+                "the RGBX layout needs mode RGB".to_string(),
+            ));
+        }
         let info = decode::probe(data, &opts.limits)?;
         let shape = info.output_shape(opts);
-        let (slot, region) = self.shared.acquire(shape.len())?;
+        let len = if rgbx {
+            shape.len() / 3 * 4
+        } else {
+            shape.len()
+        };
+        let (slot, region) = self.shared.acquire(len)?;
         // SAFETY: the slot's range belongs to this call until it is published.
         let pixels = unsafe { region.slice_mut(slot.offset, slot.len) };
         let decoded =
-            decode::decode_into(data, &info, opts, pixels).map(|()| wire::content_hash(pixels));
+            decode::decode_into(data, &info, opts, &mut pixels[..shape.len()]).map(|()| {
+                if rgbx {
+                    decode::expand_rgb_to_rgbx(pixels);
+                }
+                wire::content_hash(pixels)
+            });
         let content_hash = match decoded {
             Ok(hash) => hash,
             Err(e) => {

@@ -93,7 +93,10 @@ class Upstream:
                 if part.get("type") == "image_url":
                     url = part["image_url"]["url"]
                     if is_reference(url):
-                        pixels = await self.reader.read_decoded(decode_reference(url, SECRET), output="numpy")
+                        # The worker's plug-in asks for PIL images; numpy here otherwise.
+                        output = "pil" if "pil" in body["model"] else "numpy"
+                        read = await self.reader.read_decoded(decode_reference(url, SECRET), output=output)
+                        pixels = np.asarray(read)
                         images.append(
                             {"shape": list(pixels.shape), "sha": hashlib.sha256(pixels).hexdigest()}
                         )
@@ -193,6 +196,14 @@ def test_images_travel_over_nixl_with_vllms_pixels(frontend: stack.Service) -> N
     assert _wait_empty(frontend, 5) == 0
     text = frontend.get("/metrics")
     assert stack.metric(text, "pixelwire_frontend_images_total", path="nixl") >= 3
+
+
+def test_pil_reads_match_vllm_too(frontend: stack.Service) -> None:
+    status, raw = _post(frontend, _chat(_data_url("hopper.png"), _data_url("flower2.jpg"), model="pil"))
+    assert status == 201
+    got = json.loads(raw)["images"]
+    assert got[0] == _expected("hopper.png")
+    assert got[1]["shape"] == _expected("flower2.jpg")["shape"]
 
 
 def test_request_media_io_kwargs_choose_mode_and_background(frontend: stack.Service) -> None:

@@ -19,7 +19,7 @@ from PIL import Image
 import pixelwire
 from pixelwire._frontend_process import FrontendProcess
 
-from reference import corpus_files
+from reference import CORPUS, corpus_files
 
 MiB = 1024 * 1024
 
@@ -420,3 +420,40 @@ def test_dynamo_rdma_metadata_descriptor(frontend: FrontendProcess) -> None:
 
     run(main())
     assert _wait_for(lambda: frontend.stats()["slots_in_use"] == 0)
+
+
+def test_rgbx_layout_maps_into_pil_and_unpacks_for_arrays(frontend: FrontendProcess) -> None:
+    names = ["hopper.png", "transparent.png", "flower2.jpg", "pil_sample_cmyk.jpg"]
+
+    async def main() -> None:
+        async with pixelwire.Reader() as reader:
+            for name in names:
+                data = (CORPUS / name).read_bytes()
+                expected = pixelwire.decode_image(data)
+                h, w, _ = expected.shape
+                desc = frontend.publish(data, layout="RGBX")["desc"]
+                assert desc["metadata"]["layout"] == "RGBX" and desc["shape"] == [h, w, 3]
+                assert desc["nixl_descriptor"]["size"] == h * w * 4
+                image = await reader.read_decoded(desc, output="pil")
+                assert image.mode == "RGB" and image.size == (w, h)
+                assert image.readonly  # mapped over the received pixels, not copied
+                np.testing.assert_array_equal(np.asarray(image), expected)
+                again = frontend.publish(data, layout="RGBX")["desc"]
+                array = await reader.read_decoded(again, output="numpy")
+                assert array.flags.c_contiguous
+                np.testing.assert_array_equal(array, expected)
+            # The layout holds RGB only; a descriptor claiming otherwise is refused.
+            desc = frontend.publish((CORPUS / names[0]).read_bytes(), layout="RGBX")["desc"]
+            bad = copy.deepcopy(desc)
+            bad["shape"] = [desc["shape"][0], desc["shape"][1], 4]
+            with pytest.raises(pixelwire.DescriptorError, match="RGBX"):
+                await reader.read_decoded(bad)
+            bad = copy.deepcopy(desc)
+            bad["metadata"]["layout"] = "CHW"
+            with pytest.raises(pixelwire.DescriptorError, match="layout"):
+                await reader.read_decoded(bad)
+        with pytest.raises(ValueError, match="RGBX"):
+            async with pixelwire.Publisher(pool_bytes=MiB) as publisher:
+                await publisher.decode_and_publish((CORPUS / names[0]).read_bytes(), mode="L", layout="RGBX")
+
+    run(main())

@@ -16,8 +16,9 @@ from pixelwire.benchmarks import ppm_of_size
 torch = pytest.importorskip("torch")
 
 
+@pytest.mark.parametrize("layout", ["HWC", "RGBX"])
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
-def test_torch_reads_equal_decode_image(device: str) -> None:
+def test_torch_reads_equal_decode_image(device: str, layout: str) -> None:
     if device == "cuda" and not torch.cuda.is_available():
         pytest.skip("no CUDA device")
     # Generated images (the corpus does not travel to the GPU machine);
@@ -29,9 +30,10 @@ def test_torch_reads_equal_decode_image(device: str) -> None:
         async def main() -> None:
             async with pixelwire.Reader() as reader:
                 for data in images:
-                    desc = frontend.publish(data)["desc"]
+                    desc = frontend.publish(data, layout=layout)["desc"]
                     got = await reader.read_decoded(desc, output="torch", device=device)
                     assert got.is_cuda == (device == "cuda") and got.dtype == torch.uint8
+                    assert got.is_contiguous() and got.shape[2] == 3
                     np.testing.assert_array_equal(got.cpu().numpy(), pixelwire.decode_image(data))
 
         asyncio.run(main())

@@ -112,7 +112,9 @@ async def serve(pool_bytes: int, lease: float, acquire: float) -> None:
                 try:
                     descs = []
                     for _ in range(int(cmd.get("count", 1))):
-                        decoded = await pub.decode_and_publish(data, mode=cmd.get("mode", "RGB"))
+                        decoded = await pub.decode_and_publish(
+                            data, mode=cmd.get("mode", "RGB"), layout=cmd.get("layout", "HWC")
+                        )
                         descs.append(decoded.to_dict())
                     answer = {"descs": descs}
                 except pixelwire.PixelwireError as error:
@@ -154,17 +156,18 @@ class FrontendProcess:
         self.proc.stdin.flush()
         return self._answer()
 
-    def publish_many(self, data: bytes, count: int, mode: str = "RGB") -> dict[str, Any]:
-        return self.ask(cmd="publish", data=base64.b64encode(data).decode(), mode=mode, count=count)
+    def publish_many(self, data: bytes, count: int, mode: str = "RGB", layout: str = "HWC") -> dict[str, Any]:
+        encoded = base64.b64encode(data).decode()
+        return self.ask(cmd="publish", data=encoded, mode=mode, count=count, layout=layout)
 
     def publish_file(self, path: Path, mode: str = "RGB") -> dict[str, Any]:
         """One image the frontend reads from disk itself (no copy through the pipe)."""
         answer = self.ask(cmd="publish", path=str(path), mode=mode)
         return {"desc": answer["descs"][0]} if "descs" in answer else answer
 
-    def publish(self, data: bytes, mode: str = "RGB") -> dict[str, Any]:
+    def publish(self, data: bytes, mode: str = "RGB", layout: str = "HWC") -> dict[str, Any]:
         """One image: {"desc": ...} or {"error": ..., "message": ...}."""
-        answer = self.publish_many(data, 1, mode)
+        answer = self.publish_many(data, 1, mode, layout)
         return {"desc": answer["descs"][0]} if "descs" in answer else answer
 
     def stats(self) -> dict[str, int]:

@@ -71,7 +71,12 @@ class NativePublisher:
     @property
     def metadata(self) -> str: ...
     def publish(
-        self, data: Buffer, *, mode: str = "RGB", background: tuple[int, int, int] = (255, 255, 255)
+        self,
+        data: Buffer,
+        *,
+        mode: str = "RGB",
+        background: tuple[int, int, int] = (255, 255, 255),
+        rgbx: bool = False,
     ) -> dict[str, Any]: ...
     def release(self, slot: int, generation: int) -> bool: ...
     def stats(self) -> dict[str, int]: ...

@@ -14,7 +14,7 @@ import json
 import logging
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import aiohttp
 from aiohttp import web
@@ -341,7 +341,11 @@ class Frontend:
                 self.metrics.handled("passthrough", 0)
                 return part.url
             with self.metrics.timed("nixl"):
-                result = await self.publisher.decode_and_publish(part.url, mode=mode, background=background)
+                # vLLM wants PIL images: RGB goes in Pillow's layout, mapped not copied.
+                layout: Literal["HWC", "RGBX"] = "RGBX" if mode == "RGB" else "HWC"
+                result = await self.publisher.decode_and_publish(
+                    part.url, mode=mode, background=background, layout=layout
+                )
             assert isinstance(result, Decoded)
             out.append(result)
             self.metrics.handled("nixl", result.size)

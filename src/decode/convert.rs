@@ -185,9 +185,35 @@ pub fn depalette(indices: &[u8], palette_rgb: &[u8], alpha: &[u8]) -> Vec<u8> {
     out
 }
 
+/// Spreads packed RGB held in the first three quarters of `buf` into RGBX
+/// (X = 255, Pillow's own padding), in place: the layout of a Pillow "RGB"
+/// image, so a reader can map the pixels without a copy. Back to front, so
+/// no pixel is overwritten before it is read (4i >= 3i + 3 for i >= 3).
+pub fn expand_rgb_to_rgbx(buf: &mut [u8]) {
+    let pixels = buf.len() / 4;
+    for i in (0..pixels).rev() {
+        let (r, g, b) = (buf[3 * i], buf[3 * i + 1], buf[3 * i + 2]);
+        buf[4 * i..4 * i + 4].copy_from_slice(&[r, g, b, 255]);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rgb_expands_to_rgbx_in_place() {
+        let rgb: Vec<u8> = (0..30u8).collect(); // 10 pixels
+        let mut buf = rgb.clone();
+        buf.resize(40, 7);
+        expand_rgb_to_rgbx(&mut buf);
+        for i in 0..10 {
+            assert_eq!(&buf[4 * i..4 * i + 3], &rgb[3 * i..3 * i + 3]);
+            assert_eq!(buf[4 * i + 3], 255);
+        }
+        let mut empty: [u8; 0] = [];
+        expand_rgb_to_rgbx(&mut empty);
+    }
 
     #[test]
     fn luma_matches_pillow_rounding() {

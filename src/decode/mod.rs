@@ -7,6 +7,7 @@
 //! conversion otherwise.
 
 mod convert;
+pub use convert::expand_rgb_to_rgbx;
 mod generic;
 mod gif;
 mod jpeg;

@@ -73,13 +73,14 @@ impl NativePublisher {
     }
 
     /// Decodes into a registered slot; returns the descriptor fields.
-    #[pyo3(signature = (data, *, mode = "RGB", background = (255, 255, 255)))]
+    #[pyo3(signature = (data, *, mode = "RGB", background = (255, 255, 255), rgbx = false))]
     fn publish<'py>(
         &self,
         py: Python<'py>,
         data: Encoded<'py>,
         mode: &str,
         background: (u8, u8, u8),
+        rgbx: bool,
     ) -> PyResult<Bound<'py, PyDict>> {
         let opts = DecodeOptions {
             mode: Mode::parse(mode)?,
@@ -88,7 +89,7 @@ impl NativePublisher {
             apply_exif_orientation: false,
         };
         let bytes = data.as_slice();
-        let p = py.detach(|| self.inner.publish(bytes, &opts))?;
+        let p = py.detach(|| self.inner.publish(bytes, &opts, rgbx))?;
         let d = PyDict::new(py);
         d.set_item("addr", p.addr)?;
         d.set_item("size", p.len)?;

@@ -83,7 +83,12 @@ class Service:
 
 
 def start_vllm(
-    name: str, log_dir: Path, *, connector: str, extra_env: dict[str, str] | None = None
+    name: str,
+    log_dir: Path,
+    *,
+    connector: str,
+    extra_env: dict[str, str] | None = None,
+    extra_args: tuple[str, ...] = (),
 ) -> Service:
     """vLLM's OpenAI server on the tiny model; ``connector`` is
     VLLM_MEDIA_CONNECTOR ("http" is vLLM's own loader)."""
@@ -101,7 +106,7 @@ def start_vllm(
         "--model", str(model_dir()), "--served-model-name", "tiny",
         "--host", "127.0.0.1", "--port", str(port),
         "--dtype", "float32", "--max-model-len", "1024", "--max-num-seqs", "4",
-        "--enforce-eager", "--limit-mm-per-prompt", '{"image": 4}', "--seed", "0",
+        "--enforce-eager", "--limit-mm-per-prompt", '{"image": 4}', "--seed", "0", *extra_args,
     ]  # fmt: skip
     return Service(name, argv, env, port, log_dir)
 

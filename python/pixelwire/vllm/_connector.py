@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import re
 import threading
 import time
+import uuid
 from collections.abc import Coroutine
 from typing import Any, Literal, cast
 
 import numpy as np
 import vllm.envs as envs
-from PIL import Image
+from PIL import ExifTags, Image
 from prometheus_client import REGISTRY, Gauge
 from vllm.multimodal.media import MediaConnector, MediaWithBytes
 from vllm.multimodal.media.image import ImageMediaIO
@@ -24,6 +27,7 @@ from pixelwire.transfer import Reader, default_reader
 
 NativeMode = Literal["RGB", "RGBA", "L"]
 _NATIVE_MODES = ("RGB", "RGBA", "L")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 _state_lock = threading.Lock()
 _metrics: ImageMetrics | None = None
 _fetchers: dict[tuple[Any, ...], Fetcher] = {}
@@ -147,13 +151,19 @@ class PixelwireMediaConnector(MediaConnector):
             )
         reader: Reader = default_reader()
         with metrics.timed("nixl"):
-            pixels = await reader.read_decoded(descriptor, output="numpy")
+            image: Image.Image = await reader.read_decoded(descriptor, output="pil")
         published_at = own.get("published_at")
         latency = metrics.publish_to_read_seconds
         if latency is not None and isinstance(published_at, (int, float)) and published_at > 0:
             latency.observe(max(0.0, time.time() - published_at))
-        metrics.handled("nixl", int(pixels.nbytes))
-        return _to_pil(pixels)
+        metrics.handled("nixl", int(descriptor["nixl_descriptor"]["size"]))
+        digest = own.get("source_sha256")
+        if isinstance(digest, str) and _SHA256.fullmatch(digest):
+            # vLLM keys its multimodal caches on an EXIF ImageID UUID when an
+            # image has one, instead of hashing every pixel (~20 ms for 4K).
+            identity = hashlib.sha256(f"pixelwire-image:{digest}:{mode}:{list(background)}".encode()).digest()
+            image.getexif()[ExifTags.Base.ImageID] = uuid.UUID(bytes=identity[:16])
+        return image
 
     async def _load_url(
         self, url: str, mode: str, background: tuple[int, int, int], metrics: ImageMetrics
