@@ -1,7 +1,11 @@
-"""vLLM's image loader, reproduced with Pillow: the yardstick for pixels.
+"""vLLM's image loader (0.32's ``ImageMediaIO.load_bytes``), reproduced with
+Pillow: the yardstick for pixels.
 
-vLLM opens the bytes with Pillow, keeps the mode if it matches, composites
-RGBA onto a background colour for RGB, and otherwise calls ``convert``.
+vLLM opens the bytes with Pillow, applies the EXIF orientation
+(``ImageOps.exif_transpose``), keeps the mode if it matches, and for RGB
+composites anything with transparency (RGBA, LA, PA, or a ``transparency``
+entry: palette or tRNS) onto a background colour through RGBA; every other
+change is ``convert``.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ def vllm_load(
     data: bytes,
     mode: str = "RGB",
     background: tuple[int, int, int] = (255, 255, 255),
-    exif_transpose: bool = False,
+    exif_transpose: bool = True,
 ) -> tuple[str, np.ndarray]:
     """Returns (Pillow format, pixels) the way vLLM's loader produces them."""
     with warnings.catch_warnings():
@@ -40,7 +44,10 @@ def vllm_load(
         if exif_transpose:
             image = ImageOps.exif_transpose(image)
         if image.mode != mode:
-            if image.mode == "RGBA" and mode == "RGB":
+            transparent = image.mode in ("RGBA", "LA", "PA") or "transparency" in image.info
+            if mode == "RGB" and transparent:
+                if image.mode != "RGBA":
+                    image = image.convert("RGBA")
                 converted = Image.new("RGB", image.size, background)
                 converted.paste(image, mask=image.split()[3])
                 image = converted

@@ -245,12 +245,15 @@ def test_other_routes_pass_through_with_their_status(frontend: stack.Service) ->
         assert e.code == 404
 
 
+_TRUNCATED_PNG = base64.b64encode((CORPUS / "hopper.png").read_bytes()[:200]).decode()
+
+
 @pytest.mark.parametrize(
     ("url", "status", "words"),
     [
         ("http://10.0.0.1/a.png", 400, "refused"),
         ("file:///etc/passwd", 400, "refused"),
-        ("data:image/png;base64,AAAA", 400, "could not decode"),
+        (f"data:image/png;base64,{_TRUNCATED_PNG}", 400, "could not decode"),
         ("data:image/png;base64,@@@", 400, ""),
     ],
 )
@@ -268,6 +271,19 @@ def test_bad_images_are_400s_naming_the_part(
     assert upstream.calls == calls
     # The image that did decode is freed at once, not at lease end.
     assert _wait_empty(frontend, 2) == 0
+
+
+def test_formats_pixelwire_does_not_decode_pass_through_to_the_worker(frontend: stack.Service) -> None:
+    # A rotated CCITT TIFF: vLLM's loader takes it, so the frontend leaves it
+    # to the worker's plug-in (which hands it to vLLM's loader) instead of
+    # refusing what stock vLLM would accept.
+    url = _data_url("g4_orientation_6.tif")
+    status, raw = _post(frontend, _chat(url, _data_url("hopper.png")))
+    assert status == 201
+    images = json.loads(raw)["images"]
+    assert images[0] == {"url": url[:40]}
+    assert images[1] == _expected("hopper.png")
+    assert stack.metric(frontend.get("/metrics"), "pixelwire_frontend_images_total", path="passthrough") >= 1
 
 
 def test_client_supplied_descriptors_are_refused(frontend: stack.Service, upstream: Upstream) -> None:

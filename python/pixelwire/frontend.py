@@ -26,6 +26,7 @@ from pixelwire._native import (
     FetchError,
     PixelwireError,
     PoolExhausted,
+    UnsupportedFormat,
 )
 from pixelwire.fetch import Fetcher
 from pixelwire.metrics import ImageMetrics
@@ -340,12 +341,18 @@ class Frontend:
                 self.fetcher.check(part.url)
                 self.metrics.handled("passthrough", 0)
                 return part.url
-            with self.metrics.timed("nixl"):
-                # vLLM wants PIL images: RGB goes in Pillow's layout, mapped not copied.
-                layout: Literal["HWC", "RGBX"] = "RGBX" if mode == "RGB" else "HWC"
-                result = await self.publisher.decode_and_publish(
-                    part.url, mode=mode, background=background, layout=layout
-                )
+            try:
+                with self.metrics.timed("nixl"):
+                    # vLLM wants PIL images: RGB goes in Pillow's layout, mapped not copied.
+                    layout: Literal["HWC", "RGBX"] = "RGBX" if mode == "RGB" else "HWC"
+                    result = await self.publisher.decode_and_publish(
+                        part.url, mode=mode, background=background, layout=layout
+                    )
+            except UnsupportedFormat:
+                # Not a format pixelwire decodes: the worker's plug-in hands
+                # it to vLLM's own loader.
+                self.metrics.handled("passthrough", 0)
+                return part.url
             assert isinstance(result, Decoded)
             out.append(result)
             self.metrics.handled("nixl", result.size)

@@ -1,7 +1,9 @@
 //! Pillow-exact conversion from a decoder's native layout to the output mode.
 //!
-//! The rules are vLLM's `convert_image_mode`: RGBA to RGB is alpha-composited
-//! onto a background; every other change is Pillow's `Image.convert`.
+//! The rules are vLLM's (0.32) `convert_image_mode`: to RGB, anything with
+//! transparency (RGBA, LA, palette or tRNS alpha) is converted to RGBA and
+//! alpha-composited onto a background; every other change is Pillow's
+//! `Image.convert`.
 
 use super::{Mode, Target};
 use crate::errors::{Error, Result};
@@ -15,8 +17,11 @@ pub enum Raster {
     /// Straight (not premultiplied) alpha from the file itself.
     Rgba(Vec<u8>),
     /// Colour with alpha that Pillow keeps out of the mode (palette or tRNS
-    /// transparency): dropped for RGB and L, kept for RGBA.
+    /// transparency): dropped for L, kept for RGBA, composited for RGB.
     RgbKeyed(Vec<u8>),
+    /// Truecolour with tRNS: Pillow's mode is RGB, so RGB keeps the colours
+    /// (vLLM converts nothing) while RGBA takes the key as alpha.
+    RgbTrns(Vec<u8>),
     /// Grey with the same kind of side-band alpha as `RgbKeyed`.
     LKeyed(Vec<u8>),
     /// CMYK with ink amounts (0 = no ink), as Pillow stores it.
@@ -31,7 +36,7 @@ impl Raster {
             Raster::L(_) | Raster::Wide(_) => 1,
             Raster::La(_) | Raster::LKeyed(_) => 2,
             Raster::Rgb(_) => 3,
-            Raster::Rgba(_) | Raster::RgbKeyed(_) | Raster::Cmyk(_) => 4,
+            Raster::Rgba(_) | Raster::RgbKeyed(_) | Raster::RgbTrns(_) | Raster::Cmyk(_) => 4,
         }
     }
 
@@ -43,6 +48,7 @@ impl Raster {
             | Raster::Rgb(v)
             | Raster::Rgba(v)
             | Raster::RgbKeyed(v)
+            | Raster::RgbTrns(v)
             | Raster::LKeyed(v)
             | Raster::Cmyk(v) => v.len() / self.channels(),
         }
@@ -105,6 +111,13 @@ pub fn write(raster: &Raster, target: Target, out: &mut [u8]) -> Result<()> {
                 *o = p[0];
             }
         }
+        (Raster::La(src) | Raster::LKeyed(src), Mode::Rgb) => {
+            for (o, p) in out.chunks_exact_mut(3).zip(src.chunks_exact(2)) {
+                o[0] = composite(p[0], bg[0], p[1]);
+                o[1] = composite(p[0], bg[1], p[1]);
+                o[2] = composite(p[0], bg[2], p[1]);
+            }
+        }
         (Raster::La(src) | Raster::LKeyed(src), _) => {
             expand_gray(src.chunks_exact(2).map(|p| (p[0], p[1])), oc, out)
         }
@@ -116,8 +129,15 @@ pub fn write(raster: &Raster, target: Target, out: &mut [u8]) -> Result<()> {
             }
         }
         (Raster::Rgb(src), Mode::L) => rgb_to_l(src.chunks_exact(3), out),
-        (Raster::Rgba(src) | Raster::RgbKeyed(src), Mode::Rgba) => out.copy_from_slice(src),
-        (Raster::Rgba(src), Mode::Rgb) => {
+        (Raster::Rgba(src) | Raster::RgbKeyed(src) | Raster::RgbTrns(src), Mode::Rgba) => {
+            out.copy_from_slice(src)
+        }
+        (Raster::RgbTrns(src), Mode::Rgb) => {
+            for (o, p) in out.chunks_exact_mut(3).zip(src.chunks_exact(4)) {
+                o.copy_from_slice(&p[..3]);
+            }
+        }
+        (Raster::Rgba(src) | Raster::RgbKeyed(src), Mode::Rgb) => {
             for (o, p) in out.chunks_exact_mut(3).zip(src.chunks_exact(4)) {
                 let a = p[3];
                 o[0] = composite(p[0], bg[0], a);
@@ -125,12 +145,9 @@ pub fn write(raster: &Raster, target: Target, out: &mut [u8]) -> Result<()> {
                 o[2] = composite(p[2], bg[2], a);
             }
         }
-        (Raster::RgbKeyed(src), Mode::Rgb) => {
-            for (o, p) in out.chunks_exact_mut(3).zip(src.chunks_exact(4)) {
-                o.copy_from_slice(&p[..3]);
-            }
+        (Raster::Rgba(src) | Raster::RgbKeyed(src) | Raster::RgbTrns(src), Mode::L) => {
+            rgb_to_l(src.chunks_exact(4), out)
         }
-        (Raster::Rgba(src) | Raster::RgbKeyed(src), Mode::L) => rgb_to_l(src.chunks_exact(4), out),
         (Raster::Cmyk(src), Mode::L) => {
             for (o, p) in out.iter_mut().zip(src.chunks_exact(4)) {
                 let [r, g, b] = cmyk_to_rgb(p);

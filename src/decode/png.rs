@@ -143,12 +143,12 @@ pub fn decode(
     let mut buf = vec![0u8; len];
     r.next_frame(&mut buf).map_err(err)?;
     finish(&mut r)?;
-    let key = r
-        .info()
-        .trns
-        .as_deref()
-        .and_then(|t| t.get(..2))
-        .map(|t| u16::from_be_bytes([t[0], t[1]]));
+    let key = r.info().trns.as_deref().and_then(|t| match t {
+        // The png crate keeps one byte of a grey key below 16 bits.
+        [low] => Some(u16::from(*low)),
+        [high, low, ..] => Some(u16::from_be_bytes([*high, *low])),
+        [] => None,
+    });
     let raster = match (color, depth) {
         (ColorType::Grayscale, BitDepth::Sixteen) => {
             let values = buf
@@ -164,15 +164,48 @@ pub fn decode(
                 None => Raster::Wide(values.map(u32::from).collect()),
             }
         }
+        // Low-bit grey with tRNS that came through without an alpha channel.
+        (ColorType::Grayscale, _) if key.is_some() && (r.info().bit_depth as u8) < 8 => {
+            let mut grey_alpha: Vec<u8> = buf.iter().flat_map(|&v| [v, 255]).collect();
+            pillow_grey_key(&mut grey_alpha, r.info().bit_depth as u8, key.unwrap_or(0));
+            Raster::LKeyed(grey_alpha)
+        }
         (ColorType::Grayscale, _) => Raster::L(buf),
-        (ColorType::GrayscaleAlpha, _) if keyed => Raster::LKeyed(buf),
+        (ColorType::GrayscaleAlpha, _) if keyed => {
+            let source = r.info();
+            if source.color_type == ColorType::Grayscale && (source.bit_depth as u8) < 8 {
+                if let Some(raw) = key {
+                    pillow_grey_key(&mut buf, source.bit_depth as u8, raw);
+                }
+            }
+            Raster::LKeyed(buf)
+        }
         (ColorType::GrayscaleAlpha, _) => Raster::La(buf),
         (ColorType::Rgb, _) => Raster::Rgb(buf),
+        (ColorType::Rgba, _) if r.info().color_type == ColorType::Rgb => Raster::RgbTrns(buf),
         (ColorType::Rgba, _) if keyed => Raster::RgbKeyed(buf),
         (ColorType::Rgba, _) => Raster::Rgba(buf),
         (ColorType::Indexed, _) => return Err(Error::decode("PNG: palette was not expanded")),
     };
     convert::write(&raster, target, out)
+}
+
+/// Re-keys low-bit-depth grey against tRNS the way Pillow does: it keeps the
+/// key as stored (255 for any non-zero key of a 1-bit image) and compares it
+/// with the pixels scaled to 8 bits, so a 2- or 4-bit key rarely matches.
+fn pillow_grey_key(grey_alpha: &mut [u8], bit_depth: u8, raw: u16) {
+    let key = if bit_depth == 1 {
+        if raw != 0 {
+            255
+        } else {
+            0
+        }
+    } else {
+        raw
+    };
+    for p in grey_alpha.chunks_exact_mut(2) {
+        p[1] = if u16::from(p[0]) == key { 0 } else { 255 };
+    }
 }
 
 /// Reads to IEND as Pillow does (a truncated tail is an error there too) and

@@ -95,7 +95,7 @@ pub fn limits_or_default(limits: Option<&PyLimits>) -> decode::Limits {
 
 /// Decodes an image to a C-contiguous `uint8` array of shape (H, W, C).
 #[pyfunction]
-#[pyo3(signature = (data, *, mode = "RGB", background = (255, 255, 255), limits = None, apply_exif_orientation = false))]
+#[pyo3(signature = (data, *, mode = "RGB", background = (255, 255, 255), limits = None, apply_exif_orientation = true))]
 fn decode_image<'py>(
     py: Python<'py>,
     data: Encoded<'py>,

@@ -86,7 +86,8 @@ impl NativePublisher {
             mode: Mode::parse(mode)?,
             background: [background.0, background.1, background.2],
             limits: self.limits,
-            apply_exif_orientation: false,
+            // vLLM (0.32) applies the EXIF orientation to every image.
+            apply_exif_orientation: true,
         };
         let bytes = data.as_slice();
         let p = py.detach(|| self.inner.publish(bytes, &opts, rgbx))?;

@@ -19,7 +19,7 @@ from vllm.multimodal.media import MediaConnector, MediaWithBytes
 from vllm.multimodal.media.image import ImageMediaIO
 
 from pixelwire import __version__
-from pixelwire._native import DescriptorError, Limits, PixelwireError, decode_image
+from pixelwire._native import DescriptorError, Limits, PixelwireError, UnsupportedFormat, decode_image
 from pixelwire.fetch import Fetcher
 from pixelwire.metrics import ImageMetrics
 from pixelwire.signing import decode_reference, is_reference, secret_from_env
@@ -169,15 +169,22 @@ class PixelwireMediaConnector(MediaConnector):
         self, url: str, mode: str, background: tuple[int, int, int], metrics: ImageMetrics
     ) -> MediaWithBytes:
         fetcher = _fetcher(self.allowed_media_domains, self.allowed_local_media_path)
-        with metrics.timed("url"):
-            data = await fetcher.fetch(url)
-            pixels = await asyncio.to_thread(
-                decode_image,
-                data,
-                mode=cast(NativeMode, mode),
-                background=background,
-                limits=_limits(),
-            )
+        data = await fetcher.fetch(url)
+        try:
+            with metrics.timed("url"):
+                pixels = await asyncio.to_thread(
+                    decode_image,
+                    data,
+                    mode=cast(NativeMode, mode),
+                    background=background,
+                    limits=_limits(),
+                )
+        except UnsupportedFormat:
+            # A format (or variant) pixelwire does not decode: vLLM's own
+            # loader on the bytes already fetched, exactly as vLLM would.
+            metrics.handled("vllm", 0)
+            io = ImageMediaIO(**({"image_mode": mode} | self.media_io_kwargs.get("image", {})))
+            return await asyncio.to_thread(io.load_bytes, data)
         metrics.handled("url", int(pixels.nbytes))
         # With the encoded bytes, vLLM's processor cache hashes them as it
         # does for its own loader.
