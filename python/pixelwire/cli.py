@@ -34,20 +34,19 @@ def _decode(paths: list[Path], mode: str) -> int:
 def _frontend(args: argparse.Namespace) -> int:
     from pixelwire import frontend
     from pixelwire.signing import secret_from_env
-    from pixelwire.transfer import MiB, _decode_at
+    from pixelwire.transfer import MiB, _decode_at, _env_float, _env_int, allow_private_from_env
 
     image_kwargs = args.media_io_kwargs.get("image", {}) if isinstance(args.media_io_kwargs, dict) else {}
     config = frontend.FrontendConfig(
         upstream=args.upstream,
         decode_at=_decode_at(args.decode_at),
-        pool_bytes=args.pool_bytes or int(os.environ.get("PIXELWIRE_POOL_BYTES", 256 * MiB)),
-        lease_seconds=args.lease_seconds or float(os.environ.get("PIXELWIRE_LEASE_SECONDS", 60.0)),
+        pool_bytes=args.pool_bytes or _env_int("PIXELWIRE_POOL_BYTES", 256 * MiB),
+        lease_seconds=args.lease_seconds or _env_float("PIXELWIRE_LEASE_SECONDS", 60.0),
         secret=secret_from_env(),
         image_kwargs=image_kwargs,
         upstream_timeout=args.upstream_timeout,
         allowed_domains=args.allowed_domains,
-        allow_private=args.allow_private
-        or os.environ.get("PIXELWIRE_ALLOW_PRIVATE", "") in ("1", "true", "yes"),
+        allow_private=args.allow_private or allow_private_from_env(),
         check_upstream=not args.no_check_upstream,
     )
     frontend.run(config, args.host, args.port)

@@ -31,7 +31,7 @@ from pixelwire._native import (
 from pixelwire.fetch import Fetcher
 from pixelwire.metrics import ImageMetrics
 from pixelwire.signing import encode_reference, is_reference
-from pixelwire.transfer import DecodeAt, Decoded, MiB, Publisher
+from pixelwire.transfer import DECODED_MODES, DecodeAt, Decoded, MiB, Publisher
 
 log = logging.getLogger("pixelwire.frontend")
 
@@ -53,7 +53,6 @@ _HOP_HEADERS = frozenset(
         "Content-Encoding",
     )
 )
-_NATIVE_MODES = ("RGB", "RGBA", "L")
 # The worker's plug-in exposes this gauge when vLLM runs it as its media connector.
 _PLUGIN_ACTIVE = re.compile(r'^pixelwire_worker_info\{[^}]*connector="pixelwire"[^}]*\}\s+1(\.0)?\s*$', re.M)
 
@@ -78,11 +77,11 @@ class FrontendConfig:
 class OpenAIError(Exception):
     """An error answered in OpenAI's error JSON."""
 
-    def __init__(self, status: int, message: str, *, kind: str | None = None, param: str | None = None):
+    def __init__(self, status: int, message: str, *, param: str | None = None):
         super().__init__(message)
         self.status = status
         self.message = message
-        self.kind = kind or _KINDS.get(status, "InternalServerError")
+        self.kind = _KINDS.get(status, "InternalServerError")
         self.param = param
 
     def response(self) -> web.Response:
@@ -95,8 +94,6 @@ class OpenAIError(Exception):
 
 _KINDS = {
     400: "BadRequestError",
-    404: "NotFoundError",
-    413: "BadRequestError",
     502: "BadGatewayError",
     503: "ServiceUnavailableError",
     504: "GatewayTimeoutError",
@@ -220,7 +217,7 @@ class Frontend:
         self._checker: asyncio.Task[None] | None = None
 
     def _pool_bytes_in_use(self) -> float:
-        if self.config.decode_at != "frontend" or self.publisher._native is None:
+        if self.publisher._native is None:  # worker mode never opens it
             return 0.0
         return float(self.publisher.stats()["bytes_in_use"])
 
@@ -256,13 +253,8 @@ class Frontend:
         """Until the upstream shows the pixelwire connector is active, warn:
         a vLLM without it would fail only at the first image."""
         warned = False
-        while not self._plugin_seen:
-            text = await self._upstream_metrics()
-            if text and _PLUGIN_ACTIVE.search(text):
-                self._plugin_seen = True
-                log.info("upstream %s runs the pixelwire media connector", self.upstream)
-                return
-            if text is not None and not warned:
+        while not (seen := await self._upstream_has_plugin()):
+            if seen is False and not warned:
                 warned = True
                 log.error(
                     "upstream %s does NOT run the pixelwire media connector: start vLLM with "
@@ -271,21 +263,21 @@ class Frontend:
                     self.upstream,
                 )
             await asyncio.sleep(2.0)
+        log.info("upstream %s runs the pixelwire media connector", self.upstream)
 
-    async def _upstream_has_plugin(self) -> bool:
-        text = await self._upstream_metrics()
-        self._plugin_seen = bool(text and _PLUGIN_ACTIVE.search(text))
-        return self._plugin_seen
-
-    async def _upstream_metrics(self) -> str | None:
+    async def _upstream_has_plugin(self) -> bool | None:
+        """Whether the upstream's /metrics shows the connector active; None
+        while the upstream does not answer (not up yet)."""
         assert self._session is not None
         try:
             async with self._session.get(
                 f"{self.upstream}/metrics", timeout=aiohttp.ClientTimeout(total=5)
             ) as response:
-                return await response.text() if response.status == 200 else ""
+                text = await response.text() if response.status == 200 else ""
         except (aiohttp.ClientError, TimeoutError):
-            return None  # not up yet
+            return None
+        self._plugin_seen = bool(_PLUGIN_ACTIVE.search(text))
+        return self._plugin_seen
 
     # -- routes ----------------------------------------------------------------
 
@@ -333,7 +325,7 @@ class Frontend:
 
     async def _publish_parts(self, body: dict[str, Any], parts: list[_ImagePart], out: list[Decoded]) -> None:
         mode, background = _image_settings(self.config.image_kwargs, body)
-        native = self.config.decode_at == "frontend" and mode in _NATIVE_MODES
+        native = self.config.decode_at == "frontend" and mode in DECODED_MODES
 
         async def one(part: _ImagePart) -> str:
             if not native:

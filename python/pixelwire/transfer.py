@@ -33,6 +33,8 @@ MiB = 1024 * 1024
 _NOTIFICATION = re.compile(r"^pw1:\d+:\d+$")
 _HASH = re.compile(r"^[0-9a-f]{16}$")
 _CHANNEL_MODES = {1: "L", 3: "RGB", 4: "RGBA"}
+# The modes pixelwire decodes into; other modes are left to vLLM's loader.
+DECODED_MODES = ("RGB", "RGBA", "L")
 _loaded = False
 _load_lock = threading.Lock()
 
@@ -52,8 +54,12 @@ def _default_fetcher() -> Fetcher:
     explicit opt-out for deployments that fetch from their own network."""
     from pixelwire.fetch import Fetcher
 
-    allow = os.environ.get("PIXELWIRE_ALLOW_PRIVATE", "") in ("1", "true", "yes")
-    return Fetcher(allow_private=allow)
+    return Fetcher(allow_private=allow_private_from_env())
+
+
+def allow_private_from_env() -> bool:
+    """PIXELWIRE_ALLOW_PRIVATE, the explicit opt-out of the address guard."""
+    return _env_flag("PIXELWIRE_ALLOW_PRIVATE", False)
 
 
 def nixl_library_path() -> str:
@@ -93,6 +99,17 @@ def _env_float(name: str, default: float) -> float:
 def _env_int(name: str, default: int) -> int:
     value = os.environ.get(name)
     return int(value) if value else default
+
+
+def _env_flag(name: str, default: bool) -> bool:
+    """1/true/yes or 0/false/no; anything else (or unset) is the default, so a
+    typo never turns a guard off."""
+    value = os.environ.get(name, "")
+    if value in ("1", "true", "yes"):
+        return True
+    if value in ("0", "false", "no"):
+        return False
+    return default
 
 
 @dataclass(frozen=True)
@@ -626,7 +643,7 @@ def default_reader() -> Reader:
     if _default_reader is None:
         _default_reader = Reader(
             timeout=_env_float("PIXELWIRE_READ_TIMEOUT", 30.0),
-            verify=os.environ.get("PIXELWIRE_VERIFY", "1") not in ("0", "false", "no"),
+            verify=_env_flag("PIXELWIRE_VERIFY", True),
             pool_bytes=_env_int("PIXELWIRE_READER_POOL_BYTES", 256 * MiB),
         )
     return _default_reader

@@ -11,7 +11,6 @@ import uuid
 from collections.abc import Coroutine
 from typing import Any, Literal, cast
 
-import numpy as np
 import vllm.envs as envs
 from PIL import ExifTags, Image
 from prometheus_client import REGISTRY, Gauge
@@ -23,10 +22,9 @@ from pixelwire._native import DescriptorError, Limits, PixelwireError, Unsupport
 from pixelwire.fetch import Fetcher
 from pixelwire.metrics import ImageMetrics
 from pixelwire.signing import decode_reference, is_reference, secret_from_env
-from pixelwire.transfer import Reader, default_reader
+from pixelwire.transfer import DECODED_MODES, Reader, _as_output, allow_private_from_env, default_reader
 
 NativeMode = Literal["RGB", "RGBA", "L"]
-_NATIVE_MODES = ("RGB", "RGBA", "L")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _state_lock = threading.Lock()
 _metrics: ImageMetrics | None = None
@@ -59,9 +57,7 @@ def install_metrics(selected: str) -> ImageMetrics:
 
 def _fetcher(domains: list[str] | None, local_path: Any) -> Fetcher:
     """One Fetcher per event loop and vLLM setting (allowed domains, local path, timeout)."""
-    import os
-
-    allow_private = os.environ.get("PIXELWIRE_ALLOW_PRIVATE", "") in ("1", "true", "yes")
+    allow_private = allow_private_from_env()
     # A Fetcher's HTTP session belongs to one event loop: vLLM's, or the sync one.
     loop = asyncio.get_running_loop()
     key = (loop, tuple(domains or ()), str(local_path or ""), envs.VLLM_IMAGE_FETCH_TIMEOUT, allow_private)
@@ -95,12 +91,6 @@ def _run_sync(coro: Coroutine[Any, Any, Any]) -> Any:
     return asyncio.run_coroutine_threadsafe(coro, _sync_loop).result()
 
 
-def _to_pil(pixels: np.ndarray) -> Image.Image:
-    if pixels.shape[2] == 1:
-        return Image.fromarray(pixels[:, :, 0], "L")
-    return Image.fromarray(pixels, "RGBA" if pixels.shape[2] == 4 else "RGB")
-
-
 class PixelwireMediaConnector(MediaConnector):
     """vLLM's MediaConnector with images taken over: descriptor references
     are read over NIXL; ``http(s)``, ``data:`` and allowed ``file:`` URLs are
@@ -118,7 +108,7 @@ class PixelwireMediaConnector(MediaConnector):
         try:
             if is_reference(image_url):
                 return await self._read_reference(image_url, mode, background, metrics)
-            if mode in _NATIVE_MODES and isinstance(image_url, str):
+            if mode in DECODED_MODES and isinstance(image_url, str):
                 return await self._load_url(image_url, mode, background, metrics)
         except PixelwireError as e:
             metrics.failed(e)
@@ -189,5 +179,5 @@ class PixelwireMediaConnector(MediaConnector):
         # With the encoded bytes, vLLM's processor cache hashes them as it
         # does for its own loader.
         return MediaWithBytes(
-            _to_pil(pixels), data, {"image_mode": mode, "rgba_background_color": background}
+            _as_output(pixels, "pil", "cpu"), data, {"image_mode": mode, "rgba_background_color": background}
         )
