@@ -156,10 +156,6 @@ def _post(service: stack.Service, body: dict[str, Any], timeout: float = 30) -> 
         return e.code, json.loads(e.read())
 
 
-def _data_url(name: str) -> str:
-    return f"data:image/png;base64,{base64.b64encode((CORPUS / name).read_bytes()).decode()}"
-
-
 def _chat(*urls: str, model: str = "m", **extra: Any) -> dict[str, Any]:
     parts = [{"type": "image_url", "image_url": {"url": u}} for u in urls]
     return {
@@ -187,7 +183,7 @@ def _expected(name: str, **kwargs: Any) -> dict[str, Any]:
 
 def test_images_travel_over_nixl_with_vllms_pixels(frontend: stack.Service) -> None:
     names = ["hopper.png", "transparent.png", "flower2.jpg"]
-    status, raw = _post(frontend, _chat(*(_data_url(n) for n in names)))
+    status, raw = _post(frontend, _chat(*(stack.data_url(n) for n in names)))
     assert status == 201  # the upstream's own status
     got = json.loads(raw)["images"]
     assert got[0] == _expected("hopper.png")
@@ -199,7 +195,8 @@ def test_images_travel_over_nixl_with_vllms_pixels(frontend: stack.Service) -> N
 
 
 def test_pil_reads_match_vllm_too(frontend: stack.Service) -> None:
-    status, raw = _post(frontend, _chat(_data_url("hopper.png"), _data_url("flower2.jpg"), model="pil"))
+    urls = (stack.data_url("hopper.png"), stack.data_url("flower2.jpg"))
+    status, raw = _post(frontend, _chat(*urls, model="pil"))
     assert status == 201
     got = json.loads(raw)["images"]
     assert got[0] == _expected("hopper.png")
@@ -208,13 +205,13 @@ def test_pil_reads_match_vllm_too(frontend: stack.Service) -> None:
 
 def test_request_media_io_kwargs_choose_mode_and_background(frontend: stack.Service) -> None:
     body = _chat(
-        _data_url("transparent.png"), media_io_kwargs={"image": {"rgba_background_color": [0, 0, 0]}}
+        stack.data_url("transparent.png"), media_io_kwargs={"image": {"rgba_background_color": [0, 0, 0]}}
     )
     status, raw = _post(frontend, body)
     assert status == 201
     assert json.loads(raw)["images"] == [_expected("transparent.png", background=(0, 0, 0))]
     status, raw = _post(
-        frontend, _chat(_data_url("transparent.png"), media_io_kwargs={"image": {"image_mode": "RGBA"}})
+        frontend, _chat(stack.data_url("transparent.png"), media_io_kwargs={"image": {"image_mode": "RGBA"}})
     )
     assert json.loads(raw)["images"] == [_expected("transparent.png", mode="RGBA")]
 
@@ -222,7 +219,7 @@ def test_request_media_io_kwargs_choose_mode_and_background(frontend: stack.Serv
 def test_sse_passes_through_live(frontend: stack.Service) -> None:
     connection = http.client.HTTPConnection("127.0.0.1", frontend.port, timeout=30)
     connection.request(
-        "POST", "/v1/chat/completions", body=json.dumps(_chat(_data_url("hopper.png"), model="stream")),
+        "POST", "/v1/chat/completions", body=json.dumps(_chat(stack.data_url("hopper.png"), model="stream")),
         headers={"Content-Type": "application/json"},
     )  # fmt: skip
     response = connection.getresponse()
@@ -261,7 +258,7 @@ def test_bad_images_are_400s_naming_the_part(
     frontend: stack.Service, upstream: Upstream, url: str, status: int, words: str
 ) -> None:
     calls = upstream.calls
-    code, body = _post(frontend, _chat(_data_url("hopper.png"), url))
+    code, body = _post(frontend, _chat(stack.data_url("hopper.png"), url))
     assert code == status, body
     assert body["error"]["param"] == "messages[0].content[1]"
     assert (
@@ -277,8 +274,8 @@ def test_formats_pixelwire_does_not_decode_pass_through_to_the_worker(frontend: 
     # A rotated CCITT TIFF: vLLM's loader takes it, so the frontend leaves it
     # to the worker's plug-in (which hands it to vLLM's loader) instead of
     # refusing what stock vLLM would accept.
-    url = _data_url("g4_orientation_6.tif")
-    status, raw = _post(frontend, _chat(url, _data_url("hopper.png")))
+    url = stack.data_url("g4_orientation_6.tif")
+    status, raw = _post(frontend, _chat(url, stack.data_url("hopper.png")))
     assert status == 201
     images = json.loads(raw)["images"]
     assert images[0] == {"url": url[:40]}
@@ -319,7 +316,7 @@ def test_invalid_json_is_a_400(frontend: stack.Service) -> None:
 def test_a_disconnected_clients_images_are_freed_at_once(frontend: stack.Service, upstream: Upstream) -> None:
     upstream.received.clear()
     with socket.create_connection(("127.0.0.1", frontend.port)) as sock:
-        body = json.dumps(_chat(*[_data_url("hopper.png")] * 3, model="hang")).encode()
+        body = json.dumps(_chat(*[stack.data_url("hopper.png")] * 3, model="hang")).encode()
         head = (
             "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
             f"Content-Length: {len(body)}\r\n\r\n"
@@ -336,14 +333,14 @@ def test_a_disconnected_clients_images_are_freed_at_once(frontend: stack.Service
 def test_upstream_down_is_502_and_slow_upstream_is_504(upstream: Upstream, tmp_path: Path) -> None:
     down = _frontend(tmp_path, f"http://127.0.0.1:{stack.free_port()}", "--no-check-upstream")
     try:
-        code, body = _post(down, _chat(_data_url("hopper.png")))
+        code, body = _post(down, _chat(stack.data_url("hopper.png")))
         assert code == 502 and "unreachable" in body["error"]["message"], body
         assert _wait_empty(down, 2) == 0
     finally:
         down.stop()
     slow = _frontend(tmp_path, upstream.url, "--upstream-timeout", "1")
     try:
-        code, body = _post(slow, _chat(_data_url("hopper.png"), model="hang"))
+        code, body = _post(slow, _chat(stack.data_url("hopper.png"), model="hang"))
         assert code == 504 and body["error"]["type"] == "GatewayTimeoutError", body
         assert _wait_empty(slow, 2) == 0
     finally:
@@ -354,7 +351,7 @@ def test_an_upstream_without_the_connector_is_a_502_for_images(tmp_path: Path) -
     bare = Upstream(plugin=False)
     service = _frontend(tmp_path, bare.url)
     try:
-        code, body = _post(service, _chat(_data_url("hopper.png")))
+        code, body = _post(service, _chat(stack.data_url("hopper.png")))
         assert code == 502 and "VLLM_MEDIA_CONNECTOR=pixelwire" in body["error"]["message"]
         code, _ = _post(service, {"model": "m", "messages": [{"role": "user", "content": "text only"}]})
         assert code == 201
@@ -368,7 +365,7 @@ def test_an_upstream_without_the_connector_is_a_502_for_images(tmp_path: Path) -
 def test_decode_at_worker_passes_urls_through_but_checks_them(upstream: Upstream, tmp_path: Path) -> None:
     service = _frontend(tmp_path, upstream.url, "--decode-at", "worker")
     try:
-        url = _data_url("hopper.png")
+        url = stack.data_url("hopper.png")
         code, raw = _post(service, _chat(url, "https://images.test/a.png"))
         assert code == 201
         assert json.loads(raw)["images"] == [{"url": url[:40]}, {"url": "https://images.test/a.png"}]

@@ -6,15 +6,12 @@ say travelled over NIXL."""
 
 from __future__ import annotations
 
-import base64
 import shutil
 import tempfile
 import time
 from pathlib import Path
 
 import stack
-
-CORPUS = Path(__file__).resolve().parents[3] / "shared" / "corpus" / "pillow"
 
 
 def main() -> None:
@@ -23,8 +20,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="pixelwire-demo-"))
     images = work / "images"
     images.mkdir()
-    shutil.copy(CORPUS / "flower2.jpg", images / "flower2.jpg")
-    png = base64.b64encode((CORPUS / "hopper.png").read_bytes()).decode()
+    shutil.copy(stack.CORPUS / "flower2.jpg", images / "flower2.jpg")
     print(f"model: {stack.model_dir()}")
     services: list[stack.Service] = []
     with stack.image_server(images) as image_base:
@@ -52,7 +48,7 @@ def main() -> None:
                     {
                         "role": "user",
                         "content": [
-                            {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{png}"}},
+                            {"type": "image_url", "image_url": {"url": stack.data_url("hopper.png")}},
                             {"type": "image_url", "image_url": {"url": f"{image_base}/flower2.jpg"}},
                             {"type": "text", "text": "Describe the images."},
                         ],

@@ -4,6 +4,7 @@ frontend, and a local HTTP server for images."""
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import hashlib
 import http.server
@@ -22,6 +23,7 @@ from pathlib import Path
 import tiny_model
 
 HERE = Path(__file__).resolve().parent
+CORPUS = HERE.parents[2] / "shared" / "corpus" / "pillow"
 CACHE = Path(os.environ.get("PIXELWIRE_E2E_CACHE", Path.home() / ".cache" / "pixelwire"))
 SECRET = "e2e-test-secret"
 
@@ -30,6 +32,12 @@ def model_dir() -> Path:
     """The tiny model, built once per version of its recipe."""
     recipe = hashlib.sha256((HERE / "tiny_model.py").read_bytes()).hexdigest()[:12]
     return tiny_model.ensure(CACHE / f"tiny-qwen2-vl-{recipe}")
+
+
+def data_url(name: str) -> str:
+    """A corpus file as a base64 ``data:`` URL."""
+    kind = {"jpg": "jpeg", "tif": "tiff"}.get(name.rsplit(".", 1)[-1], name.rsplit(".", 1)[-1])
+    return f"data:image/{kind};base64,{base64.b64encode((CORPUS / name).read_bytes()).decode()}"
 
 
 def free_port() -> int:

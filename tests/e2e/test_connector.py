@@ -4,12 +4,10 @@ the same inputs: same pixels, same modes, vLLM's settings respected."""
 from __future__ import annotations
 
 import asyncio
-import base64
 import http.server
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -19,7 +17,6 @@ import stack
 
 pytestmark = pytest.mark.vllm
 
-CORPUS = Path(__file__).resolve().parents[3] / "shared" / "corpus" / "pillow"
 LOSSLESS = [
     "hopper.png",
     "transparent.png",
@@ -44,10 +41,6 @@ def connectors() -> tuple[Any, Any]:
     return MEDIA_CONNECTOR_REGISTRY.name2class["pixelwire"], MEDIA_CONNECTOR_REGISTRY.name2class["http"]
 
 
-def _data_url(name: str) -> str:
-    return f"data:image/x;base64,{base64.b64encode((CORPUS / name).read_bytes()).decode()}"
-
-
 def _pixels(image: Any) -> np.ndarray:
     return np.asarray(getattr(image, "media", image))
 
@@ -66,7 +59,7 @@ def _pixels(image: Any) -> np.ndarray:
 )
 def test_url_path_gives_vllms_pixels(connectors: tuple[Any, Any], name: str, kwargs: dict[str, Any]) -> None:
     ours, theirs = (cls(media_io_kwargs={"image": kwargs}) for cls in connectors)
-    url = _data_url(name)
+    url = stack.data_url(name)
     got = asyncio.run(ours.fetch_image_async(url))
     expected = asyncio.run(theirs.fetch_image_async(url))
     assert got.mode == expected.mode and got.size == expected.size

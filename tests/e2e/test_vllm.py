@@ -9,14 +9,12 @@ for token for lossless images, and a different image must change them.
 
 from __future__ import annotations
 
-import base64
 import json
 import shutil
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,16 +23,10 @@ import stack
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
 
-CORPUS = Path(__file__).resolve().parents[3] / "shared" / "corpus" / "pillow"
 PNG = "hopper.png"
 JPEG = "flower2.jpg"
 OTHER_PNG = "bw_gradient.png"
 LEASE_SECONDS = 20
-
-
-def _data_url(name: str) -> str:
-    mime = "image/png" if name.endswith(".png") else "image/jpeg"
-    return f"data:{mime};base64,{base64.b64encode((CORPUS / name).read_bytes()).decode()}"
 
 
 @pytest.fixture(scope="session")
@@ -42,7 +34,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
     logs = tmp_path_factory.mktemp("logs")
     images = tmp_path_factory.mktemp("images")
     for name in (PNG, JPEG, OTHER_PNG):
-        shutil.copy(CORPUS / name, images / name)
+        shutil.copy(stack.CORPUS / name, images / name)
     stack.model_dir()
     services: list[stack.Service] = []
     with stack.image_server(images) as image_base:
@@ -123,10 +115,10 @@ def _complete(service: stack.Service, urls: list[str], *, stream: bool = False) 
 
 def _cases(images: str) -> dict[str, list[str]]:
     return {
-        "png_base64": [_data_url(PNG)],
-        "jpeg_base64": [_data_url(JPEG)],
+        "png_base64": [stack.data_url(PNG)],
+        "jpeg_base64": [stack.data_url(JPEG)],
         "http_url": [f"{images}/{PNG}"],
-        "two_images": [_data_url(PNG), f"{images}/{JPEG}"],
+        "two_images": [stack.data_url(PNG), f"{images}/{JPEG}"],
     }
 
 
@@ -180,12 +172,12 @@ def test_frontend_decoded_path_matches_vllms_own_loader(
 
 
 def test_a_different_image_changes_the_logprobs(served: dict[str, Any]) -> None:
-    one = _complete(served["frontend"], [_data_url(PNG)])
-    other = _complete(served["frontend"], [_data_url(OTHER_PNG)])
+    one = _complete(served["frontend"], [stack.data_url(PNG)])
+    other = _complete(served["frontend"], [stack.data_url(OTHER_PNG)])
     assert one != other
     assert [lp for _, lp in one] != [lp for _, lp in other]
     # And the reference agrees for the other image too.
-    assert other == _complete(served["reference_vllm"], [_data_url(OTHER_PNG)])
+    assert other == _complete(served["reference_vllm"], [stack.data_url(OTHER_PNG)])
 
 
 @pytest.mark.parametrize("case", ["png_base64", "jpeg_base64", "http_url", "two_images"])
@@ -205,7 +197,7 @@ def test_decode_at_worker_gives_the_same_texts(served: dict[str, Any], case: str
 
 
 def test_metrics_show_nixl_and_an_empty_pool(served: dict[str, Any]) -> None:
-    _complete(served["frontend"], [_data_url(PNG), f"{served['images']}/{JPEG}"])
+    _complete(served["frontend"], [stack.data_url(PNG), f"{served['images']}/{JPEG}"])
     front = _metrics(served["frontend"])
     worker = _metrics(served["pixelwire_vllm"])
     assert stack.metric(front, "pixelwire_frontend_images_total", path="nixl") >= 2
@@ -301,7 +293,7 @@ def test_blocked_url_is_a_400_and_vllm_is_never_asked(served: dict[str, Any], ur
     for name in ("frontend", "worker_mode"):
         frontend = served[name]
         calls = _upstream_calls(frontend)
-        status, body = _post(frontend, {"model": "tiny", "messages": _messages([_data_url(PNG), url])})
+        status, body = _post(frontend, {"model": "tiny", "messages": _messages([stack.data_url(PNG), url])})
         _assert_openai_error(status, body, 400, "refused")
         assert body["error"]["param"] == "messages[0].content[1]"
         assert _upstream_calls(frontend) == calls
@@ -309,7 +301,8 @@ def test_blocked_url_is_a_400_and_vllm_is_never_asked(served: dict[str, Any], ur
 
 
 def test_frontend_in_front_of_a_vllm_without_the_connector_says_so(served: dict[str, Any]) -> None:
-    status, body = _post(served["misconfigured"], {"model": "tiny", "messages": _messages([_data_url(PNG)])})
+    body = {"model": "tiny", "messages": _messages([stack.data_url(PNG)])}
+    status, body = _post(served["misconfigured"], body)
     _assert_openai_error(status, body, 502, "VLLM_MEDIA_CONNECTOR=pixelwire")
     # Text-only requests still pass through.
     status, body = _post(
@@ -323,7 +316,7 @@ def test_other_routes_pass_through(served: dict[str, Any]) -> None:
     models = json.loads(served["frontend"].get("/v1/models"))
     assert [m["id"] for m in models["data"]] == ["tiny"]
     status, body = _post(
-        served["frontend"], {"model": "no-such-model", "messages": _messages([_data_url(PNG)])}
+        served["frontend"], {"model": "no-such-model", "messages": _messages([stack.data_url(PNG)])}
     )
     assert status == 404, body  # vLLM's own status, preserved
     assert _wait_pool_empty(served["frontend"], 5.0) == 0
