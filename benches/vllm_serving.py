@@ -130,7 +130,8 @@ def main() -> None:
                         client = openai.OpenAI(
                             base_url=f"{(front or vllm).url}/v1", api_key="unused", max_retries=0, timeout=120
                         )
-                        row[label] = _measure(client, url, reps, vllm, front)
+                        with client:
+                            row[label] = _measure(client, url, reps, vllm, front)
                     results.append(row)
                     _print_row(row, [p[0] for p in paths])
         finally:

@@ -153,7 +153,8 @@ def _post(service: stack.Service, body: dict[str, Any], timeout: float = 30) -> 
         with urllib.request.urlopen(request, timeout=timeout) as response:
             return response.status, response.read()
     except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read())
+        with e:
+            return e.code, json.loads(e.read())
 
 
 def _chat(*urls: str, model: str = "m", **extra: Any) -> dict[str, Any]:
@@ -239,7 +240,8 @@ def test_other_routes_pass_through_with_their_status(frontend: stack.Service) ->
         urllib.request.urlopen(f"{frontend.url}/no/such/route", timeout=10)
         raise AssertionError("expected 404")
     except urllib.error.HTTPError as e:
-        assert e.code == 404
+        with e:
+            assert e.code == 404
 
 
 _TRUNCATED_PNG = base64.b64encode((CORPUS / "hopper.png").read_bytes()[:200]).decode()
@@ -309,8 +311,9 @@ def test_invalid_json_is_a_400(frontend: stack.Service) -> None:
     request = urllib.request.Request(f"{frontend.url}/v1/chat/completions", data=b"{nope", method="POST")
     with pytest.raises(urllib.error.HTTPError) as caught:
         urllib.request.urlopen(request, timeout=10)
-    assert caught.value.code == 400
-    assert "not valid JSON" in json.loads(caught.value.read())["error"]["message"]
+    with caught.value as error:
+        assert error.code == 400
+        assert "not valid JSON" in json.loads(error.read())["error"]["message"]
 
 
 def test_a_disconnected_clients_images_are_freed_at_once(frontend: stack.Service, upstream: Upstream) -> None:

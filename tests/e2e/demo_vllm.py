@@ -40,21 +40,22 @@ def main() -> None:
             print(f"ready after {time.monotonic() - started:.0f} s")
             client = openai.OpenAI(base_url=f"{frontend.url}/v1", api_key="unused", max_retries=0)
             started = time.monotonic()
-            response = client.chat.completions.create(
-                model="tiny",
-                temperature=0,
-                max_tokens=8,
-                messages=[
-                    {
-                        "role": "user",
-                        "content": [
-                            {"type": "image_url", "image_url": {"url": stack.data_url("hopper.png")}},
-                            {"type": "image_url", "image_url": {"url": f"{image_base}/flower2.jpg"}},
-                            {"type": "text", "text": "Describe the images."},
-                        ],
-                    }
-                ],
-            )
+            with client:
+                response = client.chat.completions.create(
+                    model="tiny",
+                    temperature=0,
+                    max_tokens=8,
+                    messages=[
+                        {
+                            "role": "user",
+                            "content": [
+                                {"type": "image_url", "image_url": {"url": stack.data_url("hopper.png")}},
+                                {"type": "image_url", "image_url": {"url": f"{image_base}/flower2.jpg"}},
+                                {"type": "text", "text": "Describe the images."},
+                            ],
+                        }
+                    ],
+                )
             elapsed = time.monotonic() - started
             print(f"answer ({elapsed:.2f} s, random tiny model): {response.choices[0].message.content!r}")
             front, worker = frontend.get("/metrics"), vllm.get("/metrics")

@@ -64,10 +64,14 @@ class Service:
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(f"{self.name} exited with {self.process.returncode}:\n{self.tail()}")
-            with contextlib.suppress(OSError, urllib.error.URLError):
+            try:
                 with urllib.request.urlopen(self.url + path, timeout=2) as response:
                     if response.status == 200:
                         return
+            except urllib.error.HTTPError as e:
+                e.close()  # e.g. the frontend's 502 while vLLM starts; its socket must not leak
+            except (OSError, urllib.error.URLError):
+                pass
             time.sleep(0.5)
         raise TimeoutError(f"{self.name} not ready after {timeout:g} s:\n{self.tail()}")
 

@@ -95,9 +95,18 @@ def test_vllms_allowed_domains_and_fetch_timeout_apply(
     with pytest.raises(ValueError, match="allowed_domains"):
         asyncio.run(ours_cls(allowed_media_domains=["images.test"]).fetch_image_async(slow_server))
     monkeypatch.setenv("VLLM_IMAGE_FETCH_TIMEOUT", "1")
+
+    async def fetch_on_a_loop_that_ends() -> None:
+        from pixelwire.vllm import _connector
+
+        try:
+            await ours_cls().fetch_image_async(slow_server)
+        finally:
+            await _connector.close_fetchers()  # no session left behind with this loop
+
     start = time.monotonic()
     with pytest.raises(ValueError, match="timed out"):
-        asyncio.run(ours_cls().fetch_image_async(slow_server))
+        asyncio.run(fetch_on_a_loop_that_ends())
     assert time.monotonic() - start < 2.5
 
 

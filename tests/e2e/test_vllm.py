@@ -102,15 +102,17 @@ def _complete(service: stack.Service, urls: list[str], *, stream: bool = False) 
         "logprobs": True,
         "seed": 0,
     }
-    client = _client(service)
-    if not stream:
-        response = client.chat.completions.create(**args)
-        return [(t.token, t.logprob) for t in response.choices[0].logprobs.content]
-    out: list[tuple[str, float]] = []
-    for chunk in client.chat.completions.create(**args, stream=True):
-        if chunk.choices and chunk.choices[0].logprobs and chunk.choices[0].logprobs.content:
-            out.extend((t.token, t.logprob) for t in chunk.choices[0].logprobs.content)
-    return out
+    # Closed after each completion: an open client's sockets would be
+    # reported (as errors, with filterwarnings=error) when collected.
+    with _client(service) as client:
+        if not stream:
+            response = client.chat.completions.create(**args)
+            return [(t.token, t.logprob) for t in response.choices[0].logprobs.content]
+        out: list[tuple[str, float]] = []
+        for chunk in client.chat.completions.create(**args, stream=True):
+            if chunk.choices and chunk.choices[0].logprobs and chunk.choices[0].logprobs.content:
+                out.extend((t.token, t.logprob) for t in chunk.choices[0].logprobs.content)
+        return out
 
 
 def _cases(images: str) -> dict[str, list[str]]:
@@ -136,7 +138,8 @@ def _post(service: stack.Service, body: dict[str, Any]) -> tuple[int, dict[str, 
         with urllib.request.urlopen(request, timeout=120) as response:
             return response.status, json.loads(response.read())
     except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read())
+        with e:
+            return e.code, json.loads(e.read())
 
 
 def _wait_pool_empty(frontend: stack.Service, within: float) -> float:

@@ -75,6 +75,17 @@ def _fetcher(domains: list[str] | None, local_path: Any) -> Fetcher:
         return fetcher
 
 
+async def close_fetchers() -> None:
+    """Closes the running loop's Fetchers (their HTTP sessions): for a loop
+    that is about to end. vLLM's own loops live as long as the process."""
+    loop = asyncio.get_running_loop()
+    with _state_lock:
+        mine = [key for key in _fetchers if key[0] is loop]
+        closing = [_fetchers.pop(key) for key in mine]
+    for fetcher in closing:
+        await fetcher.close()
+
+
 def _limits() -> Limits:
     max_pixels = envs.VLLM_MAX_IMAGE_PIXELS
     return Limits(max_pixels=max_pixels) if max_pixels > 0 else Limits()
