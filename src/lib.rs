@@ -11,6 +11,7 @@ pub mod pool;
 pub mod publisher;
 mod python;
 pub mod reader;
+pub mod resize;
 pub mod wire;
 
 use pyo3::prelude::*;

@@ -1,17 +1,34 @@
 //! Frontend side: decode straight into registered memory and describe it.
+//!
+//! A slot's life: taken (no lease yet) → decoded into → published (header
+//! written, lease started) → freed exactly once, by the reader's
+//! notification, by its owner, or by the reaper when the lease ends. Every
+//! free marks the slot header free under the pool lock before the range can
+//! be taken again, so a READ still in flight on it fails the reader's check.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use parking_lot::{Condvar, Mutex, RwLock};
+use parking_lot::{Mutex, RwLock};
 
-use crate::agent::{Agent, HostRegion, RegisteredPool};
+use crate::agent::{Agent, RegisteredPool, SlotPool};
 use crate::decode::{self, DecodeOptions, ImageInfo, Mode, OutputShape};
 use crate::errors::{Error, Result};
 use crate::pool::Slot;
-use crate::wire;
+use crate::wire::{self, SlotHeader, SLOT_HEADER_BYTES};
+
+/// The shortest lease that can work: a descriptor must outlive the trip to
+/// the worker and its READ.
+pub const MIN_LEASE: Duration = Duration::from_millis(500);
+
+/// How long before the reclaim a lease is advertised to end: reads that
+/// start after the advertised end are refused by the reader, so a READ in
+/// flight when the slot is taken back is rare (and caught by the header).
+pub fn read_margin(lease: Duration) -> Duration {
+    (lease / 4).min(Duration::from_secs(5))
+}
 
 #[derive(Clone, Copy, Debug)]
 pub struct PublisherConfig {
@@ -27,18 +44,22 @@ pub struct PublisherConfig {
 #[derive(Clone, Debug)]
 pub struct Published {
     pub info: ImageInfo,
+    /// Decoded size before any resize (EXIF orientation applied).
+    pub source_shape: OutputShape,
     pub shape: OutputShape,
     pub slot: u64,
     pub generation: u64,
+    /// Address of the pixels; the slot header is the bytes just before.
     pub addr: usize,
     pub len: usize,
     pub content_hash: String,
-    /// Unix time the lease ends.
+    /// Unix time after which readers must not start a READ: the lease's end
+    /// less [`read_margin`], so never later than the reclaim.
     pub expires_at: f64,
-}
-
-struct State {
-    slots: RegisteredPool,
+    /// The agent metadata that describes the slot, and its version (it only
+    /// grows; a reader keeps the newest it has seen).
+    pub metadata: String,
+    pub metadata_version: u64,
 }
 
 #[derive(Default)]
@@ -52,9 +73,9 @@ pub struct Counters {
 
 struct Shared {
     // Field order is drop order: regions deregister before the agent goes.
-    state: Mutex<State>,
-    freed: Condvar,
-    metadata: RwLock<String>,
+    slots: SlotPool,
+    /// (version, packed metadata), replaced only by a newer version.
+    metadata: RwLock<(u64, String)>,
     counters: Counters,
     stop: AtomicBool,
     config: PublisherConfig,
@@ -66,18 +87,6 @@ pub struct Publisher {
     poller: Mutex<Option<JoinHandle<()>>>,
 }
 
-/// The notification a reader attaches to its READ so the slot can be freed.
-pub fn notification_for(slot: u64, generation: u64) -> String {
-    format!("pw1:{slot}:{generation}")
-}
-
-fn parse_notification(msg: &str) -> Option<(u64, u64)> {
-    let mut parts = msg.strip_prefix("pw1:")?.split(':');
-    let slot = parts.next()?.parse().ok()?;
-    let generation = parts.next()?.parse().ok()?;
-    Some((slot, generation))
-}
-
 fn unix_now() -> f64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -87,14 +96,18 @@ fn unix_now() -> f64 {
 
 impl Publisher {
     pub fn new(config: PublisherConfig) -> Result<Publisher> {
+        if config.lease < MIN_LEASE {
+            return Err(Error::InvalidArgument(format!(
+                "lease_seconds must be at least {} (got {}): a shorter lease frees slots before a worker can read them",
+                MIN_LEASE.as_secs_f64(),
+                config.lease.as_secs_f64()
+            )));
+        }
         let agent = Agent::new("front")?;
         let metadata = wire::pack_metadata(&agent.local_metadata()?);
         let shared = Arc::new(Shared {
-            state: Mutex::new(State {
-                slots: RegisteredPool::new(config.pool_bytes, config.region_bytes),
-            }),
-            freed: Condvar::new(),
-            metadata: RwLock::new(metadata),
+            slots: SlotPool::new(config.pool_bytes, config.region_bytes),
+            metadata: RwLock::new((0, metadata)),
             counters: Counters::default(),
             stop: AtomicBool::new(false),
             config,
@@ -118,7 +131,7 @@ impl Publisher {
     /// `"b64:" + base64(zlib(agent metadata))`, recomputed only when the
     /// registered set changes.
     pub fn metadata(&self) -> String {
-        self.shared.metadata.read().clone()
+        self.shared.metadata.read().1.clone()
     }
 
     pub fn counters(&self) -> &Counters {
@@ -127,81 +140,109 @@ impl Publisher {
 
     /// (slots in use, bytes in use, registered bytes, regions).
     pub fn usage(&self) -> (usize, usize, usize, usize) {
-        let state = self.shared.state.lock();
+        let state = self.shared.slots.lock();
         (
-            state.slots.pool.slots_in_use(),
-            state.slots.pool.bytes_in_use(),
-            state.slots.pool.region_bytes(),
-            state.slots.pool.region_count(),
+            state.pool.slots_in_use(),
+            state.pool.bytes_in_use(),
+            state.pool.region_bytes(),
+            state.pool.region_count(),
         )
     }
 
-    /// Decodes `data` into a pool slot and describes it. Blocks (GIL-free)
-    /// up to the acquire timeout when the pool is full.
-    /// Decodes into a slot and publishes it. `rgbx` (RGB only) stores each
-    /// pixel in four bytes, Pillow's in-memory layout, so a reader building a
-    /// PIL image maps the pixels instead of copying them.
-    pub fn publish(&self, data: &[u8], opts: &DecodeOptions, rgbx: bool) -> Result<Published> {
+    /// Decodes `data` into a pool slot and publishes it. Blocks (GIL-free)
+    /// up to the acquire timeout when the pool is full. `rgbx` (RGB only)
+    /// stores each pixel in four bytes, Pillow's in-memory layout, so a
+    /// reader building a PIL image maps the pixels instead of copying them.
+    pub fn publish(
+        &self,
+        data: &[u8],
+        opts: &DecodeOptions,
+        rgbx: bool,
+        resize: Option<&crate::resize::Target>,
+    ) -> Result<Published> {
         if rgbx && opts.mode != Mode::Rgb {
             return Err(Error::InvalidArgument(
                 "the RGBX layout needs mode RGB".to_string(),
             ));
         }
         let info = decode::probe(data, &opts.limits)?;
-        let shape = info.output_shape(opts);
+        let source_shape = info.output_shape(opts);
+        let shape = decode::resized_shape(source_shape, resize);
         let len = if rgbx {
             shape.len() / 3 * 4
         } else {
             shape.len()
         };
-        let (slot, region) = self.shared.acquire(len)?;
+        let (slot, region, metadata_version) = self.shared.acquire(len)?;
+        let pixels_at = slot.offset + SLOT_HEADER_BYTES;
         // SAFETY: the slot's range belongs to this call until it is published.
-        let pixels = unsafe { region.slice_mut(slot.offset, slot.len) };
+        let pixels = unsafe { region.slice_mut(pixels_at, len) };
         let decoded =
-            decode::decode_into(data, &info, opts, &mut pixels[..shape.len()]).map(|()| {
-                if rgbx {
-                    decode::expand_rgb_to_rgbx(pixels);
-                }
-                wire::content_hash(pixels)
-            });
+            decode::decode_resized_into(data, &info, opts, resize, &mut pixels[..shape.len()]).map(
+                |()| {
+                    if rgbx {
+                        decode::expand_rgb_to_rgbx(pixels);
+                    }
+                    wire::content_hash(pixels)
+                },
+            );
         let content_hash = match decoded {
             Ok(hash) => hash,
             Err(e) => {
-                self.shared.give_back(slot);
+                self.shared.free(slot.id, slot.generation);
+                self.shared
+                    .counters
+                    .returned
+                    .fetch_add(1, Ordering::Relaxed);
                 return Err(e);
             }
         };
+        let header = SlotHeader {
+            slot: slot.id,
+            generation: slot.generation,
+            len: len as u64,
+        };
+        let lease = self.shared.config.lease;
+        // One clock for the lease: it starts now, and the advertised end is
+        // taken from the same moment, a margin earlier.
+        let (now, unix) = (Instant::now(), unix_now());
+        {
+            let mut state = self.shared.slots.lock();
+            // SAFETY: the slot is still ours (no lease yet, so no reaper).
+            unsafe { region.write_slot_header(slot.offset, &header) };
+            state
+                .pool
+                .start_lease(slot.id, slot.generation, now + lease);
+        }
+        let (version, metadata) = self.shared.metadata.read().clone();
+        debug_assert!(version >= metadata_version);
         self.shared
             .counters
             .published
             .fetch_add(1, Ordering::Relaxed);
         Ok(Published {
             info,
+            source_shape,
             shape,
             slot: slot.id,
             generation: slot.generation,
-            addr: region.addr() + slot.offset,
-            len: slot.len,
+            addr: region.addr() + pixels_at,
+            len,
             content_hash,
-            expires_at: unix_now() + self.shared.config.lease.as_secs_f64(),
+            expires_at: unix + (lease - read_margin(lease)).as_secs_f64(),
+            metadata,
+            metadata_version: version,
         })
     }
 
     /// Frees a slot the caller no longer wants published.
     pub fn release(&self, slot: u64, generation: u64) -> bool {
-        let freed = self
-            .shared
-            .state
-            .lock()
-            .slots
-            .pool
-            .release(slot, generation);
+        let freed = self.shared.free(slot, generation);
         if freed {
             self.shared
                 .counters
                 .returned
                 .fetch_add(1, Ordering::Relaxed);
-            self.shared.freed.notify_all();
         }
         freed
     }
@@ -223,61 +264,61 @@ impl Drop for Publisher {
 }
 
 impl Shared {
-    fn acquire(&self, len: usize) -> Result<(Slot, Arc<HostRegion>)> {
+    /// A slot for `len` pixel bytes plus its header, and the registered
+    /// set's version it lives in (the metadata is brought up to it here).
+    fn acquire(&self, len: usize) -> Result<(Slot, Arc<crate::agent::HostRegion>, u64)> {
         let cap = self.config.pool_bytes;
-        if len > cap {
+        let need = len + SLOT_HEADER_BYTES;
+        if need > cap {
             return Err(Error::PoolExhausted(format!(
-                "image needs {len} bytes, more than the whole pool ({cap} bytes)"
+                "image needs {need} bytes, more than the whole pool ({cap} bytes)"
             )));
         }
         let deadline = Instant::now() + self.config.acquire_timeout;
-        let mut state = self.state.lock();
-        loop {
-            let expires = Instant::now() + self.config.lease;
-            if let Some(a) = state.slots.allocate(&self.agent, len, Some(expires))? {
-                if a.grew {
-                    *self.metadata.write() = wire::pack_metadata(&self.agent.local_metadata()?);
+        let Some(a) = self.slots.acquire(&self.agent, need, deadline, |_| {})? else {
+            return Err(Error::PoolExhausted(format!(
+                "no {need}-byte slot became free within {:?} ({} bytes in use of {cap})",
+                self.config.acquire_timeout,
+                self.slots.lock().pool.bytes_in_use()
+            )));
+        };
+        if self.metadata.read().0 < a.version {
+            let packed = match self.agent.local_metadata() {
+                Ok(raw) => wire::pack_metadata(&raw),
+                Err(e) => {
+                    self.free(a.slot.id, a.slot.generation);
+                    return Err(e);
                 }
-                return Ok((a.slot, a.region));
-            }
-            if self.freed.wait_until(&mut state, deadline).timed_out() {
-                return Err(Error::PoolExhausted(format!(
-                    "no {len}-byte slot became free within {:?} ({} bytes in use of {cap})",
-                    self.config.acquire_timeout,
-                    state.slots.pool.bytes_in_use()
-                )));
+            };
+            let mut current = self.metadata.write();
+            // Exported after the change, so it describes at least a.version.
+            if current.0 < a.version {
+                *current = (a.version, packed);
             }
         }
+        Ok((a.slot, a.region, a.version))
     }
 
-    fn give_back(&self, slot: Slot) {
-        if self
-            .state
-            .lock()
-            .slots
-            .pool
-            .release(slot.id, slot.generation)
-        {
-            self.counters.returned.fetch_add(1, Ordering::Relaxed);
+    /// Frees slot `id` if it is still at `generation`, marking its header
+    /// free first; false for a stale or repeated free.
+    fn free(&self, id: u64, generation: u64) -> bool {
+        let freed = {
+            let mut state = self.slots.lock();
+            free_locked(&mut state, id, generation)
+        };
+        if freed {
+            self.slots.notify_freed();
         }
-        self.freed.notify_all();
+        freed
     }
 
-    /// Frees slots whose lease ended and zeroes them, so a late reader's
-    /// content-hash check fails even before the slot is reused.
+    /// Frees slots whose lease ended.
     fn reclaim_expired(&self) -> u64 {
-        let mut state = self.state.lock();
-        let slots = state.slots.pool.reclaim_expired(Instant::now());
+        let mut state = self.slots.lock();
+        let slots = state.pool.reclaim_expired(Instant::now());
         for slot in &slots {
-            // SAFETY: the slot was just freed and the state lock is held, so
-            // no new owner can have it yet.
-            unsafe {
-                state
-                    .slots
-                    .region(slot.region)
-                    .slice_mut(slot.offset, slot.len)
-            }
-            .fill(0);
+            // SAFETY: the pool lock is held, so no new owner has the range.
+            unsafe { state.region(slot.region).clear_slot_header(slot.offset) };
         }
         slots.len() as u64
     }
@@ -285,27 +326,24 @@ impl Shared {
     fn poll_until_stopped(&self) {
         let mut last_sweep = Instant::now();
         while !self.stop.load(Ordering::SeqCst) {
-            let mut freed = 0;
-            if let Ok(notifications) = self.agent.take_notifications() {
-                let mut state = self.state.lock();
-                for (_, message) in notifications {
-                    match parse_notification(&message) {
-                        Some((slot, generation)) if state.slots.pool.release(slot, generation) => {
-                            freed += 1
-                        }
-                        _ => {
-                            self.counters
-                                .stale_notifications
-                                .fetch_add(1, Ordering::Relaxed);
-                        }
+            if let Ok(messages) = self.agent.take_notifications() {
+                if !messages.is_empty() {
+                    let (freed, stale) = {
+                        let mut state = self.slots.lock();
+                        apply_notifications(&messages, |slot, generation| {
+                            free_locked(&mut state, slot, generation)
+                        })
+                    };
+                    self.counters
+                        .stale_notifications
+                        .fetch_add(stale, Ordering::Relaxed);
+                    if freed > 0 {
+                        self.counters
+                            .freed_by_notification
+                            .fetch_add(freed, Ordering::Relaxed);
+                        self.slots.notify_freed();
                     }
                 }
-            }
-            if freed > 0 {
-                self.counters
-                    .freed_by_notification
-                    .fetch_add(freed, Ordering::Relaxed);
-                self.freed.notify_all();
             }
             if last_sweep.elapsed() >= Duration::from_millis(50) {
                 last_sweep = Instant::now();
@@ -314,7 +352,7 @@ impl Shared {
                     self.counters
                         .reclaimed_by_lease
                         .fetch_add(reclaimed, Ordering::Relaxed);
-                    self.freed.notify_all();
+                    self.slots.notify_freed();
                 }
             }
             std::thread::sleep(Duration::from_millis(1));
@@ -322,14 +360,58 @@ impl Shared {
     }
 }
 
+fn free_locked(state: &mut RegisteredPool, id: u64, generation: u64) -> bool {
+    match state.pool.get(id) {
+        Some(slot) if slot.generation == generation => {
+            // SAFETY: the pool lock is held (`state` is its guard's).
+            unsafe { state.region(slot.region).clear_slot_header(slot.offset) };
+            state.pool.release(id, generation)
+        }
+        _ => false,
+    }
+}
+
+/// Frees the slot each notification names; (freed, not understood or stale).
+/// Each message stands alone: a malformed one is counted and skipped.
+fn apply_notifications(messages: &[Vec<u8>], mut free: impl FnMut(u64, u64) -> bool) -> (u64, u64) {
+    let (mut freed, mut stale) = (0, 0);
+    for message in messages {
+        match wire::parse_notification(message) {
+            Some((slot, generation)) if free(slot, generation) => freed += 1,
+            _ => stale += 1,
+        }
+    }
+    (freed, stale)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn notification_round_trip() {
-        assert_eq!(parse_notification(&notification_for(7, 9)), Some((7, 9)));
-        assert_eq!(parse_notification("pw1:x:1"), None);
-        assert_eq!(parse_notification("hello"), None);
+    fn read_margin_is_a_fraction_of_short_leases_and_capped() {
+        assert_eq!(
+            read_margin(Duration::from_secs(1)),
+            Duration::from_millis(250)
+        );
+        assert_eq!(read_margin(Duration::from_secs(60)), Duration::from_secs(5));
+    }
+
+    #[test]
+    fn a_bad_notification_costs_only_itself() {
+        let mut pool = crate::pool::Pool::new();
+        pool.add_region(4096);
+        let a = pool.allocate(64).unwrap();
+        let b = pool.allocate(64).unwrap();
+        let messages = vec![
+            wire::notification_for(a.id, a.generation).into_bytes(),
+            vec![0xff, 0xfe, b'p', b'w'],
+            wire::notification_for(a.id, a.generation).into_bytes(),
+            wire::notification_for(b.id, b.generation).into_bytes(),
+        ];
+        let (freed, stale) =
+            apply_notifications(&messages, |slot, generation| pool.release(slot, generation));
+        assert_eq!((freed, stale), (2, 2), "the non-UTF-8 one and the repeat");
+        assert_eq!(pool.slots_in_use(), 0);
     }
 }

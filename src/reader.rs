@@ -1,20 +1,31 @@
 //! Worker side: pull published pixels with a NIXL READ into registered
-//! memory, check them, and hand back an owned copy.
+//! memory, check them, and hand them out.
+//!
+//! Frontends are remote agents whose metadata is loaded once and reloaded
+//! only for a newer version (the frontend's registered set changed) or after
+//! a failed transfer; a reload waits for the reads in flight against that
+//! frontend and no read starts during one, so no read ever sees a frontend
+//! half-reloaded. Each READ of a pixelwire descriptor is followed by a READ
+//! of the slot header: if the frontend freed or reused the slot meanwhile,
+//! the header says so and the pixels are refused (a seqlock over NIXL).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nixl_sys::{MemType, RegistrationHandle};
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Mutex, RwLock};
 
-use crate::agent::{Agent, ForeignRegion, HostRegion, RegisteredPool};
+use crate::agent::{Agent, ForeignRegion, HostRegion, ReadError, SlotPool};
 use crate::errors::{Error, Result};
 use crate::pool::Slot;
-use crate::wire;
+use crate::wire::{self, SlotHeader, SLOT_HEADER_BYTES};
 
 /// Agent metadata is a few hundred bytes; refuse anything absurd.
 const MAX_METADATA: usize = 1 << 20;
+/// Frontends remembered at once; the least recently used idle one goes first.
+const MAX_REMOTES: usize = 256;
 
 #[derive(Clone, Copy, Debug)]
 pub struct ReaderConfig {
@@ -27,19 +38,19 @@ pub struct ReaderConfig {
 /// Where the pixels are and how to check them.
 #[derive(Clone, Debug)]
 pub struct Source {
+    /// The frontend's agent name; empty for descriptors that carry none
+    /// (dynamo's RdmaMetadata): the metadata names it.
     pub agent: String,
     pub metadata: String,
+    /// Ordered versions of a frontend's metadata (pixelwire descriptors);
+    /// `None`: only equal metadata is known to be current.
+    pub metadata_version: Option<u64>,
     pub addr: usize,
     pub len: usize,
     pub content_hash: Option<String>,
+    /// The slot header just before the pixels (pixelwire descriptors).
+    pub header: Option<SlotHeader>,
     pub notification: String,
-}
-
-struct State {
-    slots: RegisteredPool,
-    /// Slots whose READ failed: the transfer may still land in them, so they
-    /// stay out of use until this instant.
-    quarantine: Vec<(Slot, Instant)>,
 }
 
 /// Pixels a read produced: a leased receive slot or an owned copy.
@@ -54,25 +65,27 @@ pub struct Lease {
     reader: Arc<Reader>,
     slot: Slot,
     region: Arc<HostRegion>,
+    at: usize,
+    len: usize,
 }
 
 impl Lease {
     pub fn as_slice(&self) -> &[u8] {
         // SAFETY: the slot is owned by this lease until it drops.
-        unsafe { self.region.slice(self.slot.offset, self.slot.len) }
+        unsafe { self.region.slice(self.at, self.len) }
     }
 
     pub fn as_mut_ptr(&self) -> *mut u8 {
         // SAFETY: as above; the caller exposes it as this lease's buffer.
-        unsafe { self.region.slice_mut(self.slot.offset, self.slot.len) }.as_mut_ptr()
+        unsafe { self.region.slice_mut(self.at, self.len) }.as_mut_ptr()
     }
 
     pub fn len(&self) -> usize {
-        self.slot.len
+        self.len
     }
 
     pub fn is_empty(&self) -> bool {
-        self.slot.len == 0
+        self.len == 0
     }
 }
 
@@ -82,12 +95,58 @@ impl Drop for Lease {
     }
 }
 
+/// What is loaded for one frontend.
+#[derive(Default)]
+struct RemoteState {
+    loaded: bool,
+    /// False after a failed transfer: the next read reloads first.
+    healthy: bool,
+    version: Option<u64>,
+    metadata: String,
+}
+
+impl RemoteState {
+    fn serves(&self, source: &Source) -> bool {
+        self.loaded
+            && self.healthy
+            && match source.metadata_version {
+                Some(wanted) => self.version.is_some_and(|v| v >= wanted),
+                None => self.metadata == source.metadata,
+            }
+    }
+
+    /// Whether the source's metadata is newer than what is loaded.
+    fn is_older_than(&self, source: &Source) -> bool {
+        !self.loaded
+            || match (source.metadata_version, self.version) {
+                (Some(wanted), Some(have)) => wanted > have,
+                _ => self.metadata != source.metadata,
+            }
+    }
+}
+
+/// One frontend: reads hold `gate` shared for their whole transfer; a
+/// (re)load holds it exclusively.
+struct Remote {
+    gate: RwLock<()>,
+    state: Mutex<RemoteState>,
+    last_used: AtomicU64,
+}
+
+#[derive(Default)]
+struct Remotes {
+    by_name: HashMap<String, Arc<Remote>>,
+    clock: u64,
+}
+
 pub struct Reader {
-    state: Mutex<State>,
-    freed: Condvar,
-    /// Remote agent name -> the packed metadata it was loaded from.
-    remotes: Mutex<HashMap<String, String>>,
-    foreign: Mutex<Vec<RegistrationHandle>>,
+    slots: SlotPool,
+    /// Slots whose READ failed after it was posted: the transfer may still
+    /// land in them, so they stay out of use until this instant.
+    quarantine: Mutex<Vec<(Slot, Instant)>>,
+    remotes: Mutex<Remotes>,
+    foreign: Mutex<HashMap<u64, RegistrationHandle>>,
+    next_foreign: AtomicU64,
     config: ReaderConfig,
     agent: Agent,
 }
@@ -95,13 +154,11 @@ pub struct Reader {
 impl Reader {
     pub fn new(config: ReaderConfig) -> Result<Reader> {
         Ok(Reader {
-            state: Mutex::new(State {
-                slots: RegisteredPool::new(config.pool_bytes, config.region_bytes),
-                quarantine: Vec::new(),
-            }),
-            freed: Condvar::new(),
-            remotes: Mutex::new(HashMap::new()),
-            foreign: Mutex::new(Vec::new()),
+            slots: SlotPool::new(config.pool_bytes, config.region_bytes),
+            quarantine: Mutex::new(Vec::new()),
+            remotes: Mutex::new(Remotes::default()),
+            foreign: Mutex::new(HashMap::new()),
+            next_foreign: AtomicU64::new(1),
             config,
             agent: Agent::new("worker")?,
         })
@@ -112,51 +169,180 @@ impl Reader {
     }
 
     pub fn remote_count(&self) -> usize {
-        self.remotes.lock().len()
+        self.remotes
+            .lock()
+            .by_name
+            .values()
+            .filter(|r| r.state.lock().loaded)
+            .count()
     }
 
     /// (bytes held by receive slots, including quarantined ones; bytes registered).
     pub fn usage(&self) -> (usize, usize) {
-        let state = self.state.lock();
-        (
-            state.slots.pool.bytes_in_use(),
-            state.slots.pool.region_bytes(),
-        )
+        let state = self.slots.lock();
+        (state.pool.bytes_in_use(), state.pool.region_bytes())
     }
 
-    /// Loads a frontend's metadata once, and again only when it changed;
-    /// returns the agent to read from. An empty `source.agent` (dynamo's
-    /// RdmaMetadata carries no name) takes the name the metadata holds.
-    fn ensure_remote(&self, source: &Source) -> Result<String> {
-        let mut remotes = self.remotes.lock();
-        if source.agent.is_empty() {
-            if let Some((name, _)) = remotes.iter().find(|(_, md)| **md == source.metadata) {
-                return Ok(name.clone());
+    /// The frontend `source` names, loaded with metadata at least as new as
+    /// the source's. Fails before any transfer (nothing to quarantine).
+    fn remote(&self, source: &Source) -> Result<(String, Arc<Remote>)> {
+        let raw = || wire::unpack_metadata(&source.metadata, MAX_METADATA);
+        let name = if source.agent.is_empty() {
+            wire::metadata_agent_name(&raw()?)?
+        } else {
+            source.agent.clone()
+        };
+        let remote = self.entry(&name);
+        loop {
+            if remote.state.lock().serves(source) {
+                return Ok((name, remote));
             }
-        } else if remotes.get(&source.agent) == Some(&source.metadata) {
-            return Ok(source.agent.clone());
+            let _exclusive = remote.gate.write();
+            let mut state = remote.state.lock();
+            if state.serves(source) {
+                continue;
+            }
+            // The newest metadata known: the source's, or what is loaded
+            // (reloaded after a failure, never replaced by an older one).
+            let (metadata, version) = if state.is_older_than(source) {
+                (source.metadata.clone(), source.metadata_version)
+            } else {
+                (state.metadata.clone(), state.version)
+            };
+            let bytes = wire::unpack_metadata(&metadata, MAX_METADATA)?;
+            let named = wire::metadata_agent_name(&bytes)?;
+            if named != name {
+                return Err(Error::Descriptor(format!(
+                    "descriptor names agent {name:?} but its metadata belongs to {named:?}"
+                )));
+            }
+            if state.loaded {
+                self.agent.forget_remote(&name);
+                state.loaded = false;
+            }
+            self.agent.load_remote(&bytes)?;
+            *state = RemoteState {
+                loaded: true,
+                healthy: true,
+                version,
+                metadata,
+            };
         }
-        let raw = wire::unpack_metadata(&source.metadata, MAX_METADATA)?;
-        if remotes.remove(&source.agent).is_some() {
-            self.agent.forget_remote(&source.agent);
-        }
-        let name = self.agent.load_remote(&raw)?;
-        if !source.agent.is_empty() && name != source.agent {
-            self.agent.forget_remote(&name);
-            return Err(Error::Descriptor(format!(
-                "descriptor names agent {:?} but its metadata belongs to {name:?}",
-                source.agent
-            )));
-        }
-        remotes.insert(name.clone(), source.metadata.clone());
-        Ok(name)
     }
 
-    /// Drops what is known about a frontend (after it failed).
-    fn forget(&self, agent: &str) {
-        if self.remotes.lock().remove(agent).is_some() {
-            self.agent.forget_remote(agent);
+    /// The entry for frontend `name`, made if new; past [`MAX_REMOTES`] the
+    /// least recently used frontends with no read in flight are forgotten.
+    fn entry(&self, name: &str) -> Arc<Remote> {
+        let mut remotes = self.remotes.lock();
+        remotes.clock += 1;
+        let now = remotes.clock;
+        if let Some(remote) = remotes.by_name.get(name) {
+            remote.last_used.store(now, Ordering::Relaxed);
+            return Arc::clone(remote);
         }
+        if remotes.by_name.len() >= MAX_REMOTES {
+            let mut idle: Vec<(u64, String)> = remotes
+                .by_name
+                .iter()
+                .map(|(n, r)| (r.last_used.load(Ordering::Relaxed), n.clone()))
+                .collect();
+            idle.sort();
+            for (_, old) in idle {
+                if remotes.by_name.len() < MAX_REMOTES {
+                    break;
+                }
+                let remote = Arc::clone(&remotes.by_name[&old]);
+                let idle = remote.gate.try_write().is_some_and(|_exclusive| {
+                    if std::mem::take(&mut remote.state.lock().loaded) {
+                        self.agent.forget_remote(&old);
+                    }
+                    true
+                });
+                if idle {
+                    remotes.by_name.remove(&old);
+                }
+            }
+        }
+        let remote = Arc::new(Remote {
+            gate: RwLock::new(()),
+            state: Mutex::new(RemoteState::default()),
+            last_used: AtomicU64::new(now),
+        });
+        remotes
+            .by_name
+            .insert(name.to_string(), Arc::clone(&remote));
+        remote
+    }
+
+    /// READs the source's pixels into `pixels_to`, then (pixelwire
+    /// descriptors) its slot header into host memory at `header_to` and
+    /// checks it; the notification rides on the last READ, so the frontend
+    /// frees the slot only after both.
+    fn transfer(
+        &self,
+        source: &Source,
+        pixels_to: (usize, MemType, u64),
+        header_to: usize,
+    ) -> std::result::Result<(), ReadError> {
+        let refused = |error: Error| ReadError {
+            error,
+            may_land: false,
+        };
+        let deadline = Instant::now() + self.config.timeout;
+        let (name, remote) = self.remote(source).map_err(refused)?;
+        let _shared = remote.gate.read();
+        let notification = source.notification.as_bytes();
+        let outcome = match &source.header {
+            None => self.agent.read(
+                &name,
+                pixels_to,
+                source.addr,
+                source.len,
+                Some(notification),
+                deadline,
+            ),
+            Some(header) => {
+                let header_at = source.addr.checked_sub(SLOT_HEADER_BYTES).ok_or_else(|| {
+                    refused(Error::Descriptor(
+                        "descriptor address has no room for its slot header".into(),
+                    ))
+                })?;
+                self.agent
+                    .read(&name, pixels_to, source.addr, source.len, None, deadline)
+                    .and_then(|()| {
+                        self.agent.read(
+                            &name,
+                            (header_to, MemType::Dram, 0),
+                            header_at,
+                            SLOT_HEADER_BYTES,
+                            Some(notification),
+                            deadline,
+                        )
+                    })
+                    .and_then(|()| {
+                        // SAFETY: `header_to` is the caller's receive slot, now complete.
+                        let got = unsafe {
+                            std::slice::from_raw_parts(header_to as *const u8, SLOT_HEADER_BYTES)
+                        };
+                        if header.is_in(got) {
+                            Ok(())
+                        } else {
+                            Err(refused(Error::Transfer(format!(
+                                "the frontend {name} reclaimed or reused slot {} before its READ finished (its lease ended, or the descriptor is stale): no pixels",
+                                header.slot
+                            ))))
+                        }
+                    })
+            }
+        };
+        if let Err(e) = &outcome {
+            if e.may_land {
+                // The connection may be broken: the next read reloads it,
+                // once the reads in flight are done.
+                remote.state.lock().healthy = false;
+            }
+        }
+        outcome
     }
 
     /// READs the source into host memory. The pixels stay in the receive
@@ -164,31 +350,35 @@ impl Reader {
     /// half the pool is held that way; past that they are copied out so
     /// callers that keep images cannot starve the pool.
     pub fn read(self: &Arc<Self>, source: &Source) -> Result<Pixels> {
-        let (slot, region) = self.acquire(source.len)?;
-        let local = (region.addr() + slot.offset, MemType::Dram, 0);
-        let agent = match self.pull(source, local) {
-            Ok(agent) => agent,
-            Err(e) => {
-                self.quarantine(slot);
-                return Err(e);
-            }
+        let header_bytes = if source.header.is_some() {
+            SLOT_HEADER_BYTES
+        } else {
+            0
         };
+        let (slot, region) = self.acquire(source.len + header_bytes)?;
+        let base = region.addr() + slot.offset;
+        let pixels_to = (base + header_bytes, MemType::Dram, 0);
+        if let Err(e) = self.transfer(source, pixels_to, base) {
+            self.give_back(slot, e.may_land);
+            return Err(e.error);
+        }
         let lease = Lease {
             reader: Arc::clone(self),
             slot,
             region,
+            at: slot.offset + header_bytes,
+            len: source.len,
         };
         if self.config.verify {
             if let Some(expected) = &source.content_hash {
-                let got = wire::content_hash(lease.as_slice());
-                if &got != expected {
-                    return Err(Error::Transfer(format!(
-                        "pixels read from {agent} do not match their content hash ({got} != {expected}): the slot was reclaimed or the descriptor is wrong"
-                    )));
+                if &wire::content_hash(lease.as_slice()) != expected {
+                    return Err(Error::Transfer(
+                        "the pixels read do not match the descriptor's content hash: the descriptor is wrong or the slot was overwritten".into(),
+                    ));
                 }
             }
         }
-        let held = self.state.lock().slots.pool.bytes_in_use();
+        let held = self.slots.lock().pool.bytes_in_use();
         if held <= self.config.pool_bytes / 2 {
             Ok(Pixels::Leased(lease))
         } else {
@@ -196,54 +386,57 @@ impl Reader {
         }
     }
 
-    /// Registers caller-owned memory (a CUDA buffer) once; it stays
-    /// registered for the reader's life.
+    /// Registers caller-owned memory (a CUDA buffer) until
+    /// [`Reader::deregister_foreign`]; returns its registration id.
     ///
     /// # Safety
-    /// `addr..addr+len` must stay allocated until the reader is dropped.
+    /// `addr..addr+len` must stay allocated until it is deregistered or the
+    /// reader is dropped.
     pub unsafe fn register_foreign(
         &self,
         addr: usize,
         len: usize,
         mem_type: MemType,
         device: u64,
-    ) -> Result<()> {
+    ) -> Result<u64> {
         let handle = self.agent.register(&ForeignRegion {
             addr,
             len,
             mem_type,
             device,
         })?;
-        self.foreign.lock().push(handle);
-        Ok(())
+        let id = self.next_foreign.fetch_add(1, Ordering::Relaxed);
+        self.foreign.lock().insert(id, handle);
+        Ok(id)
+    }
+
+    /// Deregisters caller memory; false for an unknown id.
+    pub fn deregister_foreign(&self, id: u64) -> bool {
+        match self.foreign.lock().remove(&id) {
+            Some(mut handle) => {
+                let _ = handle.deregister();
+                true
+            }
+            None => false,
+        }
     }
 
     /// READs the source straight into registered caller memory. On error
-    /// the destination holds indeterminate bytes.
-    pub fn read_into(&self, source: &Source, local: (usize, MemType, u64)) -> Result<()> {
-        self.pull(source, local).map(drop)
-    }
-
-    /// The READ both paths share; returns the agent read from. After a
-    /// failure the frontend's metadata is dropped, so a restarted or
-    /// replaced frontend is loaded afresh.
-    fn pull(&self, source: &Source, local: (usize, MemType, u64)) -> Result<String> {
-        let agent = self.ensure_remote(source)?;
-        let outcome = self.agent.read(
-            &agent,
-            local,
-            source.addr,
-            source.len,
-            source.notification.as_bytes(),
-            self.config.timeout,
-        );
-        match outcome {
-            Ok(()) => Ok(agent),
-            Err(e) => {
-                self.forget(&agent);
-                Err(e)
-            }
-        }
+    /// the destination holds indeterminate bytes; `may_land` says whether a
+    /// transfer may still write it (do not reuse it for a while then).
+    pub fn read_into(
+        &self,
+        source: &Source,
+        local: (usize, MemType, u64),
+    ) -> std::result::Result<(), ReadError> {
+        let refused = |error: Error| ReadError {
+            error,
+            may_land: false,
+        };
+        let (slot, region) = self.acquire(SLOT_HEADER_BYTES).map_err(refused)?;
+        let outcome = self.transfer(source, local, region.addr() + slot.offset);
+        self.give_back(slot, outcome.as_ref().is_err_and(|e| e.may_land));
+        outcome
     }
 
     fn acquire(&self, len: usize) -> Result<(Slot, Arc<HostRegion>)> {
@@ -254,45 +447,38 @@ impl Reader {
             )));
         }
         let deadline = Instant::now() + self.config.timeout;
-        let mut state = self.state.lock();
-        loop {
+        let allocation = self.slots.acquire(&self.agent, len, deadline, |state| {
             let now = Instant::now();
-            let (done, waiting): (Vec<_>, Vec<_>) = state
-                .quarantine
-                .drain(..)
-                .partition(|(_, until)| *until <= now);
-            state.quarantine = waiting;
-            for (slot, _) in done {
-                state.slots.pool.release(slot.id, slot.generation);
-            }
-            if let Some(a) = state.slots.allocate(&self.agent, len, None)? {
-                return Ok((a.slot, a.region));
-            }
-            if self
-                .freed
-                .wait_until(&mut state, deadline.min(now + Duration::from_millis(100)))
-                .timed_out()
-                && Instant::now() >= deadline
-            {
-                return Err(Error::Transfer(format!(
-                    "no {len}-byte receive buffer became free within {:?}",
-                    self.config.timeout
-                )));
-            }
+            self.quarantine.lock().retain(|(slot, until)| {
+                let over = *until <= now;
+                if over {
+                    state.pool.release(slot.id, slot.generation);
+                }
+                !over
+            });
+        })?;
+        match allocation {
+            Some(a) => Ok((a.slot, a.region)),
+            None => Err(Error::PoolExhausted(format!(
+                "no {len}-byte receive buffer became free within {:?}",
+                self.config.timeout
+            ))),
         }
     }
 
     fn release(&self, slot: Slot) {
-        self.state
-            .lock()
-            .slots
-            .pool
-            .release(slot.id, slot.generation);
-        self.freed.notify_all();
+        self.slots.lock().pool.release(slot.id, slot.generation);
+        self.slots.notify_freed();
     }
 
-    fn quarantine(&self, slot: Slot) {
-        let until = Instant::now() + self.config.timeout * 2;
-        self.state.lock().quarantine.push((slot, until));
+    /// After a failed read: free the slot now, or (when the transfer may
+    /// still land in it) once twice the timeout has passed.
+    fn give_back(&self, slot: Slot, may_land: bool) {
+        if may_land {
+            let until = Instant::now() + self.config.timeout * 2;
+            self.quarantine.lock().push((slot, until));
+        } else {
+            self.release(slot);
+        }
     }
 }

@@ -98,6 +98,82 @@ pub fn unpack_metadata(packed: &str, max_len: usize) -> Result<Vec<u8>> {
     Ok(out)
 }
 
+/// Bytes reserved before every published image's pixels for its slot
+/// header, which the worker READs back after the pixels (a seqlock over
+/// NIXL): a slot freed or reused while its pixels were in flight no longer
+/// carries the header the descriptor names. 64 keeps the pixels on a cache
+/// line of their own.
+pub const SLOT_HEADER_BYTES: usize = 64;
+const SLOT_MAGIC: [u8; 8] = *b"pwslot\x00\x02";
+
+/// What a live slot's header says: which slot, which occupant, how many
+/// pixel bytes. A free slot's generation field is 0, which no occupant has.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SlotHeader {
+    pub slot: u64,
+    pub generation: u64,
+    pub len: u64,
+}
+
+impl SlotHeader {
+    /// Offsets inside the header: magic, slot, len, then the generation,
+    /// which is written last when a slot is published and first (to 0) when
+    /// it is freed.
+    pub const GENERATION_AT: usize = 24;
+
+    /// The header's first 24 bytes (magic, slot, len); the generation goes
+    /// at [`SlotHeader::GENERATION_AT`].
+    pub fn prefix(&self) -> [u8; 24] {
+        let mut out = [0u8; 24];
+        out[..8].copy_from_slice(&SLOT_MAGIC);
+        out[8..16].copy_from_slice(&self.slot.to_le_bytes());
+        out[16..24].copy_from_slice(&self.len.to_le_bytes());
+        out
+    }
+
+    /// Whether `bytes` (a header as READ from the frontend) is this one.
+    pub fn is_in(&self, bytes: &[u8]) -> bool {
+        bytes.len() >= Self::GENERATION_AT + 8
+            && bytes[..24] == self.prefix()
+            && bytes[Self::GENERATION_AT..Self::GENERATION_AT + 8] == self.generation.to_le_bytes()
+    }
+}
+
+/// The notification a reader attaches to its READ so the frontend frees the
+/// slot: `pw1:<slot>:<generation>`.
+pub fn notification_for(slot: u64, generation: u64) -> String {
+    format!("pw1:{slot}:{generation}")
+}
+
+/// Inverse of [`notification_for`] on the raw bytes a peer sent; `None` for
+/// anything else (including bytes that are not UTF-8).
+pub fn parse_notification(msg: &[u8]) -> Option<(u64, u64)> {
+    let text = std::str::from_utf8(msg).ok()?;
+    let mut parts = text.strip_prefix("pw1:")?.split(':');
+    let slot = parts.next()?.parse().ok()?;
+    let generation = parts.next()?.parse().ok()?;
+    match parts.next() {
+        None => Some((slot, generation)),
+        Some(_) => None,
+    }
+}
+
+/// The agent name raw NIXL metadata carries (NIXL 1.5's serialisation:
+/// `nixlSerDes|Agent<u64 LE length><name>|...`), read before the metadata is
+/// loaded so a descriptor that names one agent cannot load another's.
+pub fn metadata_agent_name(raw: &[u8]) -> Result<String> {
+    let bad = || Error::Descriptor("nixl_metadata is not NIXL agent metadata".into());
+    let rest = raw.strip_prefix(b"nixlSerDes|Agent").ok_or_else(bad)?;
+    let (len, rest) = rest.split_at_checked(8).ok_or_else(bad)?;
+    let len = u64::from_le_bytes(len.try_into().map_err(|_| bad())?);
+    let len = usize::try_from(len).map_err(|_| bad())?;
+    let name = rest.get(..len).ok_or_else(bad)?;
+    if len == 0 || rest.get(len) != Some(&b'|') {
+        return Err(bad());
+    }
+    String::from_utf8(name.to_vec()).map_err(|_| bad())
+}
+
 /// xxh3-64 of the pixels as 16 lowercase hex digits.
 pub fn content_hash(pixels: &[u8]) -> String {
     format!("{:016x}", xxhash_rust::xxh3::xxh3_64(pixels))
@@ -139,6 +215,57 @@ mod tests {
         assert!(unpack_metadata("b64:!!!", 10).is_err());
         assert!(unpack_metadata("b64:aGVsbG8=", 10).is_err());
         assert!(unpack_metadata("zz", 10).is_err());
+    }
+
+    #[test]
+    fn agent_names_are_read_from_metadata() {
+        let mut raw = b"nixlSerDes|Agent".to_vec();
+        raw.extend_from_slice(&5u64.to_le_bytes());
+        raw.extend_from_slice(b"front|Conns...");
+        assert_eq!(metadata_agent_name(&raw).unwrap(), "front");
+        assert!(metadata_agent_name(&raw[..20]).is_err());
+        assert!(metadata_agent_name(b"abc").is_err());
+        let mut long = b"nixlSerDes|Agent".to_vec();
+        long.extend_from_slice(&u64::MAX.to_le_bytes());
+        assert!(metadata_agent_name(&long).is_err());
+    }
+
+    #[test]
+    fn notification_round_trip() {
+        assert_eq!(
+            parse_notification(notification_for(7, 9).as_bytes()),
+            Some((7, 9))
+        );
+        assert_eq!(parse_notification(b"pw1:x:1"), None);
+        assert_eq!(parse_notification(b"pw1:1:2:3"), None);
+        assert_eq!(parse_notification(b"hello"), None);
+        assert_eq!(parse_notification(b"pw1:\xff:1"), None);
+    }
+
+    #[test]
+    fn slot_headers_name_one_occupant() {
+        let header = SlotHeader {
+            slot: 3,
+            generation: 11,
+            len: 4096,
+        };
+        let mut bytes = [0u8; SLOT_HEADER_BYTES];
+        bytes[..24].copy_from_slice(&header.prefix());
+        assert!(!header.is_in(&bytes), "generation 0: a free slot");
+        bytes[24..32].copy_from_slice(&11u64.to_le_bytes());
+        assert!(header.is_in(&bytes));
+        assert!(!SlotHeader {
+            generation: 12,
+            ..header
+        }
+        .is_in(&bytes));
+        assert!(!SlotHeader {
+            len: 4095,
+            ..header
+        }
+        .is_in(&bytes));
+        assert!(!SlotHeader { slot: 4, ..header }.is_in(&bytes));
+        assert!(!header.is_in(&bytes[..31]));
     }
 
     #[test]

@@ -86,34 +86,36 @@ def test_probe_reads_the_header() -> None:
 
 
 def test_gil_is_released_while_decoding() -> None:
-    """A second Python thread keeps running while a large image decodes.
+    """Another Python thread runs while a large image decodes.
 
-    With the GIL held for the whole decode, the counting thread would stall
-    for about the decode's length; released, it only waits for the switch
-    interval."""
+    The other thread is woken just before the decode starts; it needs the
+    GIL to record that it ran. Held for the whole decode, the GIL would only
+    come back after the decode returned (a waiting thread asks for it after
+    the 5 ms switch interval, and a native call does not give it up); released,
+    the thread runs during the decode. Held, it would run only once the decode
+    returned, so it must have run in the decode's first half. Three tries, so
+    that a thread the OS happens not to schedule for half a decode on a
+    loaded machine does not fail the test."""
     data = _png(3000, 2000)
-    start = time.perf_counter()
-    pixelwire.decode_image(data)
-    single = time.perf_counter() - start
+    orders = []
+    for _ in range(3):
+        go = threading.Event()
+        ran_at: list[float] = []
 
-    stop = threading.Event()
-    gaps: list[float] = []
+        def other(go: threading.Event = go, ran_at: list[float] = ran_at) -> None:
+            go.wait()
+            ran_at.append(time.perf_counter())
 
-    def count() -> None:
-        last = time.perf_counter()
-        while not stop.is_set():
-            now = time.perf_counter()
-            gaps.append(now - last)
-            last = now
-
-    ticker = threading.Thread(target=count)
-    ticker.start()
-    try:
-        for _ in range(3):
-            pixelwire.decode_image(data)
-    finally:
-        stop.set()
-        ticker.join()
-    longest = max(gaps)
-    print(f"\ndecode {single * 1000:.0f} ms; longest stall of the other thread {longest * 1000:.1f} ms")
-    assert longest < single / 2
+        thread = threading.Thread(target=other)
+        thread.start()
+        time.sleep(0.05)  # parked in go.wait()
+        go.set()
+        started_at = time.perf_counter()
+        pixelwire.decode_image(data)
+        finished_at = time.perf_counter()
+        thread.join()
+        orders.append(ran_at[0] - started_at < (finished_at - started_at) / 2)
+        if orders[-1]:
+            break
+    print(f"\nthe other thread ran in the decode's first half: {orders}")
+    assert any(orders), "the other Python thread only ran after the decode: the GIL was held"

@@ -117,10 +117,10 @@ def test_unread_slots_are_reclaimed_and_late_reads_refused() -> None:
                 # slot was scrubbed (and may hold another image by now).
                 skewed = copy.deepcopy(desc)
                 skewed["pixelwire"]["expires_at"] = time.time() + 3600
-                with pytest.raises(pixelwire.TransferError, match="content hash"):
+                with pytest.raises(pixelwire.TransferError, match="reclaimed or reused"):
                     await reader.read_decoded(skewed, output="numpy")
                 frontend.publish(_png(128, 128, seed=5))  # reuses the slot
-                with pytest.raises(pixelwire.TransferError, match="content hash"):
+                with pytest.raises(pixelwire.TransferError, match="reclaimed or reused"):
                     await reader.read_decoded(skewed, output="numpy")
 
         run(main())
@@ -237,8 +237,13 @@ def test_tampered_descriptors_never_give_pixels(frontend: FrontendProcess) -> No
             for bad in transfer_errors:
                 with pytest.raises(pixelwire.TransferError):
                     await reader.read_decoded(bad, output="numpy")
-            # The untampered descriptors still work afterwards.
-            for good in (first, other):
+            # Each tampered read of `first` ended with the notification that
+            # frees first's slot: `first` itself is refused now, and the reader
+            # still works for the rest.
+            with pytest.raises(pixelwire.TransferError, match="reclaimed or reused"):
+                await reader.read_decoded(first, output="numpy")
+            fresh = frontend.publish(_png(64, 64, seed=3))["desc"]
+            for good in (other, fresh):
                 await reader.read_decoded(good, output="numpy")
 
     run(main())

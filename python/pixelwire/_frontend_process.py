@@ -74,13 +74,26 @@ class _Naive:
         self.agent.deregister_memory(registration)
 
 
-async def serve(pool_bytes: int, lease: float, acquire: float) -> None:
+def _answers_channel() -> Any:
+    """The replies get standard output to themselves: libraries that log to
+    file descriptor 1 (UCX prints its warnings there) go to stderr instead,
+    so a log line can never be read as an answer."""
+    replies = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    return replies
+
+
+async def serve(pool_bytes: int, lease: float, acquire: float, region_bytes: int) -> None:
+    replies = _answers_channel()
     loop = asyncio.get_running_loop()
     naive: _Naive | None = None
-    publisher = pixelwire.Publisher(pool_bytes=pool_bytes, lease_seconds=lease, acquire_timeout=acquire)
+    publisher = pixelwire.Publisher(
+        pool_bytes=pool_bytes, lease_seconds=lease, acquire_timeout=acquire, region_bytes=region_bytes
+    )
     async with publisher as pub:
         ready = pub.agent_name if pub.decode_at == "frontend" else "pass-through"
-        print(json.dumps({"ready": ready}), flush=True)
+        print(json.dumps({"ready": ready}), file=replies, flush=True)
         while True:
             line = await loop.run_in_executor(None, sys.stdin.readline)
             if not line:
@@ -119,7 +132,7 @@ async def serve(pool_bytes: int, lease: float, acquire: float) -> None:
                     answer = {"descs": descs}
                 except pixelwire.PixelwireError as error:
                     answer = {"error": type(error).__name__, "message": str(error)}
-            print(json.dumps(answer), flush=True)
+            print(json.dumps(answer), file=replies, flush=True)
 
 
 class FrontendProcess:
@@ -131,10 +144,19 @@ class FrontendProcess:
         lease: float = 60.0,
         acquire: float = 10.0,
         env: dict[str, str] | None = None,
+        region_bytes: int = 64 << 20,
     ) -> None:
         env = {**os.environ, "NIXL_LOG_LEVEL": os.environ.get("NIXL_LOG_LEVEL", "FATAL"), **(env or {})}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "pixelwire._frontend_process", str(pool_bytes), str(lease), str(acquire)],
+            [
+                sys.executable,
+                "-m",
+                "pixelwire._frontend_process",
+                str(pool_bytes),
+                str(lease),
+                str(acquire),
+                str(region_bytes),
+            ],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -193,4 +215,4 @@ class FrontendProcess:
 
 
 if __name__ == "__main__":
-    asyncio.run(serve(int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3])))
+    asyncio.run(serve(int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])))

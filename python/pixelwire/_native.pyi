@@ -56,6 +56,8 @@ def decode_data_url(url: str) -> tuple[str, bytes]: ...
 def content_hash(data: Buffer) -> str: ...
 def load_nixl(path: str) -> None: ...
 
+MIN_LEASE_SECONDS: float
+
 class NativePublisher:
     def __init__(
         self,
@@ -98,8 +100,12 @@ class NativeReader:
         size: int,
         notification: str,
         content_hash: str | None = None,
+        metadata_version: int | None = None,
+        slot: int | None = None,
+        generation: int | None = None,
     ) -> npt.NDArray[np.uint8] | PixelBuffer: ...
-    def register(self, *, addr: int, size: int, mem_type: str, device: int) -> None: ...
+    def register(self, *, addr: int, size: int, mem_type: str, device: int) -> int: ...
+    def deregister(self, id: int) -> bool: ...
     def read_into(
         self,
         *,
@@ -111,6 +117,9 @@ class NativeReader:
         local_addr: int,
         mem_type: str,
         device: int,
+        metadata_version: int | None = None,
+        slot: int | None = None,
+        generation: int | None = None,
     ) -> None: ...
 
 class PixelBuffer:

@@ -41,6 +41,7 @@ def _frontend(args: argparse.Namespace) -> int:
         upstream=args.upstream,
         decode_at=_decode_at(args.decode_at),
         pool_bytes=args.pool_bytes or _env_int("PIXELWIRE_POOL_BYTES", 256 * MiB),
+        region_bytes=args.region_bytes,
         lease_seconds=args.lease_seconds or _env_float("PIXELWIRE_LEASE_SECONDS", 60.0),
         secret=secret_from_env(),
         image_kwargs=image_kwargs,
@@ -77,6 +78,12 @@ def main(argv: list[str] | None = None) -> int:
         help="where images are decoded (default: PIXELWIRE_DECODE_AT, else frontend)",
     )
     front.add_argument("--pool-bytes", type=int, default=None, help="registered pixel pool (default 256 MiB)")
+    front.add_argument(
+        "--region-bytes",
+        type=int,
+        default=64 << 20,
+        help="the pool grows by registered regions of this size (default 64 MiB; larger images: their own)",
+    )
     front.add_argument("--lease-seconds", type=float, default=None)
     front.add_argument(
         "--media-io-kwargs",

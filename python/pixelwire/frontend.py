@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 import aiohttp
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, generate_latest
 
 from pixelwire._native import (
     BlockedURL,
@@ -62,6 +62,7 @@ class FrontendConfig:
     upstream: str
     decode_at: DecodeAt = "frontend"
     pool_bytes: int = 256 * MiB
+    region_bytes: int = 64 * MiB
     lease_seconds: float = 60.0
     secret: bytes | None = None
     # Server-wide defaults for images, as vLLM's --media-io-kwargs '{"image": {...}}'.
@@ -193,11 +194,18 @@ class Frontend:
         self.fetcher = Fetcher(allowed_domains=config.allowed_domains, allow_private=config.allow_private)
         self.publisher = Publisher(
             pool_bytes=config.pool_bytes,
+            region_bytes=config.region_bytes,
             lease_seconds=config.lease_seconds,
             decode_at=config.decode_at,
             fetcher=self.fetcher,
         )
         self.metrics = ImageMetrics("frontend", self.registry, self._pool_bytes_in_use)
+        self.pool_regions = Gauge(
+            "pixelwire_frontend_pool_regions",
+            "Registered regions in the frontend's pixel pool (it grows and gives way by regions)",
+            registry=self.registry,
+        )
+        self.pool_regions.set_function(lambda: float(self._pool_stats().get("regions", 0)))
         self.requests = Counter(
             "pixelwire_frontend_requests",
             "Requests answered, by route and status",
@@ -216,10 +224,13 @@ class Frontend:
         self._plugin_seen = not (config.check_upstream and config.decode_at == "frontend")
         self._checker: asyncio.Task[None] | None = None
 
-    def _pool_bytes_in_use(self) -> float:
+    def _pool_stats(self) -> dict[str, int]:
         if self.publisher._native is None:  # worker mode never opens it
-            return 0.0
-        return float(self.publisher.stats()["bytes_in_use"])
+            return {}
+        return self.publisher.stats()
+
+    def _pool_bytes_in_use(self) -> float:
+        return float(self._pool_stats().get("bytes_in_use", 0))
 
     # -- lifecycle -------------------------------------------------------------
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import hashlib
 import importlib.util
 import math
@@ -24,7 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from pixelwire import _native
-from pixelwire._native import DescriptorError, Limits, TransferError
+from pixelwire._native import DescriptorError, Limits, PixelwireError, TransferError
 
 if TYPE_CHECKING:
     from pixelwire.fetch import Fetcher
@@ -135,6 +136,9 @@ class Decoded:
     # SHA-256 of the encoded bytes: a collision-resistant identity the
     # worker can key caches on without hashing the pixels again.
     source_sha256: str = ""
+    # Version of `nixl_metadata`: it only grows, and a reader keeps the
+    # newest it has seen for this agent.
+    metadata_version: int = 0
     layout: Literal["HWC", "RGBX"] = "HWC"
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -161,6 +165,7 @@ class Decoded:
                 "background": list(self.background),
                 "published_at": self.published_at,
                 "source_sha256": self.source_sha256,
+                "metadata_version": self.metadata_version,
             },
         }
 
@@ -176,6 +181,20 @@ def _publish(
     loop (hashlib releases the GIL on large inputs)."""
     fields = native.publish(data, mode=mode, background=background, rgbx=layout == "RGBX")
     return fields, hashlib.sha256(data).hexdigest()
+
+
+def _release_when_published(
+    native: _native.NativePublisher,
+) -> Any:
+    """A done-callback that frees what an abandoned publish published."""
+
+    def release(work: asyncio.Future[tuple[dict[str, Any], str]]) -> None:
+        if work.cancelled() or work.exception() is not None:
+            return
+        fields, _ = work.result()
+        native.release(fields["slot"], fields["generation"])
+
+    return release
 
 
 @dataclass(frozen=True)
@@ -207,6 +226,11 @@ class Publisher:
         fetcher: Fetcher | None = None,
     ) -> None:
         self.decode_at = _decode_at(decode_at)
+        if not lease_seconds >= _native.MIN_LEASE_SECONDS:
+            raise ValueError(
+                f"lease_seconds must be at least {_native.MIN_LEASE_SECONDS} (got {lease_seconds}): "
+                "a shorter lease frees slots before a worker can read them"
+            )
         self._fetcher = fetcher
         self._own_fetcher = fetcher is None
         self.pool_bytes = pool_bytes
@@ -283,9 +307,17 @@ class Publisher:
             data = bytes(source) if isinstance(source, memoryview) else source
         if layout == "RGBX" and mode != "RGB":
             raise ValueError("layout='RGBX' needs mode='RGB'")
-        fields, source_sha256 = await asyncio.to_thread(_publish, native, data, mode, background, layout)
+        work = asyncio.ensure_future(asyncio.to_thread(_publish, native, data, mode, background, layout))
+        try:
+            fields, source_sha256 = await asyncio.shield(work)
+        except asyncio.CancelledError:
+            # The caller went away mid-decode; the decode thread goes on, so
+            # the slot it fills is freed as soon as it is published.
+            work.add_done_callback(_release_when_published(native))
+            raise
         return Decoded(
-            nixl_metadata=native.metadata,
+            nixl_metadata=fields["metadata"],
+            metadata_version=fields["metadata_version"],
             addr=fields["addr"],
             size=fields["size"],
             shape=tuple(fields["shape"]),
@@ -327,6 +359,24 @@ class _Source:
     expires_at: float | None
     # "RGBX": RGB stored four bytes a pixel (Pillow's own layout).
     layout: str = "HWC"
+    # pixelwire descriptors: the metadata's version and the slot header
+    # (slot, generation) the reader checks after the READ.
+    metadata_version: int | None = None
+    slot: int | None = None
+    generation: int | None = None
+
+    def native_fields(self) -> dict[str, Any]:
+        """The keyword arguments the native reader takes for this source."""
+        return {
+            "agent": self.agent,
+            "metadata": self.metadata,
+            "addr": self.addr,
+            "size": self.size,
+            "notification": self.notification,
+            "metadata_version": self.metadata_version,
+            "slot": self.slot,
+            "generation": self.generation,
+        }
 
     @property
     def pixel_bytes(self) -> int:
@@ -400,7 +450,11 @@ def _parse(desc: Decoded | dict[str, Any], shape: Any | None) -> _Source:
     expires_at = own.get("expires_at")
     if not isinstance(expires_at, (int, float)) or not math.isfinite(expires_at):
         raise DescriptorError("pixelwire.expires_at must be a Unix time")
+    slot, generation = (_int(own.get(key), f"pixelwire.{key}") for key in ("slot", "generation"))
     return _Source(
+        metadata_version=_int(own.get("metadata_version"), "pixelwire.metadata_version"),
+        slot=slot,
+        generation=generation,
         agent=agent,
         metadata=metadata,
         addr=_int(nixl.get("addr"), "addr"),
@@ -443,8 +497,10 @@ class Reader:
         self.region_bytes = min(region_bytes, pool_bytes)
         self._native: _native.NativeReader | None = None
         self._cuda_lock = threading.Lock()
-        self._cuda_staging: dict[int, Any] = {}
-        self._cuda_keep: list[Any] = []
+        # device index -> (registered staging tensor, registration id)
+        self._cuda_staging: dict[int, tuple[Any, int]] = {}
+        # Staging a failed READ may still write: (until, tensor, registration id).
+        self._cuda_quarantine: list[tuple[float, Any, int]] = []
 
     def _open(self) -> _native.NativeReader:
         if self._native is None:
@@ -502,9 +558,16 @@ class Reader:
         return dict(self._open().stats())
 
     def close(self) -> None:
-        self._native = None
-        self._cuda_staging.clear()
-        self._cuda_keep.clear()
+        native, self._native = self._native, None
+        with self._cuda_lock:
+            if native is not None:
+                # Deregister before the tensors go back to torch's allocator.
+                for _, registration in self._cuda_staging.values():
+                    native.deregister(registration)
+                for _, _, registration in self._cuda_quarantine:
+                    native.deregister(registration)
+            self._cuda_staging.clear()
+            self._cuda_quarantine.clear()
 
     def _validate(self, source: _Source) -> None:
         h, w, c = source.shape
@@ -537,13 +600,7 @@ class Reader:
                 raise ValueError("a CUDA destination needs output='torch'")
             return await asyncio.to_thread(self._read_cuda, native, source, device)
         flat = await asyncio.to_thread(
-            native.read,
-            agent=source.agent,
-            metadata=source.metadata,
-            addr=source.addr,
-            size=source.size,
-            notification=source.notification,
-            content_hash=source.content_hash,
+            functools.partial(native.read, content_hash=source.content_hash, **source.native_fields())
         )
         if not isinstance(flat, np.ndarray):
             # A receive slot lent zero-copy: the array keeps it until freed.
@@ -556,32 +613,41 @@ class Reader:
         return _as_output(flat.reshape(source.shape), output, "cpu")
 
     def _read_cuda(self, native: _native.NativeReader, source: _Source, device: str) -> Any:
-        """READ into a registered CUDA staging buffer, then copy out on the GPU."""
+        """READ into a registered CUDA staging buffer (one per device, grown
+        by replacing it), check the slot header, then copy out on the GPU.
+        A staging buffer a failed READ may still write is retired until the
+        transfer has surely ended."""
         import torch
 
         dev = torch.device(device)
         index = dev.index if dev.index is not None else torch.cuda.current_device()
         with self._cuda_lock:
+            now = time.monotonic()
+            for entry in [q for q in self._cuda_quarantine if q[0] <= now]:
+                native.deregister(entry[2])
+                self._cuda_quarantine.remove(entry)
             staging = self._cuda_staging.get(index)
-            if staging is None or staging.numel() < source.size:
+            if staging is None or staging[0].numel() < source.size:
+                if staging is not None:
+                    native.deregister(staging[1])
                 size = max(source.size, self.region_bytes)
-                staging = torch.empty(size, dtype=torch.uint8, device=torch.device("cuda", index))
-                native.register(addr=staging.data_ptr(), size=size, mem_type="Vram", device=index)
-                # Registered memory must outlive the reader's agent.
-                self._cuda_keep.append(staging)
-                self._cuda_staging[index] = staging
-            native.read_into(
-                agent=source.agent,
-                metadata=source.metadata,
-                addr=source.addr,
-                size=source.size,
-                notification=source.notification,
-                local_addr=staging.data_ptr(),
-                mem_type="Vram",
-                device=index,
-            )
+                tensor = torch.empty(size, dtype=torch.uint8, device=torch.device("cuda", index))
+                registration = native.register(
+                    addr=tensor.data_ptr(), size=size, mem_type="Vram", device=index
+                )
+                staging = self._cuda_staging[index] = (tensor, registration)
+            tensor, registration = staging
+            try:
+                native.read_into(
+                    local_addr=tensor.data_ptr(), mem_type="Vram", device=index, **source.native_fields()
+                )
+            except PixelwireError as error:
+                if getattr(error, "may_land", True):
+                    del self._cuda_staging[index]
+                    self._cuda_quarantine.append((time.monotonic() + 2 * self.timeout, tensor, registration))
+                raise
             h, w, c = source.shape
-            pixels = staging[: source.size].view(h, w, source.pixel_bytes)
+            pixels = tensor[: source.size].view(h, w, source.pixel_bytes)
             return pixels[:, :, :c].clone(memory_format=torch.contiguous_format)
 
 

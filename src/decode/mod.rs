@@ -325,6 +325,66 @@ pub fn decode_into(
     })
 }
 
+/// Past this, a thread's full-size scratch is given back after each use
+/// rather than kept for the next image.
+const KEEP_SCRATCH: usize = 64 << 20;
+
+thread_local! {
+    /// Full-size pixels of an image about to be resized, per thread: grown
+    /// to the largest image seen (up to [`KEEP_SCRATCH`]), never zeroed again.
+    static FULL_SIZE: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Decodes into `out` at `resize`'s size: the full-size pixels go to a
+/// per-thread scratch buffer, then are resized into `out`. Without a
+/// resize, or at the decoded size already, decodes straight into `out`.
+pub fn decode_resized_into(
+    data: &[u8],
+    info: &ImageInfo,
+    opts: &DecodeOptions,
+    resize: Option<&crate::resize::Target>,
+    out: &mut [u8],
+) -> Result<()> {
+    let shape = info.output_shape(opts);
+    let Some(target) = resize.filter(|t| (t.height, t.width) != (shape.height, shape.width)) else {
+        return decode_into(data, info, opts, out);
+    };
+    FULL_SIZE.with(|scratch| {
+        let mut scratch = scratch.borrow_mut();
+        if scratch.len() < shape.len() {
+            scratch.resize(shape.len(), 0);
+        }
+        let full = &mut scratch[..shape.len()];
+        let outcome = decode_into(data, info, opts, full).and_then(|()| {
+            crate::resize::resize_into(
+                full,
+                (shape.height, shape.width),
+                shape.channels,
+                out,
+                (target.height, target.width),
+                target.spec,
+            )
+            .map_err(Error::InvalidArgument)
+        });
+        if scratch.len() > KEEP_SCRATCH {
+            *scratch = Vec::new();
+        }
+        outcome
+    })
+}
+
+/// The output shape with `resize` applied.
+pub fn resized_shape(shape: OutputShape, resize: Option<&crate::resize::Target>) -> OutputShape {
+    match resize {
+        Some(t) => OutputShape {
+            height: t.height,
+            width: t.width,
+            channels: shape.channels,
+        },
+        None => shape,
+    }
+}
+
 /// Probes, allocates and decodes in one call.
 pub fn decode(data: &[u8], opts: &DecodeOptions) -> Result<(ImageInfo, Vec<u8>)> {
     let info = probe(data, &opts.limits)?;

@@ -93,9 +93,36 @@ pub fn limits_or_default(limits: Option<&PyLimits>) -> decode::Limits {
     limits.map(|l| l.inner).unwrap_or_default()
 }
 
-/// Decodes an image to a C-contiguous `uint8` array of shape (H, W, C).
+/// `resize=(height, width)` with its kernel and filter names, checked.
+pub fn resize_target(
+    size: Option<(usize, usize)>,
+    kernel: &str,
+    filter: &str,
+) -> PyResult<Option<crate::resize::Target>> {
+    let invalid = |e: String| PyErr::from(crate::errors::Error::InvalidArgument(e));
+    let spec = crate::resize::ResizeSpec {
+        kernel: crate::resize::Kernel::parse(kernel).map_err(invalid)?,
+        filter: crate::resize::Filter::parse(filter).map_err(invalid)?,
+    };
+    match size {
+        None => Ok(None),
+        Some((height, width)) if height == 0 || width == 0 => Err(invalid(format!(
+            "resize size must be positive, not {height}x{width}"
+        ))),
+        Some((height, width)) => Ok(Some(crate::resize::Target {
+            height,
+            width,
+            spec,
+        })),
+    }
+}
+
+/// Decodes an image to a C-contiguous `uint8` array of shape (H, W, C);
+/// with `resize=(height, width)`, resized to that size right after
+/// decoding with the named processor arithmetic.
 #[pyfunction]
-#[pyo3(signature = (data, *, mode = "RGB", background = (255, 255, 255), limits = None, apply_exif_orientation = true))]
+#[pyo3(signature = (data, *, mode = "RGB", background = (255, 255, 255), limits = None, apply_exif_orientation = true, resize = None, resize_kernel = "torchvision", resize_filter = "bicubic"))]
+#[allow(clippy::too_many_arguments)]
 fn decode_image<'py>(
     py: Python<'py>,
     data: Encoded<'py>,
@@ -103,6 +130,9 @@ fn decode_image<'py>(
     background: (u8, u8, u8),
     limits: Option<PyRef<'py, PyLimits>>,
     apply_exif_orientation: bool,
+    resize: Option<(usize, usize)>,
+    resize_kernel: &str,
+    resize_filter: &str,
 ) -> PyResult<Bound<'py, PyAny>> {
     let opts = DecodeOptions {
         mode: Mode::parse(mode)?,
@@ -110,9 +140,15 @@ fn decode_image<'py>(
         limits: limits_or_default(limits.as_deref()),
         apply_exif_orientation,
     };
+    let target = resize_target(resize, resize_kernel, resize_filter)?;
     let bytes = data.as_slice();
-    let (info, pixels) = py.detach(|| decode::decode(bytes, &opts))?;
-    let shape = info.output_shape(&opts);
+    let (shape, pixels) = py.detach(|| {
+        let info = decode::probe(bytes, &opts.limits)?;
+        let shape = decode::resized_shape(info.output_shape(&opts), target.as_ref());
+        let mut out = vec![0u8; shape.len()];
+        decode::decode_resized_into(bytes, &info, &opts, target.as_ref(), &mut out)?;
+        Ok::<_, crate::errors::Error>((shape, out))
+    })?;
     let array = PyArray1::from_vec(py, pixels);
     Ok(array
         .reshape([shape.height, shape.width, shape.channels])?

@@ -9,15 +9,26 @@ use numpy::PyArray1;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use super::{limits_or_default, Encoded, PyLimits};
+use super::{limits_or_default, resize_target, Encoded, PyLimits};
+use crate::agent::ReadError;
 use crate::decode::{DecodeOptions, Mode};
 use crate::errors::Error;
-use crate::publisher::{notification_for, Publisher, PublisherConfig};
+use crate::publisher::{Publisher, PublisherConfig};
+use crate::wire::{notification_for, SlotHeader};
 use std::sync::Arc;
 
 use pyo3::ffi;
 
 use crate::reader::{Lease, Pixels, Reader, ReaderConfig, Source};
+
+/// A failed READ as a Python exception whose `may_land` attribute says
+/// whether bytes may still arrive in the destination.
+fn read_error(py: Python<'_>, e: ReadError) -> PyErr {
+    let err = PyErr::from(e.error);
+    // Setting an attribute on a fresh exception instance cannot fail.
+    let _ = err.value(py).setattr("may_land", e.may_land);
+    err
+}
 
 /// Makes NIXL's C API loadable from the installed wheel's copy.
 #[pyfunction]
@@ -72,8 +83,10 @@ impl NativePublisher {
         self.inner.metadata()
     }
 
-    /// Decodes into a registered slot; returns the descriptor fields.
-    #[pyo3(signature = (data, *, mode = "RGB", background = (255, 255, 255), rgbx = false))]
+    /// Decodes into a registered slot (resized to `resize=(height, width)`
+    /// if given); returns the descriptor fields.
+    #[pyo3(signature = (data, *, mode = "RGB", background = (255, 255, 255), rgbx = false, resize = None, resize_kernel = "torchvision", resize_filter = "bicubic"))]
+    #[allow(clippy::too_many_arguments)]
     fn publish<'py>(
         &self,
         py: Python<'py>,
@@ -81,7 +94,11 @@ impl NativePublisher {
         mode: &str,
         background: (u8, u8, u8),
         rgbx: bool,
+        resize: Option<(usize, usize)>,
+        resize_kernel: &str,
+        resize_filter: &str,
     ) -> PyResult<Bound<'py, PyDict>> {
+        let target = resize_target(resize, resize_kernel, resize_filter)?;
         let opts = DecodeOptions {
             mode: Mode::parse(mode)?,
             background: [background.0, background.1, background.2],
@@ -90,11 +107,15 @@ impl NativePublisher {
             apply_exif_orientation: true,
         };
         let bytes = data.as_slice();
-        let p = py.detach(|| self.inner.publish(bytes, &opts, rgbx))?;
+        let p = py.detach(|| self.inner.publish(bytes, &opts, rgbx, target.as_ref()))?;
         let d = PyDict::new(py);
         d.set_item("addr", p.addr)?;
         d.set_item("size", p.len)?;
         d.set_item("shape", (p.shape.height, p.shape.width, p.shape.channels))?;
+        d.set_item(
+            "source_shape",
+            (p.source_shape.height, p.source_shape.width),
+        )?;
         d.set_item("format", p.info.format.name())?;
         d.set_item("color_type", p.info.color_type)?;
         d.set_item("content_hash", p.content_hash)?;
@@ -102,6 +123,8 @@ impl NativePublisher {
         d.set_item("generation", p.generation)?;
         d.set_item("expires_at", p.expires_at)?;
         d.set_item("notification", notification_for(p.slot, p.generation))?;
+        d.set_item("metadata", p.metadata)?;
+        d.set_item("metadata_version", p.metadata_version)?;
         Ok(d)
     }
 
@@ -219,7 +242,9 @@ impl NativeReader {
 
     /// READs into host memory; returns a 1-D uint8 array owning the pixels,
     /// or a PixelBuffer over the receive slot (zero-copy) for numpy.frombuffer.
-    #[pyo3(signature = (*, agent, metadata, addr, size, notification, content_hash = None))]
+    /// `slot`/`generation` (pixelwire descriptors) name the slot header
+    /// checked after the READ.
+    #[pyo3(signature = (*, agent, metadata, addr, size, notification, content_hash = None, metadata_version = None, slot = None, generation = None))]
     #[allow(clippy::too_many_arguments)]
     fn read<'py>(
         &self,
@@ -230,13 +255,18 @@ impl NativeReader {
         size: usize,
         notification: String,
         content_hash: Option<String>,
+        metadata_version: Option<u64>,
+        slot: Option<u64>,
+        generation: Option<u64>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let source = Source {
             agent,
             metadata,
+            metadata_version,
             addr,
             len: size,
             content_hash,
+            header: header(slot, generation, size),
             notification,
         };
         match py.detach(|| self.inner.read(&source))? {
@@ -245,19 +275,26 @@ impl NativeReader {
         }
     }
 
-    /// Registers caller memory (e.g. a CUDA staging buffer) for `read_into`.
-    /// The caller keeps it allocated for the reader's life.
+    /// Registers caller memory (e.g. a CUDA staging buffer) for `read_into`;
+    /// returns its id for `deregister`. The caller keeps it allocated until
+    /// then (or for the reader's life).
     #[pyo3(signature = (*, addr, size, mem_type, device))]
-    fn register(&self, addr: usize, size: usize, mem_type: &str, device: u64) -> PyResult<()> {
+    fn register(&self, addr: usize, size: usize, mem_type: &str, device: u64) -> PyResult<u64> {
         let kind = self::mem_type(mem_type)?;
         // SAFETY: documented contract: the Python layer keeps the buffer alive
-        // as long as the reader.
-        unsafe { self.inner.register_foreign(addr, size, kind, device) }?;
-        Ok(())
+        // until it deregisters it, or as long as the reader.
+        Ok(unsafe { self.inner.register_foreign(addr, size, kind, device) }?)
     }
 
-    /// READs straight into registered caller memory.
-    #[pyo3(signature = (*, agent, metadata, addr, size, notification, local_addr, mem_type, device))]
+    /// Deregisters memory `register` returned `id` for; false if unknown.
+    fn deregister(&self, py: Python<'_>, id: u64) -> bool {
+        py.detach(|| self.inner.deregister_foreign(id))
+    }
+
+    /// READs straight into registered caller memory, then checks the slot
+    /// header. A failure's exception has `may_land`: whether the transfer
+    /// may still write the destination.
+    #[pyo3(signature = (*, agent, metadata, addr, size, notification, local_addr, mem_type, device, metadata_version = None, slot = None, generation = None))]
     #[allow(clippy::too_many_arguments)]
     fn read_into(
         &self,
@@ -270,21 +307,39 @@ impl NativeReader {
         local_addr: usize,
         mem_type: &str,
         device: u64,
+        metadata_version: Option<u64>,
+        slot: Option<u64>,
+        generation: Option<u64>,
     ) -> PyResult<()> {
         let kind = self::mem_type(mem_type)?;
         let source = Source {
             agent,
             metadata,
+            metadata_version,
             addr,
             len: size,
             content_hash: None,
+            header: header(slot, generation, size),
             notification,
         };
-        Ok(py.detach(|| self.inner.read_into(&source, (local_addr, kind, device)))?)
+        py.detach(|| self.inner.read_into(&source, (local_addr, kind, device)))
+            .map_err(|e| read_error(py, e))
     }
 }
 
+fn header(slot: Option<u64>, generation: Option<u64>, len: usize) -> Option<SlotHeader> {
+    Some(SlotHeader {
+        slot: slot?,
+        generation: generation?,
+        len: len as u64,
+    })
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add(
+        "MIN_LEASE_SECONDS",
+        crate::publisher::MIN_LEASE.as_secs_f64(),
+    )?;
     m.add_function(wrap_pyfunction!(load_nixl, m)?)?;
     m.add_class::<NativePublisher>()?;
     m.add_class::<NativeReader>()?;

@@ -1,0 +1,229 @@
+"""Buffer lifecycle of the NIXL transfer under concurrency, growth, leases and
+cancellation: reads that hold while the frontend's pool changes, pools that
+never lose capacity, leases that end no earlier than advertised, integrity
+checks that catch a reclaimed or reused slot with verification off, and
+cancelled or failed operations that give back what they took.
+
+Real NIXL between real processes (the frontend is a child process); no mocks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import io
+import random
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import pixelwire
+from pixelwire._frontend_process import FrontendProcess
+
+MiB = 1024 * 1024
+
+try:
+    pixelwire.transfer.nixl_library_path()
+except pixelwire.TransferError as missing:  # pragma: no cover - CI installs it
+    pytest.skip(f"NIXL runtime not installed: {missing}", allow_module_level=True)
+
+
+def _png(width: int, height: int, seed: int = 0, *, noise: bool = True) -> bytes:
+    rng = np.random.default_rng(seed)
+    if noise:
+        pixels = rng.integers(0, 256, (height, width, 3), dtype=np.uint8)
+    else:
+        pixels = np.full((height, width, 3), rng.integers(0, 256, 3, dtype=np.uint8), dtype=np.uint8)
+    out = io.BytesIO()
+    Image.fromarray(pixels).save(out, "PNG", compress_level=1)
+    return out.getvalue()
+
+
+def _wait_for(predicate: Any, seconds: float = 10.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+@pytest.fixture
+def growing_frontend() -> Iterator[FrontendProcess]:
+    """A frontend whose regions are 1 MiB, so any larger image grows the pool
+    (new registered memory, new agent metadata)."""
+    front = FrontendProcess(pool_bytes=256 * MiB, lease=60.0, acquire=10.0, region_bytes=1 * MiB)
+    yield front
+    front.close()
+
+
+def test_concurrent_reads_hold_while_the_frontend_pool_grows(growing_frontend: FrontendProcess) -> None:
+    """Descriptors minted before and after each pool growth carry different
+    metadata; 16 concurrent reads over them, in random order, must all return
+    the right pixels (no read may see the frontend's metadata half-reloaded)."""
+    images = {seed: _png(64 + 24 * seed, 48 + 16 * seed, seed) for seed in range(6)}
+    big = {100 + seed: _png(700 + 40 * seed, 500 + 30 * seed, 100 + seed) for seed in range(6)}
+    expected = {key: pixelwire.decode_image(data) for key, data in {**images, **big}.items()}
+
+    async def main() -> int:
+        async with pixelwire.Reader(timeout=20) as reader:
+            jobs: list[tuple[int, dict[str, Any]]] = []
+            for round_ in range(6):
+                for seed, data in images.items():
+                    jobs += [(seed, d) for d in growing_frontend.publish_many(data, 2)["descs"]]
+                # > 1 MiB of pixels: a region of its own, so the metadata changes.
+                jobs.append((100 + round_, growing_frontend.publish(big[100 + round_])["desc"]))
+            random.Random(7).shuffle(jobs)
+            gate = asyncio.Semaphore(16)
+            failures: list[str] = []
+
+            async def one(key: int, desc: dict[str, Any]) -> None:
+                async with gate:
+                    try:
+                        got = await reader.read_decoded(desc, output="numpy")
+                    except pixelwire.PixelwireError as error:
+                        failures.append(f"{type(error).__name__}: {error}")
+                        return
+                    np.testing.assert_array_equal(got, expected[key])
+
+            await asyncio.gather(*(one(k, d) for k, d in jobs))
+            assert not failures, f"{len(failures)} of {len(jobs)} reads failed: {failures[:3]}"
+            return len(jobs)
+
+    reads = asyncio.run(main())
+    assert _wait_for(lambda: growing_frontend.stats()["freed_by_notification"] == reads)
+    stats = growing_frontend.stats()
+    assert stats["regions"] > 1, f"the pool never grew: {stats}"
+    assert stats["slots_in_use"] == 0 and stats["bytes_in_use"] == 0
+
+
+def test_pool_regions_give_way_to_a_larger_image() -> None:
+    """Three mid-size images fill the cap with three regions; once they are
+    released, one image larger than any region (but within the cap) must be
+    served: empty regions are dropped to make room."""
+
+    async def main() -> dict[str, int]:
+        mid = _png(4500, 3000, seed=1, noise=False)  # 40.5 MB of pixels: a 64 MiB region each
+        large = _png(6000, 4000, seed=2, noise=False)  # 72 MB: more than a region
+        async with pixelwire.Publisher(pool_bytes=200 * MiB, acquire_timeout=3.0) as publisher:
+            held = [await publisher.decode_and_publish(mid) for _ in range(3)]
+            assert publisher.stats()["regions"] == 3
+            for decoded in held:
+                assert isinstance(decoded, pixelwire.Decoded)
+                assert publisher.release(decoded)
+            decoded = await publisher.decode_and_publish(large)
+            assert isinstance(decoded, pixelwire.Decoded) and decoded.shape == (4000, 6000, 3)
+            assert publisher.release(decoded)
+            return publisher.stats()
+
+    stats = asyncio.run(main())
+    assert stats["registered_bytes"] <= 200 * MiB
+    assert stats["bytes_in_use"] == 0
+
+
+def test_a_lease_that_cannot_work_is_refused() -> None:
+    """A lease of zero (or less than the read margin) would publish slots the
+    reaper takes before anyone can read them."""
+    for lease in (0.0, 0.05):
+        with pytest.raises((ValueError, pixelwire.PixelwireError), match="lease"):
+            pixelwire.Publisher(lease_seconds=lease)
+
+
+def test_the_reclaim_never_comes_before_the_advertised_expiry() -> None:
+    """The lease starts at publish, not at allocation: with a decode that takes
+    a good part of the lease, the slot is still live until the descriptor's
+    expires_at."""
+    noise = np.random.default_rng(3).integers(0, 256, (5000, 5000, 3), dtype=np.uint8)
+    out = io.BytesIO()
+    Image.fromarray(noise).save(out, "JPEG", quality=95)  # a slow decode: 75 MB of pixels
+    data = out.getvalue()
+    front = FrontendProcess(pool_bytes=128 * MiB, lease=1.0)
+    try:
+        desc = front.publish(data)["desc"]
+        assert _wait_for(lambda: front.stats()["reclaimed_by_lease"] == 1, 15)
+        early = desc["pixelwire"]["expires_at"] - time.time()
+        assert early <= 0, f"slot reclaimed {early:.3f} s before its advertised expiry"
+    finally:
+        front.close()
+
+
+@pytest.mark.parametrize("verify", [True, False])
+def test_a_reclaimed_or_reused_slot_is_never_read_as_pixels(verify: bool) -> None:
+    """With the content hash on or off, a descriptor whose slot was reclaimed
+    (and scrubbed or reused) gives a typed error, never pixels, even when the
+    reader's clock says the lease is still running."""
+    front = FrontendProcess(pool_bytes=64 * MiB, lease=1.0)
+    try:
+        desc = front.publish(_png(256, 256, seed=4))["desc"]
+        assert _wait_for(lambda: front.stats()["reclaimed_by_lease"] == 1, 10)
+        skewed = copy.deepcopy(desc)
+        skewed["pixelwire"]["expires_at"] = time.time() + 3600
+
+        async def main() -> None:
+            async with pixelwire.Reader(timeout=10, verify=verify) as reader:
+                with pytest.raises(pixelwire.TransferError):
+                    await reader.read_decoded(skewed, output="numpy")
+                front.publish(_png(256, 256, seed=5))  # the same slot, another image
+                with pytest.raises(pixelwire.TransferError):
+                    await reader.read_decoded(skewed, output="numpy")
+                assert reader.stats()["bytes_in_use"] == 0
+
+        asyncio.run(main())
+    finally:
+        front.close()
+
+
+def test_cancelling_a_publish_mid_decode_frees_its_slot() -> None:
+    """A client that goes away while its image is being decoded: the slot the
+    decode was writing is freed when the decode ends, not at lease end."""
+    data = _png(3000, 2000, seed=6)
+
+    async def main() -> dict[str, int]:
+        async with pixelwire.Publisher(lease_seconds=60) as publisher:
+            task = asyncio.create_task(publisher.decode_and_publish(data))
+            await asyncio.sleep(0.05)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            deadline = time.monotonic() + 10
+            while publisher.stats()["slots_in_use"] and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            return publisher.stats()
+
+    stats = asyncio.run(main())
+    assert stats["slots_in_use"] == 0 and stats["bytes_in_use"] == 0, stats
+
+
+def test_a_read_that_fails_before_its_transfer_locks_no_receive_memory(
+    growing_frontend: FrontendProcess,
+) -> None:
+    """Bad metadata or an address outside the frontend's memory fail before
+    any byte moves: the receive slot is free again at once, and the frontend
+    stays loaded for the reads that follow."""
+    data = _png(200, 100, seed=8)
+    expected = pixelwire.decode_image(data)
+
+    async def main() -> None:
+        async with pixelwire.Reader(timeout=5) as reader:
+            good = growing_frontend.publish(data)["desc"]
+            np.testing.assert_array_equal(await reader.read_decoded(good, output="numpy"), expected)
+            bad_metadata = copy.deepcopy(growing_frontend.publish(data)["desc"])
+            bad_metadata["nixl_metadata"] = "b64:eJxLTEoGAAJNASc="  # zlib("abc"): not agent metadata
+            bad_metadata["pixelwire"]["metadata_version"] += 1  # newer than what is loaded
+            with pytest.raises(pixelwire.PixelwireError):
+                await reader.read_decoded(bad_metadata, output="numpy")
+            assert reader.stats()["bytes_in_use"] == 0, "a read that moved nothing holds no receive memory"
+            outside = copy.deepcopy(growing_frontend.publish(data)["desc"])
+            outside["nixl_descriptor"]["addr"] = 4096
+            with pytest.raises(pixelwire.TransferError):
+                await reader.read_decoded(outside, output="numpy")
+            assert reader.stats()["bytes_in_use"] == 0
+            assert reader.stats()["remotes"] == 1, "the frontend stays loaded"
+            again = growing_frontend.publish(data)["desc"]
+            np.testing.assert_array_equal(await reader.read_decoded(again, output="numpy"), expected)
+
+    asyncio.run(main())
