@@ -391,7 +391,7 @@ pub struct ReadError {
 /// A registered region; the handle is declared first so it deregisters
 /// before the memory is freed.
 pub struct Registered {
-    _handle: RegistrationHandle,
+    _handle: Option<RegistrationHandle>,
     region: Arc<HostRegion>,
 }
 
@@ -402,8 +402,17 @@ impl Registered {
         let region = Arc::new(HostRegion::new(size)?);
         let handle = agent.register(region.as_ref())?;
         Ok(Registered {
-            _handle: handle,
+            _handle: Some(handle),
             region,
+        })
+    }
+
+    /// A region no agent knows: the pool's bookkeeping without NIXL (tests).
+    #[cfg(test)]
+    fn unregistered(size: usize) -> Result<Registered> {
+        Ok(Registered {
+            _handle: None,
+            region: Arc::new(HostRegion::new(size)?),
         })
     }
 }
@@ -554,7 +563,17 @@ impl SlotPool {
         agent: &Agent,
         len: usize,
         deadline: Instant,
+        tidy: impl FnMut(&mut RegisteredPool),
+    ) -> Result<Option<Allocation>> {
+        self.acquire_with(len, deadline, tidy, |size| Registered::new(agent, size))
+    }
+
+    fn acquire_with(
+        &self,
+        len: usize,
+        deadline: Instant,
         mut tidy: impl FnMut(&mut RegisteredPool),
+        register: impl Fn(usize) -> Result<Registered>,
     ) -> Result<Option<Allocation>> {
         let mut retired = Vec::new();
         let mut state = self.state.lock();
@@ -569,7 +588,7 @@ impl SlotPool {
                 Step::Grow(size) => {
                     let registered = MutexGuard::unlocked(&mut state, || {
                         retired.clear();
-                        Registered::new(agent, size)
+                        register(size)
                     });
                     match registered {
                         Ok(registered) => state.add(registered),
@@ -594,5 +613,80 @@ impl SlotPool {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+
+    #[test]
+    fn the_pool_lock_is_free_while_a_region_registers() {
+        let pool = Arc::new(SlotPool::new(1 << 20, 64 << 10));
+        let (entered, registering) = mpsc::channel();
+        let (finish, go_on) = mpsc::channel::<()>();
+        let grower = {
+            let pool = Arc::clone(&pool);
+            std::thread::spawn(move || {
+                let deadline = Instant::now() + Duration::from_secs(30);
+                pool.acquire_with(
+                    1000,
+                    deadline,
+                    |_| {},
+                    |size| {
+                        entered.send(()).unwrap();
+                        go_on.recv().unwrap();
+                        Registered::unregistered(size)
+                    },
+                )
+            })
+        };
+        registering.recv().unwrap();
+        // Releases and stats need the lock while a region registers.
+        let usage = pool
+            .state
+            .try_lock_for(Duration::from_secs(10))
+            .map(|state| state.pool.bytes_in_use());
+        finish.send(()).unwrap();
+        let allocation = grower.join().unwrap().unwrap().unwrap();
+        assert_eq!(usage, Some(0), "the lock was held during registration");
+        assert_eq!(allocation.slot.len, 1000);
+        assert_eq!(allocation.version, 1);
+    }
+
+    #[test]
+    fn empty_regions_give_way_to_a_larger_image() {
+        let pool = SlotPool::new(256 << 10, 64 << 10);
+        let soon = || Instant::now() + Duration::from_millis(200);
+        let register = |size| Registered::unregistered(size);
+        let held: Vec<_> = (0..4)
+            .map(|_| {
+                pool.acquire_with(40 << 10, soon(), |_| {}, register)
+                    .unwrap()
+                    .unwrap()
+            })
+            .collect();
+        assert_eq!(pool.lock().pool.region_count(), 4);
+        assert!(
+            pool.acquire_with(200 << 10, soon(), |_| {}, register)
+                .unwrap()
+                .is_none(),
+            "no room while every region holds a slot"
+        );
+        for a in &held {
+            assert!(pool.lock().pool.release(a.slot.id, a.slot.generation));
+        }
+        let large = pool
+            .acquire_with(200 << 10, soon(), |_| {}, register)
+            .unwrap()
+            .unwrap();
+        let state = pool.lock();
+        assert_eq!(large.slot.len, 200 << 10);
+        assert!(state.pool.region_bytes() <= 256 << 10);
+        assert!(
+            large.version > held.last().unwrap().version,
+            "the metadata changed"
+        );
     }
 }

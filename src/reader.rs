@@ -168,6 +168,11 @@ impl Reader {
         self.agent.name()
     }
 
+    /// Caller memory (CUDA staging) registered right now.
+    pub fn foreign_count(&self) -> usize {
+        self.foreign.lock().len()
+    }
+
     pub fn remote_count(&self) -> usize {
         self.remotes
             .lock()

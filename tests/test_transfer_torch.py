@@ -5,6 +5,8 @@ machine); skipped cleanly in CI, which has no torch."""
 from __future__ import annotations
 
 import asyncio
+import copy
+import time
 
 import numpy as np
 import pytest
@@ -35,6 +37,39 @@ def test_torch_reads_equal_decode_image(device: str, layout: str) -> None:
                     assert got.is_cuda == (device == "cuda") and got.dtype == torch.uint8
                     assert got.is_contiguous() and got.shape[2] == 3
                     np.testing.assert_array_equal(got.cpu().numpy(), pixelwire.decode_image(data))
+
+        asyncio.run(main())
+    finally:
+        frontend.close()
+
+
+def test_cuda_reads_check_the_slot_and_keep_one_staging_buffer() -> None:
+    """Into CUDA memory (no content hash there), a descriptor whose slot was
+    reclaimed gives a TransferError, never pixels, even when the reader's
+    clock says the lease runs on; images of growing size replace the staging
+    buffer instead of registering one more each time."""
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    frontend = FrontendProcess(lease=1.0)
+    try:
+
+        async def main() -> None:
+            # 8 MiB regions: the staging buffer is max(image, 8 MiB).
+            async with pixelwire.Reader(timeout=10, region_bytes=8 << 20) as reader:
+                for size in (1 << 20, 12 << 20, 24 << 20):
+                    data = ppm_of_size(size, seed=size)
+                    desc = frontend.publish(data)["desc"]
+                    got = await reader.read_decoded(desc, output="torch", device="cuda")
+                    np.testing.assert_array_equal(got.cpu().numpy(), pixelwire.decode_image(data))
+                    assert reader.stats()["registered_caller_buffers"] == 1
+                stale = frontend.publish(ppm_of_size(3 << 20, seed=9))["desc"]
+                deadline = time.monotonic() + 10
+                while frontend.stats()["reclaimed_by_lease"] < 1 and time.monotonic() < deadline:
+                    await asyncio.sleep(0.05)
+                skewed = copy.deepcopy(stale)
+                skewed["pixelwire"]["expires_at"] = time.time() + 3600
+                with pytest.raises(pixelwire.TransferError, match="reclaimed or reused"):
+                    await reader.read_decoded(skewed, output="torch", device="cuda")
 
         asyncio.run(main())
     finally:

@@ -40,6 +40,7 @@ class ProbeResult(TypedDict):
     height: int
     color_type: str
     orientation: int
+    oriented_size: tuple[int, int]
 
 Buffer = bytes | bytearray | memoryview
 
@@ -50,6 +51,9 @@ def decode_image(
     background: tuple[int, int, int] = (255, 255, 255),
     limits: Limits | None = None,
     apply_exif_orientation: bool = True,
+    resize: tuple[int, int] | None = None,
+    resize_kernel: Literal["torchvision", "pillow"] = "torchvision",
+    resize_filter: Literal["bicubic", "bilinear"] = "bicubic",
 ) -> npt.NDArray[np.uint8]: ...
 def probe_image(data: Buffer, *, limits: Limits | None = None) -> ProbeResult: ...
 def decode_data_url(url: str) -> tuple[str, bytes]: ...
@@ -79,6 +83,9 @@ class NativePublisher:
         mode: str = "RGB",
         background: tuple[int, int, int] = (255, 255, 255),
         rgbx: bool = False,
+        resize: tuple[int, int] | None = None,
+        resize_kernel: str = "torchvision",
+        resize_filter: str = "bicubic",
     ) -> dict[str, Any]: ...
     def release(self, slot: int, generation: int) -> bool: ...
     def stats(self) -> dict[str, int]: ...

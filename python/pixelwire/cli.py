@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 import time
@@ -33,10 +34,15 @@ def _decode(paths: list[Path], mode: str) -> int:
 
 def _frontend(args: argparse.Namespace) -> int:
     from pixelwire import frontend
+    from pixelwire.resize import ResizePolicy
     from pixelwire.signing import secret_from_env
     from pixelwire.transfer import MiB, _decode_at, _env_float, _env_int, allow_private_from_env
 
     image_kwargs = args.media_io_kwargs.get("image", {}) if isinstance(args.media_io_kwargs, dict) else {}
+    resize = None
+    if args.model:
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        resize = ResizePolicy.from_pretrained(args.model, args.mm_processor_kwargs)
     config = frontend.FrontendConfig(
         upstream=args.upstream,
         decode_at=_decode_at(args.decode_at),
@@ -49,6 +55,7 @@ def _frontend(args: argparse.Namespace) -> int:
         allowed_domains=args.allowed_domains,
         allow_private=args.allow_private or allow_private_from_env(),
         check_upstream=not args.no_check_upstream,
+        resize=resize,
     )
     frontend.run(config, args.host, args.port)
     return 0
@@ -101,6 +108,18 @@ def main(argv: list[str] | None = None) -> int:
         "--allow-private",
         action="store_true",
         help="let image URLs reach private, loopback and link-local addresses",
+    )
+    front.add_argument(
+        "--model",
+        default=None,
+        help="the model vLLM serves (a folder or a Hub id): images ship at the size its image processor "
+        "resizes to (only its preprocessor_config.json is read)",
+    )
+    front.add_argument(
+        "--mm-processor-kwargs",
+        type=json.loads,
+        default=None,
+        help="the same JSON as vLLM's --mm-processor-kwargs (e.g. '{\"max_pixels\": 1003520}')",
     )
     front.add_argument("--upstream-timeout", type=float, default=600.0)
     front.add_argument(

@@ -30,6 +30,7 @@ from pixelwire._native import (
 )
 from pixelwire.fetch import Fetcher
 from pixelwire.metrics import ImageMetrics
+from pixelwire.resize import ResizePolicy
 from pixelwire.signing import encode_reference, is_reference
 from pixelwire.transfer import DECODED_MODES, DecodeAt, Decoded, MiB, Publisher
 
@@ -73,6 +74,9 @@ class FrontendConfig:
     allow_private: bool = False
     check_upstream: bool = True
     max_body_bytes: int = 256 * MiB
+    # The model's resize (pixelwire frontend --model): images ship at the
+    # size its processor would resize them to.
+    resize: ResizePolicy | None = None
 
 
 class OpenAIError(Exception):
@@ -338,6 +342,10 @@ class Frontend:
         mode, background = _image_settings(self.config.image_kwargs, body)
         native = self.config.decode_at == "frontend" and mode in DECODED_MODES
 
+        # A request with its own mm_processor_kwargs may change the
+        # processor's size: its images ship at full resolution.
+        resize = self.config.resize if mode == "RGB" and "mm_processor_kwargs" not in body else None
+
         async def one(part: _ImagePart) -> str:
             if not native:
                 # The worker fetches: refuse here what its guard would refuse.
@@ -349,7 +357,7 @@ class Frontend:
                     # vLLM wants PIL images: RGB goes in Pillow's layout, mapped not copied.
                     layout: Literal["HWC", "RGBX"] = "RGBX" if mode == "RGB" else "HWC"
                     result = await self.publisher.decode_and_publish(
-                        part.url, mode=mode, background=background, layout=layout
+                        part.url, mode=mode, background=background, layout=layout, resize=resize
                     )
             except UnsupportedFormat:
                 # Not a format pixelwire decodes: the worker's plug-in hands
@@ -358,7 +366,10 @@ class Frontend:
                 return part.url
             assert isinstance(result, Decoded)
             out.append(result)
-            self.metrics.handled("nixl", result.size)
+            # Bytes at the decoded size, in the layout shipped.
+            source = result.resize["source"] if result.resize else result.shape[:2]
+            at_source = result.size * source[0] * source[1] // (result.shape[0] * result.shape[1])
+            self.metrics.handled("nixl", result.size, at_source)
             return encode_reference(result.to_dict(), self.config.secret)
 
         results = await asyncio.gather(*(one(p) for p in parts), return_exceptions=True)
@@ -410,12 +421,13 @@ def run(config: FrontendConfig, host: str, port: int) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     frontend = Frontend(config)
     log.info(
-        "pixelwire frontend on http://%s:%d -> %s (decode at %s, signing %s)",
+        "pixelwire frontend on http://%s:%d -> %s (decode at %s, signing %s, resize %s)",
         host,
         port,
         config.upstream,
         config.decode_at,
         "on" if config.secret else "off",
+        config.resize.identity if config.resize else "off",
     )
     # A client that goes away cancels its handler, which closes the upstream
     # request (vLLM aborts it) and frees the request's images at once.

@@ -33,7 +33,16 @@ class ImageMetrics:
         prefix = f"pixelwire_{role}"
         self.images = Counter(f"{prefix}_images", "Images handled, by path", ["path"], registry=registry)
         self.pixel_bytes = Counter(
-            f"{prefix}_pixel_bytes", "Decoded pixel bytes handled, by path", ["path"], registry=registry
+            f"{prefix}_pixel_bytes",
+            "Pixel bytes handled (as shipped or handed on, after any model-aware resize), by path",
+            ["path"],
+            registry=registry,
+        )
+        self.source_pixel_bytes = Counter(
+            f"{prefix}_source_pixel_bytes",
+            "Pixel bytes of the same images at their decoded size, before any model-aware resize",
+            ["path"],
+            registry=registry,
         )
         self.decode_seconds = Histogram(
             f"{prefix}_decode_seconds",
@@ -59,9 +68,12 @@ class ImageMetrics:
         self.pool_bytes_in_use.set_function(pool_bytes)
         self.errors = Counter(f"{prefix}_errors", "Errors, by exception type", ["type"], registry=registry)
 
-    def handled(self, path: str, nbytes: int) -> None:
+    def handled(self, path: str, nbytes: int, source_nbytes: int | None = None) -> None:
+        """One image: `nbytes` of pixels shipped, `source_nbytes` (default
+        the same) at its decoded size."""
         self.images.labels(path=path).inc()
         self.pixel_bytes.labels(path=path).inc(nbytes)
+        self.source_pixel_bytes.labels(path=path).inc(nbytes if source_nbytes is None else source_nbytes)
 
     def failed(self, error: BaseException) -> None:
         self.errors.labels(type=type(error).__name__).inc()

@@ -29,6 +29,7 @@ from pixelwire._native import DescriptorError, Limits, PixelwireError, TransferE
 
 if TYPE_CHECKING:
     from pixelwire.fetch import Fetcher
+    from pixelwire.resize import ResizePolicy
 
 MiB = 1024 * 1024
 _NOTIFICATION = re.compile(r"^pw1:\d+:\d+$")
@@ -139,6 +140,8 @@ class Decoded:
     # Version of `nixl_metadata`: it only grows, and a reader keeps the
     # newest it has seen for this agent.
     metadata_version: int = 0
+    # The model-aware resize applied: {"policy": identity, "source": [H, W]}.
+    resize: dict[str, Any] | None = None
     layout: Literal["HWC", "RGBX"] = "HWC"
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -166,6 +169,7 @@ class Decoded:
                 "published_at": self.published_at,
                 "source_sha256": self.source_sha256,
                 "metadata_version": self.metadata_version,
+                **({"resize": self.resize} if self.resize is not None else {}),
             },
         }
 
@@ -176,10 +180,19 @@ def _publish(
     mode: str,
     background: tuple[int, int, int],
     layout: str,
+    resize: ResizePolicy | None,
 ) -> tuple[dict[str, Any], str]:
-    """Decode-and-publish plus the source digest, in one trip off the event
-    loop (hashlib releases the GIL on large inputs)."""
-    fields = native.publish(data, mode=mode, background=background, rgbx=layout == "RGBX")
+    """Decode-and-publish (resized as `resize` says) plus the source digest,
+    in one trip off the event loop (hashlib releases the GIL on large inputs)."""
+    size = None
+    options: dict[str, Any] = {}
+    if resize is not None:
+        height, width = _native.probe_image(data)["oriented_size"]
+        size = resize.target(height, width)
+        options = {"resize_kernel": resize.kernel, "resize_filter": resize.filter}
+    fields = native.publish(
+        data, mode=mode, background=background, rgbx=layout == "RGBX", resize=size, **options
+    )
     return fields, hashlib.sha256(data).hexdigest()
 
 
@@ -285,6 +298,7 @@ class Publisher:
         mode: Literal["RGB", "RGBA", "L"] = "RGB",
         background: tuple[int, int, int] = (255, 255, 255),
         layout: Literal["HWC", "RGBX"] = "HWC",
+        resize: ResizePolicy | None = None,
     ) -> Decoded | PassThrough:
         """Fetches `source` (encoded bytes, or a `data:`/`http(s)` URL through
         the publisher's Fetcher), decodes it into a pool slot off the event
@@ -292,7 +306,9 @@ class Publisher:
         composited onto for ``mode="RGB"`` (vLLM's ``rgba_background_color``).
         ``layout="RGBX"`` (RGB only) stores four bytes a pixel, Pillow's
         in-memory layout: 33% more to move, but a reader asking for a PIL
-        image maps it without a copy.
+        image maps it without a copy. `resize` (a :class:`ResizePolicy`, RGB
+        only) resizes to the size the model's processor would, with its
+        arithmetic, right after decoding; the descriptor records it.
         With ``decode_at="worker"`` it does neither and returns a
         :class:`PassThrough`."""
         if self.decode_at == "worker":
@@ -307,7 +323,11 @@ class Publisher:
             data = bytes(source) if isinstance(source, memoryview) else source
         if layout == "RGBX" and mode != "RGB":
             raise ValueError("layout='RGBX' needs mode='RGB'")
-        work = asyncio.ensure_future(asyncio.to_thread(_publish, native, data, mode, background, layout))
+        if resize is not None and mode != "RGB":
+            raise ValueError("a model-aware resize needs mode='RGB' (what the processors see)")
+        work = asyncio.ensure_future(
+            asyncio.to_thread(_publish, native, data, mode, background, layout, resize)
+        )
         try:
             fields, source_sha256 = await asyncio.shield(work)
         except asyncio.CancelledError:
@@ -334,6 +354,9 @@ class Publisher:
             source_sha256=source_sha256,
             layout=layout,
             extra={"source_mode": fields["color_type"]},
+            resize=None
+            if resize is None
+            else {"policy": resize.identity, "source": list(fields["source_shape"])},
         )
 
     def release(self, decoded: Decoded) -> bool:

@@ -155,7 +155,8 @@ fn decode_image<'py>(
         .into_any())
 }
 
-/// Reads the header only: format, stored size, source mode, EXIF orientation.
+/// Reads the header only: format, stored size, source mode, EXIF
+/// orientation, and the (height, width) once oriented.
 #[pyfunction]
 #[pyo3(signature = (data, *, limits = None))]
 fn probe_image<'py>(
@@ -172,6 +173,12 @@ fn probe_image<'py>(
     d.set_item("height", info.height)?;
     d.set_item("color_type", info.color_type)?;
     d.set_item("orientation", info.orientation)?;
+    // What decode_image gives by default (the orientation applied).
+    let shown = info.output_shape(&DecodeOptions {
+        apply_exif_orientation: true,
+        ..DecodeOptions::default()
+    });
+    d.set_item("oriented_size", (shown.height, shown.width))?;
     Ok(d)
 }
 

@@ -237,6 +237,7 @@ impl NativeReader {
         d.set_item("bytes_in_use", bytes_in_use)?;
         d.set_item("registered_bytes", registered)?;
         d.set_item("remotes", self.inner.remote_count())?;
+        d.set_item("registered_caller_buffers", self.inner.foreign_count())?;
         Ok(d)
     }
 

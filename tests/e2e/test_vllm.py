@@ -27,6 +27,24 @@ PNG = "hopper.png"
 JPEG = "flower2.jpg"
 OTHER_PNG = "bw_gradient.png"
 LEASE_SECONDS = 20
+# Photos at 1080p and 4K for the model-aware resize (made from a corpus photo).
+PHOTOS = {f"photo_{h}p.{ext}": (w, h) for (w, h) in ((1920, 1080), (3840, 2160)) for ext in ("png", "jpg")}
+# A max_pixels other than the tiny model's (12544): a frontend set up with it
+# disagrees with vLLM's processor.
+OTHER_MAX_PIXELS = 50176
+
+
+def _make_photos(folder: Any) -> None:
+    from PIL import Image
+
+    with Image.open(stack.CORPUS / JPEG) as photo:
+        photo = photo.convert("RGB")
+        for name, size in PHOTOS.items():
+            big = photo.resize(size, Image.Resampling.BICUBIC)
+            if name.endswith(".png"):
+                big.save(folder / name, "PNG", compress_level=1)
+            else:
+                big.save(folder / name, "JPEG", quality=90)
 
 
 @pytest.fixture(scope="session")
@@ -35,11 +53,18 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
     images = tmp_path_factory.mktemp("images")
     for name in (PNG, JPEG, OTHER_PNG):
         shutil.copy(stack.CORPUS / name, images / name)
-    stack.model_dir()
+    _make_photos(images)
+    model = str(stack.model_dir())
     services: list[stack.Service] = []
     with stack.image_server(images) as image_base:
         try:
-            worker_env = {"PIXELWIRE_SECRET": stack.SECRET, "PIXELWIRE_ALLOW_PRIVATE": "1"}
+            # PIXELWIRE_MODEL: the plug-in checks frontend-resized images
+            # against this model's processor and resizes worker-mode URLs.
+            worker_env = {
+                "PIXELWIRE_SECRET": stack.SECRET,
+                "PIXELWIRE_ALLOW_PRIVATE": "1",
+                "PIXELWIRE_MODEL": model,
+            }
             pixelwire_vllm = stack.start_vllm(
                 "vllm-pixelwire", logs, connector="pixelwire", extra_env=worker_env
             )
@@ -62,6 +87,22 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
                 "frontend-worker-mode", logs, pixelwire_vllm.url, *guard, "--decode-at", "worker", env=secret
             )
             services.append(worker_mode)
+            resizing = stack.start_frontend(
+                "frontend-resize", logs, pixelwire_vllm.url, *guard, "--model", model, env=secret
+            )
+            services.append(resizing)
+            mismatched = stack.start_frontend(
+                "frontend-resize-mismatch",
+                logs,
+                pixelwire_vllm.url,
+                *guard,
+                "--model",
+                model,
+                "--mm-processor-kwargs",
+                json.dumps({"max_pixels": OTHER_MAX_PIXELS}),
+                env=secret,
+            )
+            services.append(mismatched)
             # Frontend mode in front of a vLLM without the connector.
             misconfigured = stack.start_frontend("frontend-misconfigured", logs, reference_vllm.url, *guard)
             services.append(misconfigured)
@@ -72,6 +113,9 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
                 "reference_vllm": reference_vllm,
                 "frontend": frontend,
                 "worker_mode": worker_mode,
+                "resizing": resizing,
+                "mismatched": mismatched,
+                "model": model,
                 "misconfigured": misconfigured,
                 "images": image_base,
             }
@@ -323,3 +367,50 @@ def test_other_routes_pass_through(served: dict[str, Any]) -> None:
     )
     assert status == 404, body  # vLLM's own status, preserved
     assert _wait_pool_empty(served["frontend"], 5.0) == 0
+
+
+@pytest.mark.parametrize("name", sorted(PHOTOS))
+def test_model_aware_resize_gives_vllms_own_answer(served: dict[str, Any], name: str) -> None:
+    """Through `pixelwire frontend --model`, and with the plug-in resizing
+    URLs in worker mode, a 1080p or 4K photo gives vLLM's own loader's
+    tokens (and logprobs for PNG), while only the target size's pixels cross
+    NIXL."""
+    from pixelwire.resize import ResizePolicy
+
+    url = f"{served['images']}/{name}"
+    width, height = PHOTOS[name]
+    target = ResizePolicy.from_pretrained(served["model"]).target(height, width)
+    reference = _complete(served["reference_vllm"], [url])
+    before = served["resizing"].get("/metrics")
+    resized = _complete(served["resizing"], [url])
+    after = served["resizing"].get("/metrics")
+    in_worker_mode = _complete(served["worker_mode"], [url])
+
+    shipped = stack.metric(after, "pixelwire_frontend_pixel_bytes_total", path="nixl") - stack.metric(
+        before, "pixelwire_frontend_pixel_bytes_total", path="nixl"
+    )
+    source = stack.metric(after, "pixelwire_frontend_source_pixel_bytes_total", path="nixl") - stack.metric(
+        before, "pixelwire_frontend_source_pixel_bytes_total", path="nixl"
+    )
+    print(
+        f"\n{name}: {width}x{height} -> {target[1]}x{target[0]}; NIXL bytes {shipped:g} (source {source:g})"
+    )
+    assert shipped == target[0] * target[1] * 4, "RGBX pixels of the target size, and nothing more"
+    assert source == height * width * 4
+    for got in (resized, in_worker_mode):
+        if name.endswith(".png"):
+            assert got == reference
+        else:
+            assert [t for t, _ in got] == [t for t, _ in reference]
+
+
+def test_a_frontend_with_another_max_pixels_is_refused(served: dict[str, Any]) -> None:
+    """A frontend that resizes for another max_pixels than vLLM's processor
+    gets a 400 naming the setting, never different tokens."""
+    import openai
+
+    url = f"{served['images']}/{sorted(PHOTOS)[0]}"
+    with pytest.raises(openai.BadRequestError) as refused:
+        _complete(served["mismatched"], [url])
+    message = str(refused.value)
+    assert f"max={OTHER_MAX_PIXELS}" in message and "--mm-processor-kwargs" in message, message

@@ -24,7 +24,10 @@ def register() -> None:
     MEDIA_CONNECTOR_REGISTRY.register(CONNECTOR_NAME)(_connector.PixelwireMediaConnector)
     selected = os.environ.get("VLLM_MEDIA_CONNECTOR", "http")
     if selected == CONNECTOR_NAME:
+        import sys
+
         from pixelwire.transfer import ensure_nixl
 
         ensure_nixl()
+        _connector.check_resize_setting(sys.argv)
     _connector.install_metrics(selected)

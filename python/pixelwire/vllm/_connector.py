@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
+import json
+import logging
+import os
 import re
 import threading
 import time
@@ -18,9 +22,17 @@ from vllm.multimodal.media import MediaConnector, MediaWithBytes
 from vllm.multimodal.media.image import ImageMediaIO
 
 from pixelwire import __version__
-from pixelwire._native import DescriptorError, Limits, PixelwireError, UnsupportedFormat, decode_image
+from pixelwire._native import (
+    DescriptorError,
+    Limits,
+    PixelwireError,
+    UnsupportedFormat,
+    decode_image,
+    probe_image,
+)
 from pixelwire.fetch import Fetcher
 from pixelwire.metrics import ImageMetrics
+from pixelwire.resize import ResizePolicy
 from pixelwire.signing import decode_reference, is_reference, secret_from_env
 from pixelwire.transfer import DECODED_MODES, Reader, _as_output, allow_private_from_env, default_reader
 
@@ -30,6 +42,71 @@ _state_lock = threading.Lock()
 _metrics: ImageMetrics | None = None
 _fetchers: dict[tuple[Any, ...], Fetcher] = {}
 _sync_loop: asyncio.AbstractEventLoop | None = None
+
+
+log = logging.getLogger("pixelwire.vllm")
+
+
+@functools.cache
+def worker_resize_policy() -> ResizePolicy | None:
+    """The model-aware resize of the model this vLLM serves, from
+    PIXELWIRE_MODEL (vLLM's --model) and PIXELWIRE_MM_PROCESSOR_KWARGS (its
+    --mm-processor-kwargs): vLLM 0.32 builds media connectors without the
+    model config, so the plug-in is told. None without PIXELWIRE_MODEL."""
+    model = os.environ.get("PIXELWIRE_MODEL")
+    if not model:
+        return None
+    kwargs = json.loads(os.environ.get("PIXELWIRE_MM_PROCESSOR_KWARGS") or "{}")
+    return ResizePolicy.from_pretrained(model, kwargs)
+
+
+def check_resize_setting(argv: list[str]) -> None:
+    """At start-up: PIXELWIRE_MODEL must name the model vLLM was started
+    with (``--model M`` or ``serve M`` on its command line), else the
+    plug-in's checks would compare against another model's processor."""
+    model = os.environ.get("PIXELWIRE_MODEL")
+    started = None
+    for i, arg in enumerate(argv[:-1]):
+        if arg == "--model" or (arg == "serve" and not argv[i + 1].startswith("-")):
+            started = argv[i + 1]
+    if model and started and os.path.normpath(model) != os.path.normpath(started):
+        log.error(
+            "PIXELWIRE_MODEL=%s but vLLM serves %s: set PIXELWIRE_MODEL to vLLM's --model, "
+            "or frontend-resized images will be checked against the wrong processor",
+            model,
+            started,
+        )
+    policy = worker_resize_policy()
+    log.info("pixelwire model-aware resize: %s", policy.identity if policy else "off (PIXELWIRE_MODEL unset)")
+
+
+def _check_resize(descriptor: dict[str, Any], resize: Any) -> str:
+    """A frontend-resized descriptor must carry this vLLM's policy and its
+    target size; returns the policy's identity."""
+    expected = worker_resize_policy()
+    if not isinstance(resize, dict) or not isinstance(resize.get("policy"), str):
+        raise DescriptorError("pixelwire.resize must hold the policy and the source size")
+    source = resize.get("source")
+    if not (
+        isinstance(source, list) and len(source) == 2 and all(isinstance(v, int) and v > 0 for v in source)
+    ):
+        raise DescriptorError("pixelwire.resize.source must be [height, width]")
+    if expected is None:
+        raise DescriptorError(
+            f"the frontend resized this image for {resize['policy']}, but this vLLM's pixelwire plug-in "
+            "has no PIXELWIRE_MODEL to check it against: set PIXELWIRE_MODEL (and "
+            "PIXELWIRE_MM_PROCESSOR_KWARGS) to vLLM's --model (and --mm-processor-kwargs), "
+            "or start the frontend without --model"
+        )
+    if resize["policy"] != expected.identity:
+        raise DescriptorError(
+            f"the frontend resized this image for {resize['policy']}, but this vLLM's processor resizes for "
+            f"{expected.identity}: give the frontend the same --model and --mm-processor-kwargs as vLLM"
+        )
+    shape = descriptor.get("shape")
+    if not isinstance(shape, list) or tuple(shape[:2]) != expected.target(source[0], source[1]):
+        raise DescriptorError(f"the frontend's resize of a {source} image does not match {expected.identity}")
+    return expected.identity
 
 
 def _reader_bytes_in_use() -> float:
@@ -102,6 +179,28 @@ def _run_sync(coro: Coroutine[Any, Any, Any]) -> Any:
     return asyncio.run_coroutine_threadsafe(coro, _sync_loop).result()
 
 
+def _decode_for_model(
+    data: bytes, mode: NativeMode, background: tuple[int, int, int], policy: ResizePolicy | None
+) -> tuple[Any, int]:
+    """Decodes (resized to the model's size when there is a policy); returns
+    the pixels and the byte count at the decoded size."""
+    limits = _limits()
+    if policy is None:
+        pixels = decode_image(data, mode=mode, background=background, limits=limits)
+        return pixels, int(pixels.nbytes)
+    height, width = probe_image(data, limits=limits)["oriented_size"]
+    pixels = decode_image(
+        data,
+        mode=mode,
+        background=background,
+        limits=limits,
+        resize=policy.target(height, width),
+        resize_kernel=policy.kernel,
+        resize_filter=policy.filter,
+    )
+    return pixels, height * width * pixels.shape[2]
+
+
 class PixelwireMediaConnector(MediaConnector):
     """vLLM's MediaConnector with images taken over: descriptor references
     are read over NIXL; ``http(s)``, ``data:`` and allowed ``file:`` URLs are
@@ -150,6 +249,8 @@ class PixelwireMediaConnector(MediaConnector):
                 f"the frontend decoded this image as {made} on {list(made_on)} but vLLM asks for "
                 f"{mode} on {list(background)}: give the frontend the same --media-io-kwargs as vLLM"
             )
+        resize = own.get("resize")
+        policy = _check_resize(descriptor, resize) if resize is not None else ""
         reader: Reader = default_reader()
         with metrics.timed("nixl"):
             image: Image.Image = await reader.read_decoded(descriptor, output="pil")
@@ -157,12 +258,19 @@ class PixelwireMediaConnector(MediaConnector):
         latency = metrics.publish_to_read_seconds
         if latency is not None and isinstance(published_at, (int, float)) and published_at > 0:
             latency.observe(max(0.0, time.time() - published_at))
-        metrics.handled("nixl", int(descriptor["nixl_descriptor"]["size"]))
+        shipped = int(descriptor["nixl_descriptor"]["size"])
+        source = resize["source"] if resize is not None else descriptor["shape"][:2]
+        metrics.handled(
+            "nixl", shipped, shipped * source[0] * source[1] // max(1, image.width * image.height)
+        )
         digest = own.get("source_sha256")
         if isinstance(digest, str) and _SHA256.fullmatch(digest):
             # vLLM keys its multimodal caches on an EXIF ImageID UUID when an
             # image has one, instead of hashing every pixel (~20 ms for 4K).
-            identity = hashlib.sha256(f"pixelwire-image:{digest}:{mode}:{list(background)}".encode()).digest()
+            # The resize policy is part of what the pixels are.
+            identity = hashlib.sha256(
+                f"pixelwire-image:{digest}:{mode}:{list(background)}:{policy}".encode()
+            ).digest()
             image.getexif()[ExifTags.Base.ImageID] = uuid.UUID(bytes=identity[:16])
         return image
 
@@ -171,14 +279,11 @@ class PixelwireMediaConnector(MediaConnector):
     ) -> MediaWithBytes:
         fetcher = _fetcher(self.allowed_media_domains, self.allowed_local_media_path)
         data = await fetcher.fetch(url)
+        policy = worker_resize_policy() if mode == "RGB" else None
         try:
             with metrics.timed("url"):
-                pixels = await asyncio.to_thread(
-                    decode_image,
-                    data,
-                    mode=cast(NativeMode, mode),
-                    background=background,
-                    limits=_limits(),
+                pixels, source_bytes = await asyncio.to_thread(
+                    _decode_for_model, data, cast(NativeMode, mode), background, policy
                 )
         except UnsupportedFormat:
             # A format (or variant) pixelwire does not decode: vLLM's own
@@ -186,7 +291,7 @@ class PixelwireMediaConnector(MediaConnector):
             metrics.handled("vllm", 0)
             io = ImageMediaIO(**({"image_mode": mode} | self.media_io_kwargs.get("image", {})))
             return await asyncio.to_thread(io.load_bytes, data)
-        metrics.handled("url", int(pixels.nbytes))
+        metrics.handled("url", int(pixels.nbytes), source_bytes)
         # With the encoded bytes, vLLM's processor cache hashes them as it
         # does for its own loader.
         return MediaWithBytes(

@@ -1,0 +1,250 @@
+"""Model-aware resize: the size a model's image processor will resize an
+image to, so the frontend can ship exactly those pixels.
+
+A :class:`ResizePolicy` is read from a model's Hugging Face
+``preprocessor_config.json`` plus vLLM-style ``--mm-processor-kwargs``
+overrides. Given a decoded image's (height, width) it returns the size the
+processor resizes to; the native decoder then resizes with the processor's
+own arithmetic (transformers 5's torchvision backend, or Pillow for the PIL
+backend), bit for bit, so the worker's processor finds the image already at
+its target size and leaves it as is.
+
+Families (what transformers 5.19 does for each):
+
+- ``smart``: Qwen2-VL, Qwen2.5-VL, Qwen3-VL (``Qwen2VLImageProcessor``):
+  ``smart_resize`` with factor = patch_size x merge_size, min/max pixels from
+  ``size.shortest_edge``/``size.longest_edge`` (or ``min_pixels``/``max_pixels``).
+- ``fixed``: ``size: {height, width}`` (SigLIP).
+- ``shortest_edge``: ``size: {shortest_edge}`` (CLIP, LLaVA-1.5; the worker
+  still does its centre crop).
+
+Anything else (tiling, pan-and-scan, unknown processors) gets no policy and
+one log line saying why.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+log = logging.getLogger("pixelwire.resize")
+
+Family = Literal["smart", "fixed", "shortest_edge"]
+Kernel = Literal["torchvision", "pillow"]
+Filter = Literal["bicubic", "bilinear"]
+
+# PIL's resample numbers, as preprocessor configs spell them.
+_RESAMPLE: dict[int, Filter] = {2: "bilinear", 3: "bicubic"}
+# image_processor_type (or processor_class) -> family. Qwen2.5-VL and
+# Qwen3-VL load Qwen2VLImageProcessor in transformers 5.
+_SMART = ("Qwen2VLImageProcessor", "Qwen2_5_VLImageProcessor", "Qwen3VLImageProcessor")
+_FIXED = ("SiglipImageProcessor", "Siglip2ImageProcessor")
+_SHORTEST = ("CLIPImageProcessor",)
+
+
+def _processor_name(config: Mapping[str, Any]) -> str:
+    name = str(config.get("image_processor_type") or config.get("processor_class") or "")
+    for suffix in ("Fast", "Pil"):
+        name = name.removesuffix(suffix)
+    return name.replace("Processor", "ImageProcessor") if name.endswith("VLProcessor") else name
+
+
+@dataclass(frozen=True)
+class ResizePolicy:
+    """The resize a model's processor applies; see the module docstring."""
+
+    family: Family
+    filter: Filter = "bicubic"
+    kernel: Kernel = "torchvision"
+    # smart
+    factor: int = 0
+    min_pixels: int = 0
+    max_pixels: int = 0
+    # fixed
+    height: int = 0
+    width: int = 0
+    # shortest_edge
+    shortest_edge: int = 0
+
+    @property
+    def identity(self) -> str:
+        """One string naming everything that shapes the output; equal
+        identities resize every image alike."""
+        if self.family == "smart":
+            shape = f"smart:factor={self.factor}:min={self.min_pixels}:max={self.max_pixels}"
+        elif self.family == "fixed":
+            shape = f"fixed:{self.height}x{self.width}"
+        else:
+            shape = f"shortest_edge:{self.shortest_edge}"
+        return f"{shape}:{self.kernel}:{self.filter}"
+
+    def target(self, height: int, width: int) -> tuple[int, int]:
+        """The (height, width) the processor resizes a (height, width) image to."""
+        if self.family == "fixed":
+            return self.height, self.width
+        if self.family == "shortest_edge":
+            # transformers' get_resize_output_image_size(default_to_square=False)
+            short, long = (width, height) if width <= height else (height, width)
+            new_short, new_long = self.shortest_edge, int(self.shortest_edge * long / short)
+            return (new_long, new_short) if width <= height else (new_short, new_long)
+        return smart_resize(height, width, self.factor, self.min_pixels, self.max_pixels)
+
+    @classmethod
+    def from_processor_config(
+        cls,
+        config: Mapping[str, Any],
+        mm_processor_kwargs: Mapping[str, Any] | None = None,
+        *,
+        kernel: Kernel = "torchvision",
+    ) -> ResizePolicy | None:
+        """The policy of a ``preprocessor_config.json`` with vLLM's
+        ``--mm-processor-kwargs`` applied the way vLLM applies them (``size``
+        first, then ``min_pixels``/``max_pixels``); None, logged, when
+        pixelwire cannot reproduce the processor's resize."""
+        kwargs = dict(mm_processor_kwargs or {})
+        name = _processor_name(config)
+        settings = {**config, **{k: v for k, v in kwargs.items() if k not in ("size",)}}
+        if settings.get("do_resize", True) is False:
+            return _none(f"{name or 'the processor'} does not resize (do_resize is false)")
+        resample = settings.get("resample", 3)
+        filter_: Filter | None = _RESAMPLE.get(resample) if isinstance(resample, int) else None
+        if filter_ is None:
+            return _none(f"{name}: resample {resample!r} is not bicubic or bilinear")
+        size = dict(config.get("size") or {})
+        if name in _SMART:
+            # The processor's own config first (its min/max_pixels win over
+            # its size), then the overrides in the same order.
+            _pixel_aliases(size, config)
+            size.update(kwargs.get("size") or {})
+            _pixel_aliases(size, kwargs)
+            patch, merge = settings.get("patch_size", 14), settings.get("merge_size", 2)
+            low, high = size.get("shortest_edge", 0), size.get("longest_edge", 0)
+            if not (_positive(patch) and _positive(merge) and _positive(low) and _positive(high)):
+                return _none(f"{name}: patch_size, merge_size and min/max pixels must be positive integers")
+            return cls(
+                "smart",
+                filter_,
+                kernel,
+                factor=int(patch) * int(merge),
+                min_pixels=int(low),
+                max_pixels=int(high),
+            )
+        size.update(kwargs.get("size") or {})
+        if name in _FIXED or (name in _SHORTEST and "height" in size):
+            height, width = size.get("height"), size.get("width")
+            if not (isinstance(height, int) and isinstance(width, int) and height > 0 and width > 0):
+                return _none(f"{name}: size {size} is not {{height, width}}")
+            return cls("fixed", filter_, kernel, height=height, width=width)
+        if name in _SHORTEST:
+            edge = size.get("shortest_edge")
+            if not isinstance(edge, int) or edge <= 0 or size.get("longest_edge"):
+                return _none(f"{name}: size {size} is not {{shortest_edge}}")
+            return cls("shortest_edge", filter_, kernel, shortest_edge=edge)
+        return _none(f"{name or 'an unnamed image processor'} is not a family pixelwire resizes for")
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        model: str | os.PathLike[str],
+        mm_processor_kwargs: Mapping[str, Any] | None = None,
+        *,
+        kernel: Kernel = "torchvision",
+    ) -> ResizePolicy | None:
+        """The policy of a model: a local folder, or a Hub id resolved
+        through the Hugging Face cache. Only the image processor's config is
+        read: ``preprocessor_config.json``, or the ``image_processor`` part of
+        ``processor_config.json`` (where transformers 5 saves it)."""
+        config = _image_processor_config(str(model))
+        return cls.from_processor_config(config, mm_processor_kwargs, kernel=kernel)
+
+
+def smart_resize(height: int, width: int, factor: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
+    """Qwen2-VL's target size, as transformers 5.19 computes it (same
+    operations in the same order, so the same rounding)."""
+    if max(height, width) / min(height, width) > 200:
+        raise ValueError(
+            f"absolute aspect ratio must be smaller than 200, got {max(height, width) / min(height, width)}"
+        )
+    h_bar = round(height / factor) * factor
+    w_bar = round(width / factor) * factor
+    if h_bar * w_bar > max_pixels:
+        beta = math.sqrt((height * width) / max_pixels)
+        h_bar = max(factor, math.floor(height / beta / factor) * factor)
+        w_bar = max(factor, math.floor(width / beta / factor) * factor)
+    elif h_bar * w_bar < min_pixels:
+        beta = math.sqrt(min_pixels / (height * width))
+        h_bar = math.ceil(height * beta / factor) * factor
+        w_bar = math.ceil(width * beta / factor) * factor
+    return h_bar, w_bar
+
+
+def _positive(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _pixel_aliases(size: dict[str, Any], source: Mapping[str, Any]) -> None:
+    """Qwen's ``min_pixels``/``max_pixels`` are ``size``'s two edges."""
+    for edge, alias in (("shortest_edge", "min_pixels"), ("longest_edge", "max_pixels")):
+        if source.get(alias) is not None:
+            size[edge] = source[alias]
+
+
+def _none(why: str) -> ResizePolicy | None:
+    log.info("no model-aware resize: %s; images travel at full resolution", why)
+    return None
+
+
+_CONFIG_FILES = ("preprocessor_config.json", "processor_config.json")
+
+
+def _image_processor_config(model: str) -> dict[str, Any]:
+    for name in _CONFIG_FILES:
+        path = _find_config(model, name)
+        if path is None:
+            continue
+        config = json.loads(path.read_text())
+        if name == "processor_config.json" and isinstance(config, dict):
+            config = config.get("image_processor")
+        if not isinstance(config, dict):
+            raise ValueError(f"{path} holds no image processor config")
+        return config
+    raise FileNotFoundError(
+        f"{model!r}: no {' or '.join(_CONFIG_FILES)} in the folder or the Hugging Face cache "
+        "(download it first: huggingface-cli download MODEL preprocessor_config.json)"
+    )
+
+
+def _find_config(model: str, name: str) -> Path | None:
+    local = Path(model).expanduser()
+    if local.is_dir():
+        return local / name if (local / name).is_file() else None
+    try:
+        from huggingface_hub import hf_hub_download  # type: ignore[import-not-found,unused-ignore]
+    except ImportError:
+        return _from_hub_cache(model, name)
+    try:
+        return Path(hf_hub_download(model, name))
+    except Exception:  # noqa: BLE001 - missing file, offline, no token: the cache may still have it
+        return _from_hub_cache(model, name)
+
+
+def _from_hub_cache(model: str, name: str) -> Path | None:
+    """A file of a Hub id from the Hugging Face cache (its documented
+    layout), for installs without huggingface_hub or offline."""
+    hub = os.environ.get("HF_HUB_CACHE") or os.path.join(
+        os.environ.get("HF_HOME") or os.path.expanduser("~/.cache/huggingface"), "hub"
+    )
+    repo = Path(hub) / ("models--" + model.replace("/", "--"))
+    ref = repo / "refs" / "main"
+    snapshots = [repo / "snapshots" / ref.read_text().strip()] if ref.is_file() else []
+    snapshots += sorted((repo / "snapshots").glob("*")) if (repo / "snapshots").is_dir() else []
+    for snapshot in snapshots:
+        if (snapshot / name).is_file():
+            return snapshot / name
+    return None

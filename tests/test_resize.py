@@ -1,0 +1,147 @@
+"""The model-aware resize: policies read from processor configs, and the
+native resize behind ``decode_image(resize=...)`` and ``Publisher``.
+
+Bit-exactness against transformers' torchvision and PIL backends is checked
+in the vLLM group (tests/e2e/test_resize_parity.py), where torch is."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import logging
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import pixelwire
+from pixelwire.resize import ResizePolicy, smart_resize
+
+QWEN = {"image_processor_type": "Qwen2VLImageProcessor", "patch_size": 14, "merge_size": 2, "resample": 3}
+
+
+def _jpeg(width: int, height: int) -> bytes:
+    gradient = np.linspace(0, 255, width * height * 3, dtype=np.float64).reshape(height, width, 3)
+    out = io.BytesIO()
+    Image.fromarray(gradient.astype(np.uint8)).save(out, "JPEG", quality=90)
+    return out.getvalue()
+
+
+def test_qwen_policy_reads_size_then_overrides_in_vllms_order() -> None:
+    """size edges, then min/max_pixels; --mm-processor-kwargs size, then its
+    min/max_pixels, as vLLM merges them."""
+    config = {**QWEN, "size": {"shortest_edge": 3136, "longest_edge": 12544}}
+    policy = ResizePolicy.from_processor_config(config)
+    assert policy is not None and (policy.factor, policy.min_pixels, policy.max_pixels) == (28, 3136, 12544)
+    assert ResizePolicy.from_processor_config({**config, "max_pixels": 50176}).max_pixels == 50176  # type: ignore[union-attr]
+    overridden = ResizePolicy.from_processor_config(
+        {**config, "max_pixels": 50176}, {"size": {"longest_edge": 1003520}}
+    )
+    assert overridden is not None and overridden.max_pixels == 1003520
+    both = ResizePolicy.from_processor_config(config, {"size": {"longest_edge": 1}, "max_pixels": 12845056})
+    assert both is not None and both.max_pixels == 12845056
+    assert policy.identity != overridden.identity
+
+
+def test_qwen_targets_follow_smart_resize() -> None:
+    """The issue's example: a 3840x2160 photo at max_pixels=1003520 is
+    resized to 1316x728 (2.9 MB of pixels instead of 24.9 MB)."""
+    policy = ResizePolicy.from_processor_config(
+        {**QWEN, "size": {"shortest_edge": 3136, "longest_edge": 1003520}}
+    )
+    assert policy is not None
+    assert policy.target(2160, 3840) == (728, 1316)
+    assert smart_resize(100, 100, 28, 56 * 56, 28 * 28 * 1280) == (112, 112)
+    with pytest.raises(ValueError, match="aspect ratio"):
+        policy.target(10, 2500)
+
+
+def test_fixed_and_shortest_edge_policies() -> None:
+    siglip = ResizePolicy.from_processor_config(
+        {"image_processor_type": "SiglipImageProcessor", "size": {"height": 384, "width": 384}, "resample": 3}
+    )
+    assert siglip is not None and siglip.target(1080, 1920) == (384, 384)
+    clip = ResizePolicy.from_processor_config(
+        {"image_processor_type": "CLIPImageProcessor", "size": {"shortest_edge": 336}, "resample": 3}
+    )
+    assert clip is not None
+    assert clip.target(1080, 1920) == (336, int(336 * 1920 / 1080))
+    assert clip.target(1920, 1080) == (int(336 * 1920 / 1080), 336)
+
+
+def test_unknown_or_unreproducible_processors_get_no_policy(caplog: pytest.LogCaptureFixture) -> None:
+    """No policy means today's behaviour (full resolution), with a log line why."""
+    caplog.set_level(logging.INFO, "pixelwire.resize")
+    for config in (
+        {"image_processor_type": "LlavaNextImageProcessor", "size": {"shortest_edge": 336}},
+        {**QWEN, "size": {"shortest_edge": 3136, "longest_edge": 12544}, "do_resize": False},
+        {**QWEN, "size": {"shortest_edge": 3136, "longest_edge": 12544}, "resample": 1},
+        {"image_processor_type": "CLIPImageProcessor", "size": {"shortest_edge": 336, "longest_edge": 600}},
+    ):
+        assert ResizePolicy.from_processor_config(config) is None
+    assert len([r for r in caplog.records if "no model-aware resize" in r.message]) == 4
+
+
+def test_policies_come_from_a_model_folder(tmp_path: Path) -> None:
+    """preprocessor_config.json, or the image_processor part of
+    processor_config.json (transformers 5's layout)."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "preprocessor_config.json").write_text(
+        json.dumps({**QWEN, "size": {"shortest_edge": 3136, "longest_edge": 12544}})
+    )
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "processor_config.json").write_text(
+        json.dumps({"image_processor": {**QWEN, "size": {"shortest_edge": 3136, "longest_edge": 50176}}})
+    )
+    a = ResizePolicy.from_pretrained(tmp_path / "a")
+    b = ResizePolicy.from_pretrained(tmp_path / "b", {"max_pixels": 1003520})
+    assert a is not None and a.max_pixels == 12544
+    assert b is not None and b.max_pixels == 1003520
+    (tmp_path / "c").mkdir()
+    with pytest.raises(FileNotFoundError):
+        ResizePolicy.from_pretrained(tmp_path / "c")
+
+
+def test_decode_image_resizes_to_the_size_asked_for() -> None:
+    data = _jpeg(640, 480)
+    full = pixelwire.decode_image(data)
+    same = pixelwire.decode_image(data, resize=(480, 640))
+    np.testing.assert_array_equal(same, full)
+    for kernel in ("torchvision", "pillow"):
+        small = pixelwire.decode_image(data, resize=(84, 112), resize_kernel=kernel)  # type: ignore[arg-type]
+        assert small.shape == (84, 112, 3)
+    # Pillow's arithmetic is the PIL backend's: compare with Pillow itself.
+    pillow = np.asarray(Image.fromarray(full).resize((112, 84), Image.Resampling.BICUBIC))
+    np.testing.assert_array_equal(
+        pixelwire.decode_image(data, resize=(84, 112), resize_kernel="pillow"), pillow
+    )
+    with pytest.raises(ValueError, match="kernel"):
+        pixelwire.decode_image(data, resize=(84, 112), resize_kernel="lanczos")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="positive"):
+        pixelwire.decode_image(data, resize=(0, 112))
+
+
+def test_publisher_ships_the_target_size_and_records_the_policy() -> None:
+    try:
+        pixelwire.transfer.nixl_library_path()
+    except pixelwire.TransferError as missing:  # pragma: no cover - CI installs it
+        pytest.skip(f"NIXL runtime not installed: {missing}")
+    data = _jpeg(1920, 1080)
+    policy = ResizePolicy.from_processor_config(
+        {**QWEN, "size": {"shortest_edge": 3136, "longest_edge": 50176}}
+    )
+    assert policy is not None
+
+    async def main() -> pixelwire.Decoded:
+        async with pixelwire.Publisher() as publisher:
+            decoded = await publisher.decode_and_publish(data, resize=policy, layout="RGBX")
+            assert isinstance(decoded, pixelwire.Decoded)
+            publisher.release(decoded)
+            return decoded
+
+    decoded = asyncio.run(main())
+    height, width = policy.target(1080, 1920)
+    assert decoded.shape == (height, width, 3) and decoded.size == height * width * 4
+    assert decoded.to_dict()["pixelwire"]["resize"] == {"policy": policy.identity, "source": [1080, 1920]}
