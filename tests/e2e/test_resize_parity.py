@@ -1,0 +1,281 @@
+"""Model-aware resize, end to end (issue #9, acceptance 1): for each image
+processor family and setting, the processor's outputs on pixelwire's resized
+image equal its outputs on vLLM's own loader's full image, exactly
+(``torch.equal`` on every key).
+
+Images: every corpus file both vLLM's loader and pixelwire decode (RGB), and
+real corpus photos upscaled to 1080p and 4K (JPEG q90 and PNG, plus a JPEG
+with EXIF orientation 6). Processors are built with transformers the way
+vLLM gets them by default (the torchvision backend), plus the PIL backend
+with pixelwire's Pillow kernel; each policy comes from the processor's own
+config (``to_json_string``, as a ``preprocessor_config.json`` holds it)
+through ``ResizePolicy.from_processor_config``.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from PIL import Image, ImageOps
+
+import pixelwire
+from pixelwire.resize import ResizePolicy
+
+from reference import corpus_files
+
+pytestmark = pytest.mark.vllm
+
+# Real photos of the corpus, upscaled to 1080p and 4K.
+PHOTOS = ("exif_gps_typeerror.jpg", "sugarshack_bad_mpo_header.jpg", "exif-72dpi-int.jpg")
+PHOTO_SIZES = ((1920, 1080), (3840, 2160))
+QWEN_MIN_PIXELS = 56 * 56
+
+
+@dataclass(frozen=True)
+class Setting:
+    id: str
+    cls: str  # transformers class name (torchvision backend; "...Pil" for the PIL backend)
+    kwargs: dict[str, Any] = field(hash=False)
+    family: str
+
+    @property
+    def kernel(self) -> str:
+        return "pillow" if self.cls.endswith("Pil") else "torchvision"
+
+
+def _qwen(max_pixels: int, backend: str = "") -> Setting:
+    return Setting(
+        f"qwen2vl-max{max_pixels}{'-pil' if backend else ''}",
+        "Qwen2VLImageProcessor" + backend,
+        {
+            "size": {"shortest_edge": QWEN_MIN_PIXELS, "longest_edge": max_pixels},
+            "patch_size": 14,
+            "merge_size": 2,
+        },
+        "smart",
+    )
+
+
+def _siglip(side: int, resample: int, backend: str = "") -> Setting:
+    name = {3: "bicubic", 2: "bilinear"}[resample]
+    return Setting(
+        f"siglip-{side}-{name}{'-pil' if backend else ''}",
+        "SiglipImageProcessor" + backend,
+        {"size": {"height": side, "width": side}, "resample": resample},
+        "fixed",
+    )
+
+
+def _clip(edge: int, backend: str = "") -> Setting:
+    return Setting(
+        f"clip-{edge}{'-pil' if backend else ''}",
+        "CLIPImageProcessor" + backend,
+        {"size": {"shortest_edge": edge}, "crop_size": {"height": edge, "width": edge}},
+        "shortest_edge",
+    )
+
+
+SETTINGS = [
+    _qwen(50176),
+    _qwen(1003520),
+    _qwen(12845056),
+    _siglip(384, 3),
+    _siglip(224, 2),  # bilinear: exercises the other filter
+    _clip(336),
+    _clip(224),
+    # transformers' PIL backend, against pixelwire's Pillow kernel
+    _qwen(50176, "Pil"),
+    _qwen(1003520, "Pil"),
+    _qwen(12845056, "Pil"),
+    _siglip(384, 3, "Pil"),
+    _siglip(224, 2, "Pil"),
+    _clip(336, "Pil"),
+    _clip(224, "Pil"),
+]
+
+
+@dataclass
+class Case:
+    name: str
+    data: bytes
+    image: Image.Image  # vLLM's loader's full image
+
+
+def _vllm_load(data: bytes) -> Image.Image:
+    from vllm.multimodal.media import ImageMediaIO
+
+    with warnings.catch_warnings():
+        # Pillow warns on some odd corpus files it still decodes.
+        warnings.simplefilter("ignore")
+        image = ImageMediaIO(image_mode="RGB").load_bytes(data)
+    return getattr(image, "media", image)
+
+
+def _encode(image: Image.Image, fmt: str, **options: Any) -> bytes:
+    out = io.BytesIO()
+    image.save(out, fmt, **options)
+    return out.getvalue()
+
+
+def _photos() -> list[tuple[str, bytes]]:
+    """Corpus photos at 1920x1080 and 3840x2160, as JPEG q90 and PNG, plus
+    one EXIF-rotated JPEG per size (stored landscape, shown portrait)."""
+    from reference import CORPUS
+
+    made = []
+    for name in PHOTOS:
+        path = CORPUS / name
+        if not path.is_file():
+            continue
+        base = _vllm_load(path.read_bytes())  # oriented RGB, as vLLM shows it
+        stem = name.rsplit(".", 1)[0]
+        for width, height in PHOTO_SIZES:
+            big = ImageOps.fit(base, (width, height), Image.Resampling.LANCZOS)
+            made.append((f"{stem}@{width}x{height}.jpg", _encode(big, "JPEG", quality=90)))
+            made.append((f"{stem}@{width}x{height}.png", _encode(big, "PNG", compress_level=1)))
+            if name == PHOTOS[0]:
+                exif = Image.Exif()
+                exif[0x0112] = 6  # rotate 90 CW on display
+                made.append(
+                    (f"{stem}@{width}x{height}-exif6.jpg", _encode(big, "JPEG", quality=90, exif=exif))
+                )
+    return made
+
+
+@pytest.fixture(scope="module")
+def corpus() -> tuple[list[Case], dict[str, int]]:
+    """Every image both loaders decode, with vLLM's full image."""
+    cases: list[Case] = []
+    skipped = {"vllm-cannot-decode": 0, "pixelwire-cannot-decode": 0}
+    photos = _photos()
+    # every photo made (2 formats x 2 sizes each, plus the EXIF-rotated JPEGs), and none skipped below
+    assert len(photos) == (2 * len(PHOTOS) + 1) * len(PHOTO_SIZES), [name for name, _ in photos]
+    sources = [(p.name, p.read_bytes()) for p in corpus_files()] + photos
+    for name, data in sources:
+        try:
+            image = _vllm_load(data)
+        except Exception:  # noqa: BLE001 - any failure of vLLM's loader: not an image it serves
+            skipped["vllm-cannot-decode"] += 1
+            continue
+        try:
+            pixelwire.decode_image(data, mode="RGB")
+        except pixelwire.PixelwireError:
+            skipped["pixelwire-cannot-decode"] += 1
+            continue
+        cases.append(Case(name, data, image))
+    print(f"\ncorpus: {len(cases)} images ({len(sources)} sources), skipped {skipped}")
+    assert {name for name, _ in photos} <= {case.name for case in cases}
+    return cases, skipped
+
+
+@pytest.fixture(autouse=True)
+def _quiet_transformers() -> Iterator[None]:
+    """transformers logs "channel dimension is ambiguous" for 1x1 images."""
+    from transformers.utils import logging
+
+    level = logging.get_verbosity()
+    logging.set_verbosity_error()
+    yield
+    logging.set_verbosity(level)
+
+
+def _processor(setting: Setting) -> Any:
+    import transformers
+
+    return getattr(transformers, setting.cls)(**setting.kwargs)
+
+
+def _outputs(processor: Any, image: Image.Image) -> dict[str, Any]:
+    return dict(processor(images=[image], return_tensors="pt"))
+
+
+def _compare(expected: dict[str, Any], got: dict[str, Any]) -> list[str]:
+    """Per-key differences; empty when every key is torch.equal."""
+    import torch
+
+    problems = []
+    for key in sorted(set(expected) | set(got)):
+        if key not in expected or key not in got:
+            problems.append(f"{key}: only in {'pixelwire' if key in got else 'reference'}")
+            continue
+        a, b = expected[key], got[key]
+        if torch.equal(a, b):
+            continue
+        if a.shape != b.shape:
+            problems.append(f"{key}: shape {tuple(a.shape)} vs {tuple(b.shape)}")
+        else:
+            diff = (a.double() - b.double()).abs().max().item()
+            problems.append(f"{key}: max|diff|={diff:g} ({int((a != b).sum())} of {a.numel()} differ)")
+    return problems
+
+
+def test_processor_configs_give_policies() -> None:
+    """Every setting's config yields a policy of its family, kernel and
+    filter (the parity test below depends on it)."""
+    for setting in SETTINGS:
+        processor = _processor(setting)
+        config = json.loads(processor.to_json_string())
+        policy = ResizePolicy.from_processor_config(config, kernel=setting.kernel)  # type: ignore[arg-type]
+        assert policy is not None, setting.id
+        assert policy.family == setting.family and policy.kernel == setting.kernel, (setting, policy)
+        assert policy.filter == {2: "bilinear", 3: "bicubic"}[int(processor.resample)], (setting, policy)
+
+
+@pytest.mark.parametrize("setting", SETTINGS, ids=[s.id for s in SETTINGS])
+def test_processor_outputs_equal_on_resized_images(
+    corpus: tuple[list[Case], dict[str, int]], setting: Setting
+) -> None:
+    cases, _ = corpus
+    processor = _processor(setting)
+    config = json.loads(processor.to_json_string())
+    policy = ResizePolicy.from_processor_config(config, kernel=setting.kernel)  # type: ignore[arg-type]
+    assert policy is not None and policy.family == setting.family, (setting, policy)
+
+    started = time.monotonic()
+    checked = equal = resized = 0
+    skipped: dict[str, int] = {}
+    failures: list[str] = []
+    for case in cases:
+        height, width = pixelwire.probe_image(case.data)["oriented_size"]
+        if (width, height) != case.image.size:
+            failures.append(f"{case.name}: oriented size {width}x{height}, vLLM's image {case.image.size}")
+            continue
+        if setting.family == "smart" and max(height, width) / min(height, width) > 200:
+            # the processor's smart_resize raises for these; nothing to compare
+            skipped["aspect>200"] = skipped.get("aspect>200", 0) + 1
+            continue
+        target = policy.target(height, width)
+        pixels = pixelwire.decode_image(
+            case.data, mode="RGB", resize=target, resize_kernel=policy.kernel, resize_filter=policy.filter
+        )
+        checked += 1
+        resized += target != (height, width)
+        if pixels.shape != (*target, 3):
+            failures.append(f"{case.name}: decoded {pixels.shape}, target {target}")
+            continue
+        expected = _outputs(processor, case.image)
+        got = _outputs(processor, Image.fromarray(pixels))
+        problems = _compare(expected, got)
+        if problems:
+            failures.append(
+                f"{case.name}: {width}x{height} -> {target[1]}x{target[0]} "
+                f"({policy.kernel}/{policy.filter}): " + "; ".join(problems)
+            )
+        else:
+            equal += 1
+    elapsed = time.monotonic() - started
+    print(
+        f"\n{setting.id} [{policy.identity}]: {checked} checked ({resized} resized), {equal} equal, "
+        f"{len(failures)} not equal, skipped {skipped or 0}, {elapsed:.1f} s"
+    )
+    for failure in failures:
+        print("  NOT EQUAL", failure)
+    assert not failures, f"{len(failures)} of {checked} images differ; first: {failures[0]}"
+    assert checked + sum(skipped.values()) == len(cases)
