@@ -142,7 +142,9 @@ def _serve_and_measure(
     model = str(stack.model_dir())
     kwargs = setting["mm_processor_kwargs"]
     vllm_args: tuple[str, ...] = NO_CACHES
-    worker_env = {"PIXELWIRE_ALLOW_PRIVATE": "1", "PIXELWIRE_MODEL": model}
+    # Signed references, as a deployment runs them (the plug-in refuses unsigned ones).
+    worker_env = {"PIXELWIRE_ALLOW_PRIVATE": "1", "PIXELWIRE_MODEL": model, "PIXELWIRE_SECRET": stack.SECRET}
+    secret = {"PIXELWIRE_SECRET": stack.SECRET}
     resize_args: tuple[str, ...] = ("--model", model)
     if kwargs:
         as_json = json.dumps(kwargs)
@@ -160,9 +162,11 @@ def _serve_and_measure(
         )
         services.append(plugged)
         guard = ("--allowed-domains", "127.0.0.1", "--allow-private")
-        frontend = stack.start_frontend(f"frontend-{tag}", work, plugged.url, *guard)
+        frontend = stack.start_frontend(f"frontend-{tag}", work, plugged.url, *guard, env=secret)
         services.append(frontend)
-        resizing = stack.start_frontend(f"frontend-resize-{tag}", work, plugged.url, *guard, *resize_args)
+        resizing = stack.start_frontend(
+            f"frontend-resize-{tag}", work, plugged.url, *guard, *resize_args, env=secret
+        )
         services.append(resizing)
         worker_mode = stack.start_frontend(
             f"frontend-worker-{tag}", work, plugged.url, *guard, "--decode-at", "worker"

@@ -22,10 +22,12 @@ import gzip
 import ipaddress
 import os
 import socket
+import threading
 import time
 import tracemalloc
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -69,9 +71,11 @@ class Server:
         self.sent: dict[str, int] = {}
         self.completed: dict[str, bool] = {}
         self.finished: dict[str, asyncio.Event] = {}
+        self.ports: list[int] = []  # every port the server listens on, ``port`` first
+        self.trickling = 0  # /trickle responses being sent now
 
-    def url(self, path: str, host: str = "127.0.0.1") -> str:
-        return f"http://{host}:{self.port}{path}"
+    def url(self, path: str, host: str = "127.0.0.1", port: int | None = None) -> str:
+        return f"http://{host}:{self.port if port is None else port}{path}"
 
     @web.middleware
     async def middleware(
@@ -178,6 +182,22 @@ class Server:
     async def drip(self, request: web.Request) -> web.StreamResponse:
         return await self._stream(request, "drip", 100_000, b"x", 0.05, declare=True)
 
+    async def trickle(self, request: web.Request) -> web.StreamResponse:
+        """One byte every 0.5 s of a declared 1000: a slow-trickle upstream."""
+        response = web.StreamResponse(headers={"Content-Type": "image/png", "Content-Length": "1000"})
+        self.trickling += 1
+        try:
+            await response.prepare(request)
+            for _ in range(1000):
+                await response.write(b"x")
+                await asyncio.sleep(0.5)
+            await response.write_eof()
+        except (ConnectionError, OSError):
+            pass  # the client hung up, as it should
+        finally:
+            self.trickling -= 1
+        return response
+
     async def bomb(self, request: web.Request) -> web.StreamResponse:
         compressor = zlib.compressobj(9, zlib.DEFLATED, zlib.MAX_WBITS | 16)
         zeros = b"\0" * MIB
@@ -198,18 +218,21 @@ class Server:
         app.router.add_get("/big-stream", self.big_stream)
         app.router.add_get("/drip", self.drip)
         app.router.add_get("/bomb", self.bomb)
+        app.router.add_get("/trickle", self.trickle)
         return app
 
 
 @asynccontextmanager
-async def serve() -> AsyncIterator[Server]:
+async def serve(sites: int = 1) -> AsyncIterator[Server]:
+    """The test server, listening on ``sites`` ports of 127.0.0.1 (each a separate host to a client)."""
     server = Server()
     runner = web.AppRunner(server.app(), access_log=None, shutdown_timeout=5.0)
     await runner.setup()
     try:
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        server.port = runner.addresses[0][1]
+        for _ in range(sites):
+            await web.TCPSite(runner, "127.0.0.1", 0).start()
+        server.ports = [address[1] for address in runner.addresses]
+        server.port = server.ports[0]
         yield server
     finally:
         await runner.cleanup()
@@ -484,6 +507,7 @@ FAKE_DNS = {
     "dual.example": ["93.184.215.14", "::1"],  # one public address, one loopback
     "metadata.example": ["169.254.169.254"],
     "rfc1918.example": ["10.1.2.3"],
+    "nat64.example": ["64:ff9b::a9fe:a9fe"],  # a DNS64 answer for the metadata address
 }
 
 
@@ -539,7 +563,12 @@ HOSTILE: list[tuple[str, str]] = [
     ("default", "http://[0:0:0:0:0:0:0:1]:{port}/secret"),
     ("default", "http://[::ffff:127.0.0.1]:{port}/secret"),
     ("default", "http://[::ffff:7f00:1]:{port}/secret"),
-    ("default", "http://[::ffff:8.8.8.8]:{port}/secret"),
+    ("default", "http://[::ffff:10.0.0.1]:{port}/secret"),
+    ("default", "http://[::ffff:0:7f00:1]:{port}/secret"),  # IPv4-translated (SIIT)
+    ("default", "http://[::10.0.0.1]:{port}/secret"),
+    ("default", "http://[64:ff9b::10.0.0.1]:{port}/secret"),
+    ("default", "http://[64:ff9b:1::a00:1]:{port}/secret"),  # local-use NAT64
+    ("default", "http://[2001:0:808:808::f5ff:fffe]:{port}/secret"),  # Teredo, client 10.0.0.1
     ("default", "http://[::127.0.0.1]:{port}/secret"),
     ("default", "http://[::]:{port}/secret"),
     ("default", "http://[64:ff9b::7f00:1]:{port}/secret"),
@@ -573,6 +602,7 @@ HOSTILE: list[tuple[str, str]] = [
     ("default", "http://dual.example:{port}/secret"),
     ("default", "http://metadata.example/latest/meta-data/"),
     ("default", "http://rfc1918.example/"),
+    ("default", "http://nat64.example/latest/meta-data/"),
     # A public-looking host that redirects to a private address.
     ("default", TO + "http://127.0.0.1:{port}/secret"),
     ("default", TO + "http://localhost:{port}/secret"),
@@ -711,7 +741,7 @@ def test_allow_private_opts_out_of_the_address_check_only() -> None:
         ("255.255.255.255", True),
         ("::1", True),
         ("::", True),
-        ("::ffff:8.8.8.8", True),
+        ("::ffff:8.8.8.8", False),  # IPv4-mapped: the IPv4 rule
         ("::8.8.8.8", True),
         ("fe80::1", True),
         ("fec0::1", True),
@@ -816,5 +846,260 @@ def test_connection_limit_is_enforced() -> None:
             assert len(server.log) == 40
             assert 2 <= server.max_in_flight <= 4
             assert len(server.peers) <= 4
+
+    run(main())
+
+
+# -- embedded IPv4 in IPv6: one rule ---------------------------------------------------
+
+# Every IPv6 form that embeds an IPv4 address is judged by the IPv4 rule applied
+# to what it embeds; a form whose public addresses are refused all the same says
+# so. (address, refused, words the refusal must contain)
+EMBEDDED_IPV4: list[tuple[str, bool, str]] = [
+    # IPv4-mapped: a socket connects to the IPv4 address itself.
+    ("::ffff:10.0.0.1", True, "embeds 10.0.0.1"),
+    ("::ffff:127.0.0.1", True, "embeds 127.0.0.1"),
+    ("::ffff:169.254.169.254", True, "embeds 169.254.169.254"),
+    ("::ffff:8.8.8.8", False, ""),
+    # IPv4-translated (SIIT, ::ffff:0:0:0/96): obsolete, public ones refused too.
+    ("::ffff:0:10.0.0.1", True, "embeds 10.0.0.1"),
+    ("::ffff:0:8.8.8.8", True, "IPv4-translated"),
+    # IPv4-compatible (::/96): deprecated, public ones refused too.
+    ("::10.0.0.1", True, "embeds 10.0.0.1"),
+    ("::192.168.1.1", True, "embeds 192.168.1.1"),
+    ("::8.8.8.8", True, "IPv4-compatible"),
+    # NAT64, the well-known prefix: a translator reaches the IPv4 address.
+    ("64:ff9b::10.0.0.1", True, "embeds 10.0.0.1"),
+    ("64:ff9b::100.64.0.1", True, "embeds 100.64.0.1"),
+    ("64:ff9b::8.8.8.8", False, ""),
+    # NAT64, the local-use prefix (64:ff9b:1::/48): the site picks the prefix
+    # length, so every RFC 6052 layout that fits must embed a public address.
+    ("64:ff9b:1::10.0.0.1", True, "embeds"),
+    ("64:ff9b:1::8.8.8.8", True, "embeds 0.0.0.0"),  # public at /96, 0.0.0.0 at /48
+    ("64:ff9b:1:a00:0:108:808:808", True, "embeds 10.0.0.1"),  # 10.0.0.1 at /48
+    ("64:ff9b:1:808:8:808:808:808", False, ""),  # 8.8.8.8 in every layout
+    # 6to4 (2002::/16): the relay delivers to the IPv4 router it names.
+    ("2002:a00:1::1", True, "embeds 10.0.0.1"),
+    ("2002:7f00:1::1", True, "embeds 127.0.0.1"),
+    ("2002:808:808::1", False, ""),
+    # Teredo (2001::/32): server and (obfuscated) client IPv4; refused even when public.
+    ("2001:0:808:808::f5ff:fffe", True, "embeds 10.0.0.1"),  # client 10.0.0.1
+    ("2001:0:a00:1::f7f7:f7f7", True, "embeds 10.0.0.1"),  # server 10.0.0.1
+    ("2001:0:808:808::f7f7:f7f7", True, "Teredo"),  # both 8.8.8.8
+]
+
+
+@pytest.mark.parametrize(("address", "refused", "words"), EMBEDDED_IPV4)
+def test_embedded_ipv4_is_judged_by_the_ipv4_rule(address: str, refused: bool, words: str) -> None:
+    reason = address_refusal(ipaddress.IPv6Address(address))
+    print(f"\n{address}: {reason}")
+    assert (reason is not None) is refused
+    if refused:
+        assert words in (reason or "")
+
+
+# -- file: URLs without a check-then-open race -----------------------------------------
+
+
+def test_file_url_symlinks_are_followed_only_inside_the_allowed_folder(tmp_path: Path) -> None:
+    allowed = tmp_path / "allowed"
+    (allowed / "sub").mkdir(parents=True)
+    (tmp_path / "outdir").mkdir()
+    (allowed / "real.png").write_bytes(b"inside")
+    (allowed / "sub" / "x.png").write_bytes(b"inside too")
+    (tmp_path / "outside.png").write_bytes(b"SECRET")
+    (tmp_path / "outdir" / "x.png").write_bytes(b"SECRET")
+    os.symlink("real.png", allowed / "rel.png")
+    os.symlink(allowed / "real.png", allowed / "abs.png")
+    os.symlink("sub", allowed / "subdir")
+    os.symlink("../real.png", allowed / "sub" / "up.png")
+    os.symlink("../outside.png", allowed / "out.png")
+    os.symlink(tmp_path / "outside.png", allowed / "absout.png")
+    os.symlink(tmp_path / "outdir", allowed / "outdir")
+    os.symlink("..", allowed / "parent")
+    os.symlink("loop", allowed / "loop")
+
+    async def main() -> None:
+        async with Fetcher(allowed_local_path=allowed) as fetcher:
+            for name in ("real.png", "rel.png", "abs.png", "sub/up.png", "subdir/up.png"):
+                assert await fetcher.fetch(f"file://{allowed}/{name}") == b"inside", name
+            assert await fetcher.fetch(f"file://{allowed}/subdir/x.png") == b"inside too"
+            for name in ("out.png", "absout.png", "outdir/x.png", "parent/outside.png"):
+                with pytest.raises(pixelwire.BlockedURL, match="outside allowed_local_path"):
+                    await fetcher.fetch(f"file://{allowed}/{name}")
+            with pytest.raises(pixelwire.FetchError, match="symbolic links"):
+                await fetcher.fetch(f"file://{allowed}/loop")
+
+    run(main())
+
+
+def test_file_swapped_for_a_symlink_never_leaks_what_it_points_at(tmp_path: Path) -> None:
+    """A path inside the folder flips between a regular file and a symlink to a
+    secret outside it, as fast as a thread can rename: whatever the fetch sees,
+    it never returns the secret (no window between a check and the open)."""
+    allowed = tmp_path / "allowed"
+    allowed.mkdir()
+    master = tmp_path / "inside-master"
+    master.write_bytes(b"inside")
+    secret = tmp_path / "secret.png"
+    secret.write_bytes(b"SECRET")
+    target = allowed / "flip.png"
+    os.link(master, target)
+    stop = threading.Event()
+
+    def flip() -> None:
+        spare_link, spare_file = allowed / ".link", allowed / ".file"
+        while not stop.is_set():
+            os.symlink(secret, spare_link)
+            os.replace(spare_link, target)
+            os.link(master, spare_file)
+            os.replace(spare_file, target)
+
+    async def main() -> dict[str, int]:
+        seen = {"inside": 0, "refused": 0, "leaked": 0}
+        flipper = threading.Thread(target=flip)
+        flipper.start()
+        try:
+            async with Fetcher(allowed_local_path=allowed) as fetcher:
+                deadline = time.monotonic() + 1.5
+                while time.monotonic() < deadline and not seen["leaked"]:
+                    try:
+                        data = await fetcher.fetch(f"file://{target}")
+                    except pixelwire.FetchError:  # BlockedURL, or the link gone before readlink
+                        seen["refused"] += 1
+                    else:
+                        seen["leaked" if data == b"SECRET" else "inside"] += 1
+                        assert data in (b"inside", b"SECRET")
+        finally:
+            stop.set()
+            flipper.join(10)
+        return seen
+
+    seen = run(main())
+    print(f"\nfetches while flipping: {seen}")
+    assert seen["leaked"] == 0
+    assert seen["inside"] > 0 and seen["refused"] > 0  # both states were met
+
+
+# -- fairness --------------------------------------------------------------------------
+
+
+def test_a_trickling_body_fails_at_the_total_deadline() -> None:
+    """One byte every 0.5 s never trips a per-read timeout; the total deadline ends it."""
+
+    async def main() -> None:
+        async with serve() as server, open_fetcher(timeout=1.5) as fetcher:
+            start = time.monotonic()
+            with pytest.raises(pixelwire.FetchError, match=r"timed out after 1\.5 s") as caught:
+                await fetcher.fetch(server.url("/trickle"))
+            elapsed = time.monotonic() - start
+            assert 1.4 <= elapsed < 4.0, elapsed
+            assert caught.value.retryable is True
+            for _ in range(100):  # the connection was dropped: the server stops sending
+                if server.trickling == 0:
+                    break
+                await asyncio.sleep(0.05)
+            assert server.trickling == 0
+
+    run(main())
+
+
+def test_name_resolution_does_not_wait_behind_a_busy_default_executor() -> None:
+    """Threads of the loop's default executor blocked (as decode threads waiting
+    for a full pixel pool are) must not hold up resolving a host name."""
+    data = (CORPUS / "hopper.png").read_bytes()
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        loop.set_default_executor(ThreadPoolExecutor(max_workers=2))
+        release = threading.Event()
+        blocked = [asyncio.ensure_future(asyncio.to_thread(release.wait, 30)) for _ in range(2)]
+        try:
+            await asyncio.sleep(0.05)
+            async with serve() as server, open_fetcher(timeout=3.0) as fetcher:
+                assert await fetcher.fetch(server.url("/img/hopper.png", host="localhost")) == data
+        finally:
+            release.set()
+            await asyncio.gather(*blocked)
+
+    run(main())
+
+
+def test_concurrency_limit_bounds_one_callers_fetches() -> None:
+    data = (CORPUS / "hopper.png").read_bytes()
+
+    async def main() -> None:
+        async with serve() as server, open_fetcher(timeout=30.0) as fetcher:
+            server.delay = 0.05
+            url = server.url("/img/hopper.png")
+            # A context: every fetch started in it, in tasks it creates too, shares the limit.
+            with fetcher.concurrency_limit(3):
+                got = await asyncio.gather(*(fetcher.fetch(url) for _ in range(15)))
+            assert got == [data] * 15
+            assert 2 <= server.max_in_flight <= 3
+            # An explicit semaphore.
+            server.max_in_flight = 0
+            limit = asyncio.Semaphore(2)
+            assert await asyncio.gather(*(fetcher.fetch(url, limit=limit) for _ in range(10))) == [data] * 10
+            assert server.max_in_flight <= 2
+            # fetch_many: results in order, fetch errors in place.
+            server.max_in_flight = 0
+            urls = [url, server.url("/status/404"), url, "ftp://x/", url]
+            results = await fetcher.fetch_many(urls, max_concurrent=2)
+            assert results[0] == results[2] == results[4] == data
+            assert isinstance(results[1], pixelwire.FetchError) and results[1].status == 404
+            assert isinstance(results[3], pixelwire.BlockedURL)
+            assert server.max_in_flight <= 2
+            with pytest.raises(ValueError):
+                fetcher.concurrency_limit(0)
+
+    run(main())
+
+
+def test_the_deadline_covers_the_wait_for_a_callers_slot() -> None:
+    async def main() -> None:
+        async with serve() as server, open_fetcher(timeout=1.0) as fetcher:
+            start = time.monotonic()
+            with fetcher.concurrency_limit(1):
+                results = await asyncio.gather(
+                    *(fetcher.fetch(server.url("/trickle")) for _ in range(4)), return_exceptions=True
+                )
+            elapsed = time.monotonic() - start
+            assert all(isinstance(r, pixelwire.FetchError) and "timed out" in str(r) for r in results)
+            assert elapsed < 3.0, elapsed  # not one deadline after another (4 s)
+
+    run(main())
+
+
+def test_one_client_cannot_starve_another() -> None:
+    """Issue #11's test: while client A's 64 slow-trickle URLs (on four hosts, so
+    per-host limits do not save B) are in flight, client B's image, behind a host
+    name, comes back within 2 s. Each client is one frontend request: its fetches
+    run under its own concurrency limit, as the frontend does."""
+    data = (CORPUS / "hopper.png").read_bytes()
+
+    async def main() -> None:
+        async with serve(sites=4) as slow, serve() as fast, open_fetcher(timeout=30.0) as fetcher:
+            trickles = [slow.url("/trickle", port=slow.ports[i % 4]) for i in range(64)]
+            with fetcher.concurrency_limit(8):
+                client_a = asyncio.gather(*(fetcher.fetch(u) for u in trickles), return_exceptions=True)
+            try:
+                for _ in range(200):
+                    if slow.trickling >= 8:
+                        break
+                    await asyncio.sleep(0.025)
+                assert slow.trickling >= 8
+                start = time.monotonic()
+                with fetcher.concurrency_limit(8):
+                    got = await asyncio.wait_for(
+                        fetcher.fetch(fast.url("/img/hopper.png", host="localhost")), 2.0
+                    )
+                elapsed = time.monotonic() - start
+                print(f"\nclient B's image in {elapsed:.3f} s with {slow.trickling} trickles in flight")
+                assert got == data
+                assert slow.trickling >= 8 and not client_a.done()  # A is still being served
+            finally:
+                client_a.cancel()
+                await asyncio.gather(client_a, return_exceptions=True)
 
     run(main())

@@ -8,6 +8,7 @@ import asyncio
 import base64
 import hashlib
 import http.client
+import http.server
 import json
 import socket
 import threading
@@ -50,6 +51,8 @@ class Upstream:
     def __init__(self, *, plugin: bool = True) -> None:
         self.plugin = plugin
         self.calls = 0
+        self.paths: list[str] = []  # every request but /metrics, as the upstream saw its path
+        self.redirect_to = ""
         self.received = threading.Event()
         self.port = stack.free_port()
         self.loop = asyncio.new_event_loop()
@@ -61,8 +64,11 @@ class Upstream:
 
     def _run(self, started: threading.Event) -> None:
         asyncio.set_event_loop(self.loop)
-        app = web.Application(client_max_size=64 * 1024 * 1024)
-        app.router.add_post("/v1/chat/completions", self.chat)
+        app = web.Application(client_max_size=64 * 1024 * 1024, middlewares=[self.record])
+        # vLLM's chat-shaped routes (the frontend rewrites them all alike).
+        for route in ("/v1/chat/completions", "/tokenize", "/pooling", "/v1/embeddings", "/classify"):
+            app.router.add_post(route, self.chat)
+        app.router.add_route("*", "/redirect", self.redirect)
         app.router.add_get("/metrics", self.metrics)
         app.router.add_get("/v1/models", self.models)
         self.runner = web.AppRunner(app, handler_cancellation=True)
@@ -74,6 +80,15 @@ class Upstream:
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    @web.middleware
+    async def record(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        if request.path != "/metrics":
+            self.paths.append(request.raw_path)
+        return await handler(request)  # type: ignore[no-any-return]
+
+    async def redirect(self, _request: web.Request) -> web.Response:
+        raise web.HTTPTemporaryRedirect(self.redirect_to)
 
     async def metrics(self, _request: web.Request) -> web.Response:
         return web.Response(text=INFO if self.plugin else "# no plug-in\n")
@@ -87,11 +102,15 @@ class Upstream:
         self.received.set()
         if "hang" in body["model"]:
             await asyncio.sleep(3600)
+        if "redirect" in body["model"]:
+            raise web.HTTPTemporaryRedirect(self.redirect_to)
         images = []
         for message in body["messages"]:
             for part in message["content"] if isinstance(message["content"], list) else []:
-                if part.get("type") == "image_url":
-                    url = part["image_url"]["url"]
+                # image_url parts, input_image parts and parts without a type: vLLM loads them all.
+                url = part.get("image_url")
+                url = url.get("url") if isinstance(url, dict) else url
+                if isinstance(url, str):
                     if is_reference(url):
                         # The worker's plug-in asks for PIL images; numpy here otherwise.
                         output = "pil" if "pil" in body["model"] else "numpy"
@@ -400,3 +419,283 @@ def test_signing_round_trip_and_refusals() -> None:
     with pytest.raises(pixelwire.DescriptorError, match="over"):
         decode_reference("pixelwire:1." + "A" * 70000 + ".", None)
     assert issubclass(SignatureError, pixelwire.PixelwireError)
+
+
+# -- routes, redirects and caps (#11) -------------------------------------------
+
+
+class Counting:
+    """A loopback HTTP server that counts its hits; it serves corpus files
+    (the image server) or a page that must never be reached (the trap)."""
+
+    def __init__(self) -> None:
+        self.hits = 0
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                outer.hits += 1
+                path = CORPUS / self.path.strip("/")
+                data = path.read_bytes() if self.path.strip("/") and path.is_file() else b"trap"
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_POST = do_GET
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture(scope="module")
+def images() -> Iterator[Counting]:
+    server = Counting()
+    yield server
+    server.close()
+
+
+@pytest.fixture(scope="module")
+def trap() -> Iterator[Counting]:
+    server = Counting()
+    yield server
+    server.close()
+
+
+@pytest.fixture(scope="module")
+def open_frontend(upstream: Upstream, tmp_path_factory: pytest.TempPathFactory) -> Iterator[stack.Service]:
+    """A frontend that may fetch from the loopback (the counting image server), default caps."""
+    service = stack.start_frontend(
+        "open", tmp_path_factory.mktemp("open"), upstream.url, "--allow-private",
+        env={"PIXELWIRE_SECRET": SECRET.decode()},
+    )  # fmt: skip
+    service.wait_ready("/metrics", timeout=60)
+    yield service
+    service.stop()
+
+
+def _send(
+    service: stack.Service, path: str, body: bytes | dict[str, Any] | None = None, method: str = "POST"
+) -> tuple[int, dict[str, str], bytes]:
+    """One request with the path exactly as spelt (urllib would not touch it
+    either, but http.client does not follow redirects)."""
+    connection = http.client.HTTPConnection("127.0.0.1", service.port, timeout=60)
+    try:
+        data = json.dumps(body).encode() if isinstance(body, dict) else body
+        connection.request(method, path, body=data, headers={"Content-Type": "application/json"})
+        response = connection.getresponse()
+        return response.status, dict(response.getheaders()), response.read()
+    finally:
+        connection.close()
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/v1/chat/completions/",
+        "/v1//chat/completions",
+        "//v1/chat/completions",
+        "/v1/./chat/completions",
+        "/v1/chat/../chat/completions",
+        "/v1/chat/%63ompletions",
+        "/v1/chat%2Fcompletions",
+        "/v1/chat%252Fcompletions",
+        "/v1/chat/completions?x=1",
+    ],
+)
+def test_every_spelling_of_chat_completions_is_rewritten(
+    frontend: stack.Service, upstream: Upstream, path: str
+) -> None:
+    status, _, raw = _send(frontend, path, _chat(stack.data_url("hopper.png")))
+    assert status == 201, raw
+    assert json.loads(raw)["images"] == [_expected("hopper.png")]  # read over NIXL: rewritten
+    # The upstream got the route the frontend inspected the body for.
+    assert upstream.paths[-1].split("?")[0] == "/v1/chat/completions"
+
+
+@pytest.mark.parametrize("path", ["/tokenize", "/pooling", "/v1/embeddings", "/classify", "/v1/embeddings/"])
+def test_vllms_other_chat_shaped_routes_are_rewritten(
+    frontend: stack.Service, upstream: Upstream, path: str
+) -> None:
+    status, _, raw = _send(frontend, path, _chat(stack.data_url("hopper.png")))
+    assert status == 201, raw
+    assert json.loads(raw)["images"] == [_expected("hopper.png")]
+    assert upstream.paths[-1] == path.rstrip("/")
+
+
+def test_image_parts_vllm_loads_without_the_image_url_type_are_rewritten(frontend: stack.Service) -> None:
+    url = stack.data_url("hopper.png")
+    content = [
+        {"type": "input_image", "image_url": url},  # the Responses spelling, which vLLM's chat parser takes
+        {"image_url": {"url": url}},  # no type: vLLM's parser reads image_url
+        {"type": "image_url", "image_url": {"url": url}, "uuid": "u1"},  # uuid: the untyped branch
+        {"type": "text", "text": "hi"},
+    ]
+    status, raw = _post(frontend, {"model": "m", "messages": [{"role": "user", "content": content}]})
+    assert status == 201, raw
+    assert json.loads(raw)["images"] == [_expected("hopper.png")] * 3
+
+
+_REF = encode_reference({"x": 1}, SECRET)
+_URL = "https://images.test/a.png"
+_PART = {"type": "image_url", "image_url": {"url": _URL}}
+
+
+def _user(*content: dict[str, Any]) -> list[dict[str, Any]]:
+    return [{"role": "user", "content": list(content)}]
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/v1/responses", {"model": "m", "input": _user({"type": "input_image", "image_url": _URL})}),
+        ("/v1/messages", {"model": "m", "messages": _user({"type": "image", "source": {"url": _URL}})}),
+        ("/v1/messages/count_tokens", {"model": "m", "messages": _user({"type": "image", "source": {}})}),
+        ("/v1/chat/completions/batch", {"model": "m", "messages": [_user(_PART)]}),
+        ("/v1/chat/completions/render", _chat(_URL)),
+        ("/v1/score", {"model": "m", "queries": "q", "documents": {"content": [_PART]}}),
+        ("/rerank", {"model": "m", "query": "q", "documents": {"content": [_PART]}}),
+        ("/v2/embed", {"model": "m", "images": ["data:image/png;base64,AA=="]}),
+        ("/cohere/v2/chat", {"model": "m", "messages": _user(_PART)}),
+        ("/invocations", _chat(_URL)),
+        ("/v1/completions", {"model": "m", "prompt": {"prompt": "x", "multi_modal_data": {"image": _URL}}}),
+        ("/v1/completions", {"model": "m", "prompt": _REF}),
+        ("/v1/responses", {"model": "m", "input": " " + _REF.upper()}),
+        ("/v1/chat/completions", {"model": "m", "messages": [], "extra": {"url": _REF}}),
+    ],
+)
+def test_other_routes_refuse_images_and_descriptors(
+    frontend: stack.Service, upstream: Upstream, path: str, body: dict[str, Any]
+) -> None:
+    seen = len(upstream.paths)
+    status, _, raw = _send(frontend, path, body)
+    assert status == 400, raw
+    error = json.loads(raw)["error"]
+    assert error["type"] == "BadRequestError" and error["param"]
+    if path != "/v1/chat/completions":
+        assert path in error["message"]  # names the route it refuses images on
+    assert len(upstream.paths) == seen  # never forwarded
+
+
+def test_text_only_bodies_on_other_routes_pass_untouched(frontend: stack.Service, upstream: Upstream) -> None:
+    body = b'{"model": "m",  "prompt": "describe image_url", "n": 1}'
+    status, _, _ = _send(frontend, "/v1/completions", body)
+    assert status == 404  # the test upstream has no such route: its answer, passed back
+    assert upstream.paths[-1] == "/v1/completions"
+    # A tool whose parameters name an image_url is not an image.
+    schema = {"properties": {"image_url": {"type": "string"}, "images": {"type": "array"}}}
+    tool = {"type": "function", "function": {"name": "f", "parameters": schema}}
+    status, _, _ = _send(frontend, "/v1/responses", {"model": "m", "input": "hi", "tools": [tool]})
+    assert status == 404 and upstream.paths[-1] == "/v1/responses"
+    status, _ = _post(
+        frontend, {"model": "m", "messages": _user({"type": "text", "text": "x"}), "tools": [tool]}
+    )
+    assert status == 201
+    status, _, _ = _send(frontend, "/v1/audio/transcriptions", b"not json at all")
+    assert status == 404 and upstream.paths[-1] == "/v1/audio/transcriptions"
+
+
+def test_upstream_redirects_are_handed_back_not_followed(
+    frontend: stack.Service, upstream: Upstream, trap: Counting
+) -> None:
+    upstream.redirect_to = f"{trap.url}/trap"
+    status, headers, _ = _send(frontend, "/redirect", method="GET")
+    assert status == 307 and headers["Location"] == f"{trap.url}/trap"
+    status, headers, _ = _send(frontend, "/redirect", b'{"x": 1}')
+    assert status == 307
+    status, headers, _ = _send(
+        frontend, "/v1/chat/completions", _chat(stack.data_url("hopper.png"), model="redirect")
+    )
+    assert status == 307 and headers["Location"] == f"{trap.url}/trap"
+    assert trap.hits == 0
+    assert _wait_empty(frontend, 5) == 0
+
+
+def test_too_many_images_is_a_400_before_any_fetch(
+    open_frontend: stack.Service, upstream: Upstream, images: Counting
+) -> None:
+    calls = upstream.calls
+    status, body = _post(open_frontend, _chat(*[f"{images.url}/hopper.png"] * 500))
+    assert status == 400, body
+    message = body["error"]["message"]
+    assert "max_images_per_request" in message and "500" in message and "32" in message
+    assert images.hits == 0 and upstream.calls == calls
+    # Within the cap, the same images are fetched and shipped.
+    status, raw = _post(open_frontend, _chat(*[f"{images.url}/hopper.png"] * 2))
+    assert status == 201 and json.loads(raw)["images"] == [_expected("hopper.png")] * 2
+    assert images.hits == 2
+
+
+def test_caps_name_their_limit_and_come_before_the_work(
+    upstream: Upstream, images: Counting, tmp_path: Path
+) -> None:
+    size = (CORPUS / "hopper.png").stat().st_size
+    service = stack.start_frontend(
+        "capped", tmp_path, upstream.url, "--allow-private", "--max-request-bytes", str(1 << 20),
+        "--max-images-per-request", "4", "--max-image-bytes-per-request", str(2 * size + 100),
+        env={"PIXELWIRE_SECRET": SECRET.decode()},
+    )  # fmt: skip
+    service.wait_ready("/metrics", timeout=60)
+    try:
+        calls, hits = upstream.calls, images.hits
+        status, _, raw = _send(service, "/v1/chat/completions", b" " * (2 << 20))
+        assert status == 413 and "max_request_bytes" in json.loads(raw)["error"]["message"]
+        assert "1048576" in json.loads(raw)["error"]["message"]
+        status, _, raw = _send(service, "/v1/models", b" " * (2 << 20), method="GET")
+        assert status == 413  # every route
+        status, body = _post(service, _chat(*[stack.data_url("hopper.png")] * 5))
+        assert status == 400 and "max_images_per_request" in body["error"]["message"]
+        status, body = _post(service, _chat(*[stack.data_url("hopper.png")] * 3))
+        assert status == 400 and "max_image_bytes_per_request" in body["error"]["message"], body
+        assert str(2 * size + 100) in body["error"]["message"]
+        assert _in_use(service) == 0  # refused before any decode
+        # Fetched bodies count as they arrive.
+        status, body = _post(service, _chat(*[f"{images.url}/hopper.png"] * 3))
+        assert status == 400 and "max_image_bytes_per_request" in body["error"]["message"], body
+        assert upstream.calls == calls and images.hits - hits <= 3
+        assert _wait_empty(service, 5) == 0
+        status, raw = _post(service, _chat(*[stack.data_url("hopper.png")] * 2))
+        assert status == 201 and json.loads(raw)["images"] == [_expected("hopper.png")] * 2
+    finally:
+        service.stop()
+
+
+def test_a_large_body_does_not_freeze_the_loop(frontend: stack.Service) -> None:
+    # 4.5 MB of `{},`: parsed on the event loop, every other request would
+    # wait for it (for 1.1 s at 9 MB), so /metrics could not answer until the
+    # big request had its answer.
+    body = b"[" + b"{}," * 1_500_000 + b"{}]"
+    sent, answered = threading.Event(), threading.Event()
+    reply: list[bytes] = []
+
+    def big() -> None:
+        with socket.create_connection(("127.0.0.1", frontend.port)) as sock:
+            head = f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n\r\n"
+            sock.sendall(head.encode() + body)
+            sent.set()
+            sock.settimeout(60)
+            reply.append(sock.recv(65536))
+            answered.set()
+
+    thread = threading.Thread(target=big)
+    thread.start()
+    assert sent.wait(60)
+    before = 0  # /metrics answers that came while the big body was still being parsed
+    while not answered.is_set():
+        frontend.get("/metrics")
+        before += not answered.is_set()
+    thread.join(60)
+    assert reply and b" 400 " in reply[0].split(b"\r\n")[0] and b"JSON object" in reply[0]
+    assert before >= 10, before

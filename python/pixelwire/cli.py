@@ -55,6 +55,10 @@ def _frontend(args: argparse.Namespace) -> int:
         allowed_domains=args.allowed_domains,
         allow_private=args.allow_private or allow_private_from_env(),
         check_upstream=not args.no_check_upstream,
+        max_request_bytes=args.max_request_bytes,
+        max_images_per_request=args.max_images_per_request,
+        max_image_bytes_per_request=args.max_image_bytes_per_request,
+        max_fetches_per_request=args.max_fetches_per_request,
         resize=resize,
     )
     frontend.run(config, args.host, args.port)
@@ -122,6 +126,33 @@ def main(argv: list[str] | None = None) -> int:
         help="the same JSON as vLLM's --mm-processor-kwargs (e.g. '{\"max_pixels\": 1003520}')",
     )
     front.add_argument("--upstream-timeout", type=float, default=600.0)
+    front.add_argument(
+        "--max-request-bytes",
+        type=int,
+        default=64 << 20,
+        help="request body cap, 413 above it (default 64 MiB: OpenAI's 50 MB request payload fits)",
+    )
+    front.add_argument(
+        "--max-images-per-request",
+        type=int,
+        default=32,
+        help="images in one request, 400 above it, checked before any fetch (default 32; give it vLLM's "
+        "--limit-mm-per-prompt image count when that is lower)",
+    )
+    front.add_argument(
+        "--max-fetches-per-request",
+        type=int,
+        default=8,
+        help="image URLs of one request fetched at once (default 8): one request cannot hold "
+        "every connection the others need",
+    )
+    front.add_argument(
+        "--max-image-bytes-per-request",
+        type=int,
+        default=64 << 20,
+        help="encoded image bytes in one request, 400 above it: data: URLs counted before any work, "
+        "fetched images as they arrive (default 64 MiB)",
+    )
     front.add_argument(
         "--no-check-upstream",
         action="store_true",

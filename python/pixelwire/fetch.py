@@ -21,13 +21,32 @@ and each redirect, it checks:
   address that was checked and there is no DNS-rebinding window. An address
   must be global: loopback, private (RFC 1918, ULA), link-local (cloud
   metadata at 169.254.169.254 included), CGNAT, multicast, reserved,
-  unspecified, documentation and benchmarking ranges are refused, as are
-  IPv4-mapped and IPv4-compatible IPv6 addresses and Teredo; NAT64
-  (``64:ff9b::/96``) and 6to4 (``2002::/16``) addresses are judged by the IPv4
-  address they embed. One refused address refuses the whole host.
+  unspecified, documentation and benchmarking ranges are refused. Every IPv6
+  form that embeds an IPv4 address is judged by one rule, the IPv4 rule
+  applied to what it embeds: IPv4-mapped (``::ffff:0:0/96``), NAT64
+  (``64:ff9b::/96``; for the local-use ``64:ff9b:1::/48``, whose prefix length
+  the site picks, the address in every RFC 6052 layout that fits) and 6to4
+  (``2002::/16``) addresses are fetched from when that is public;
+  IPv4-compatible (``::/96``, deprecated), IPv4-translated
+  (``::ffff:0:0:0/96``, obsolete) and Teredo (``2001::/32``: server and
+  client) addresses are refused even then. One refused address refuses the
+  whole host.
 
 ``allow_private=True`` turns the address check off (to reach services on the
 local network); the scheme, host-spelling and allow-list checks stay on.
+
+``file:`` URLs are opened one path component at a time, each relative to the
+directory opened before it and without following symbolic links
+(``O_NOFOLLOW``); a link met on the way is read and its target walked the same
+way, so no link, however late it is swapped in, leads outside the allowed
+folder (there is no check-then-open window).
+
+Fairness: ``timeout`` bounds a whole fetch, the wait for a connection and a
+trickling body included; host names are resolved on the fetcher's own small
+thread pool, never queued behind the event loop's default executor; and
+:meth:`Fetcher.concurrency_limit` (or ``fetch(url, limit=...)``,
+:meth:`Fetcher.fetch_many`) bounds how many fetches one caller has in flight,
+so that one request's many slow URLs cannot take the whole connection pool.
 
 Errors are :class:`pixelwire.FetchError` with ``status`` (the HTTP status of
 a non-success response, else ``None``) and ``retryable`` (timeouts, connection
@@ -39,13 +58,17 @@ never the query string or the payload of a ``data:`` URL.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
+import functools
 import ipaddress
 import os
 import re
 import socket
 import stat
 import zlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
 from typing import Final, Literal
@@ -78,8 +101,27 @@ _NUMERIC_LABEL: Final = re.compile(r"(?:0x[0-9a-f]*|[0-9]+)")
 _DATA_URL_THREAD_CHARS: Final = 1 << 20
 
 _CGNAT: Final = ipaddress.IPv4Network("100.64.0.0/10")
-_NAT64: Final = ipaddress.IPv6Network("64:ff9b::/96")
+_IPV4_MAPPED: Final = ipaddress.IPv6Network("::ffff:0:0/96")
+_IPV4_TRANSLATED: Final = ipaddress.IPv6Network("::ffff:0:0:0/96")
 _IPV4_COMPATIBLE: Final = ipaddress.IPv6Network("::/96")
+_NAT64: Final = ipaddress.IPv6Network("64:ff9b::/96")
+_NAT64_LOCAL: Final = ipaddress.IPv6Network("64:ff9b:1::/48")
+# Where RFC 6052 puts the IPv4 address for a prefix length that fits in the
+# local-use NAT64 prefix: the bytes of the IPv6 address, in order (byte 8, the
+# "u" octet, is skipped).
+_RFC6052_LAYOUTS: Final = ((6, 7, 9, 10), (7, 9, 10, 11), (9, 10, 11, 12), (12, 13, 14, 15))
+
+# file: URLs: directories on the way are opened with these, the file with the next.
+_DIR_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# Non-blocking, so that a FIFO cannot hang the open or the read; regular files ignore it.
+_FILE_FLAGS: Final = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
+_MAX_SYMLINKS: Final = 40  # as Linux: more links than this on one path is a loop
+
+# The concurrency limit of the caller whose context a fetch runs in (see
+# Fetcher.concurrency_limit); tasks copy it from the context that creates them.
+_CALLER_LIMIT: contextvars.ContextVar[asyncio.Semaphore | None] = contextvars.ContextVar(
+    "pixelwire_fetch_limit", default=None
+)
 
 
 def _error(
@@ -127,6 +169,29 @@ def _ipv4_refusal(ip: ipaddress.IPv4Address) -> str | None:
     return None
 
 
+def _embedded_ipv4(ip: ipaddress.IPv6Address) -> tuple[str, list[ipaddress.IPv4Address], bool] | None:
+    """The IPv4 form ``ip`` is in, if any: its name, the IPv4 addresses it embeds
+    and whether it may be fetched from when they all are public."""
+    low = ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    if ip in _IPV4_MAPPED:
+        return "IPv4-mapped", [low], True  # the socket connects to the IPv4 address itself
+    if ip in _IPV4_TRANSLATED:
+        return "IPv4-translated (SIIT, obsolete)", [low], False
+    if ip in _IPV4_COMPATIBLE:
+        return "IPv4-compatible (deprecated)", [low], False
+    if ip in _NAT64:
+        return "NAT64", [low], True
+    if ip in _NAT64_LOCAL:
+        packed = ip.packed
+        layouts = [ipaddress.IPv4Address(bytes(packed[i] for i in at)) for at in _RFC6052_LAYOUTS]
+        return "local-use NAT64", layouts, True
+    if ip.sixtofour is not None:
+        return "6to4", [ip.sixtofour], True
+    if ip.teredo is not None:
+        return "Teredo", list(ip.teredo), False
+    return None
+
+
 def _ipv6_refusal(ip: ipaddress.IPv6Address) -> str | None:
     if ip.scope_id:
         return "scoped (zone index)"
@@ -134,20 +199,15 @@ def _ipv6_refusal(ip: ipaddress.IPv6Address) -> str | None:
         return "unspecified"
     if ip.is_loopback:
         return "loopback"
-    if ip.ipv4_mapped is not None:
-        return "IPv4-mapped"
-    embedded: ipaddress.IPv4Address | None = None
-    if ip in _NAT64:
-        embedded = ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
-    elif ip.sixtofour is not None:
-        embedded = ip.sixtofour
+    embedded = _embedded_ipv4(ip)
     if embedded is not None:
-        reason = _ipv4_refusal(embedded)
-        return None if reason is None else f"embeds {embedded}: {reason}"
-    if ip in _IPV4_COMPATIBLE:
-        return "IPv4-compatible (deprecated)"
-    if ip.teredo is not None:
-        return "Teredo"
+        # One rule for every form: the IPv4 rule, applied to what it embeds.
+        form, addresses, public_ok = embedded
+        for v4 in addresses:
+            reason = _ipv4_refusal(v4)
+            if reason is not None:
+                return f"{form}, embeds {v4}: {reason}"
+        return None if public_ok else f"{form}, refused whatever it embeds"
     if ip.is_link_local:
         return "link-local"
     if ip.is_site_local:
@@ -286,25 +346,31 @@ class _GuardedResolver(AbstractResolver):
 class Fetcher:
     """Fetches URLs into bytes through one pooled HTTP session, with an SSRF guard.
 
-    ``timeout`` bounds a whole :meth:`fetch` (every redirect hop and the body)
-    in seconds; ``connect_timeout`` bounds each TCP connect. ``max_bytes`` caps
-    the body, counted after gzip/deflate decoding. ``max_redirects`` is how many
-    redirects are followed. ``allowed_domains``, when given, is the only set of
+    ``timeout`` bounds a whole :meth:`fetch` in seconds: the wait for the
+    caller's concurrency limit and for a pooled connection, every redirect hop
+    and the whole body, however slowly it trickles in. ``connect_timeout``
+    bounds each TCP connect. ``max_bytes`` caps the body, counted after
+    gzip/deflate decoding. ``max_redirects`` is how many redirects are
+    followed. ``allowed_domains``, when given, is the only set of
     hosts fetched from on any hop: an entry matches that host exactly,
     ``"*.example.com"`` matches every subdomain of example.com. ``allow_private``
     turns off the address check (see the module docstring). ``file:`` URLs are
     read only when ``allowed_local_path`` is set and the file, symlinks
-    resolved, lies below it.
+    resolved, lies below it; no symbolic link is followed out of it.
 
     Use as ``async with Fetcher() as f: data = await f.fetch(url)``, or create
     one and ``await f.close()`` when done; the HTTP session is created on first
     use and is tied to that event loop. Concurrent fetches share at most
     :attr:`MAX_CONNECTIONS` connections, :attr:`MAX_CONNECTIONS_PER_HOST` per
-    host, kept alive for reuse.
+    host, kept alive for reuse. One caller (a frontend request) that must not
+    take them all runs its fetches under :meth:`concurrency_limit`. Host names
+    are resolved on the fetcher's own pool of :attr:`DNS_THREADS` threads.
     """
 
     MAX_CONNECTIONS: int = 64
     MAX_CONNECTIONS_PER_HOST: int = 32
+    DNS_THREADS: int = 16
+    DEFAULT_MAX_CONCURRENT: int = 8
 
     def __init__(
         self,
@@ -337,8 +403,14 @@ class Fetcher:
         self.allowed_local_path: Path | None = (
             None if allowed_local_path is None else Path(os.path.realpath(allowed_local_path))
         )
+        # file: URL paths are matched against the folder as resolved and as given.
+        self._local_prefixes: tuple[str, ...] = ()
+        if allowed_local_path is not None:
+            given = os.path.abspath(allowed_local_path)
+            self._local_prefixes = tuple(dict.fromkeys((str(self.allowed_local_path), given)))
         self.user_agent = user_agent
         self._session: aiohttp.ClientSession | None = None
+        self._dns_executor: ThreadPoolExecutor | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
 
@@ -359,14 +431,33 @@ class Fetcher:
         session, self._session = self._session, None
         if session is not None:
             await session.close()
+        executor, self._dns_executor = self._dns_executor, None
+        if executor is not None:
+            # A lookup still running finishes on its own; nothing waits for it.
+            executor.shutdown(wait=False, cancel_futures=True)
 
     @property
     def closed(self) -> bool:
         return self._closed
 
-    async def fetch(self, url: str) -> bytes:
+    def concurrency_limit(self, max_concurrent: int) -> contextlib.AbstractContextManager[asyncio.Semaphore]:
+        """A context in which at most ``max_concurrent`` ``http(s)``/``file:``
+        fetches run at once: one caller's share of the connection pool.
+
+        ``with fetcher.concurrency_limit(8): await asyncio.gather(...)``: every
+        fetch started in the ``with`` block, in tasks created there too (they
+        copy the context), waits for one of the limit's slots; the wait counts
+        against its ``timeout``. It applies to fetches of any :class:`Fetcher`
+        (and so through a :class:`pixelwire.Publisher`); a nested limit
+        replaces the outer one. ``data:`` URLs are not limited.
+        """
+        return _limit_scope(asyncio.Semaphore(_positive_limit(max_concurrent)))
+
+    async def fetch(self, url: str, *, limit: asyncio.Semaphore | None = None) -> bytes:
         """The bytes ``url`` refers to (``data:``, ``http(s):`` or allowed ``file:``).
 
+        ``limit``, when given, is the caller's concurrency limit, held for the
+        fetch (in place of the one :meth:`concurrency_limit` set, if any).
         Raises :class:`pixelwire.BlockedURL` for what the guard refuses and
         :class:`pixelwire.FetchError` for every other failure.
         """
@@ -380,11 +471,19 @@ class Fetcher:
             parsed = URL(url)
         except (ValueError, TypeError) as exc:
             raise _blocked(f"invalid URL ({exc.__class__.__name__})") from None
-        if parsed.scheme == "file":
-            return await self._fetch_file(parsed)
+        is_file = parsed.scheme == "file"
+        if is_file:
+            self._check_file_url(parsed)
+        else:
+            self._check_url(parsed)  # refused at once, not after waiting for a slot
+        if limit is None:
+            limit = _CALLER_LIMIT.get()
         try:
             async with asyncio.timeout(self.timeout):
-                return await self._fetch_http(parsed)
+                async with contextlib.nullcontext() if limit is None else limit:
+                    if is_file:
+                        return await self._fetch_file(parsed)
+                    return await self._fetch_http(parsed)
         except FetchError:
             raise
         except TimeoutError:
@@ -403,6 +502,35 @@ class Fetcher:
             raise _error(
                 FetchError, f"HTTP error fetching {_describe(parsed)}: {exc.__class__.__name__}"
             ) from exc
+
+    async def fetch_many(
+        self, urls: Iterable[str], *, max_concurrent: int = DEFAULT_MAX_CONCURRENT
+    ) -> list[bytes | FetchError]:
+        """Fetches ``urls``, at most ``max_concurrent`` at once: one result per
+        URL, in order, the bytes or the :class:`pixelwire.FetchError` (or
+        :class:`pixelwire.BlockedURL`) it failed with. Each fetch has its own
+        ``timeout``, counted from the call. Other exceptions propagate, after
+        the fetches still running are cancelled."""
+        limit = asyncio.Semaphore(_positive_limit(max_concurrent))
+        urls = list(urls)
+        for url in urls:
+            if not isinstance(url, str):
+                raise TypeError(f"url must be a str, not {type(url).__name__}")
+
+        async def one(url: str) -> bytes | FetchError:
+            try:
+                return await self.fetch(url, limit=limit)
+            except FetchError as exc:
+                return exc
+
+        tasks = [asyncio.ensure_future(one(url)) for url in urls]
+        try:
+            return list(await asyncio.gather(*tasks))
+        except BaseException:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
 
     def check(self, url: str) -> None:
         """The checks ``fetch`` makes before connecting (scheme, credentials,
@@ -447,24 +575,81 @@ class Fetcher:
 
     # -- file: -----------------------------------------------------------------
 
-    async def _fetch_file(self, url: URL) -> bytes:
-        root = self.allowed_local_path
-        if root is None:
+    def _check_file_url(self, url: URL) -> None:
+        if self.allowed_local_path is None:
             raise _blocked("file: URLs are refused (no allowed_local_path is set)")
         if url.raw_host not in (None, "", "localhost"):
             raise _blocked("file: URLs must not name a host")
+
+    async def _fetch_file(self, url: URL) -> bytes:
+        self._check_file_url(url)
+        root = self.allowed_local_path
+        assert root is not None
         return await asyncio.to_thread(self._read_file, root, url.path)
+
+    def _below_root(self, path: str) -> list[str]:
+        """The components of ``path`` below the allowed folder (``..`` resolved
+        lexically); refused when it does not lie below it."""
+        if "\0" in path:
+            raise _blocked("invalid file: URL")
+        norm = os.path.normpath(path)
+        if norm.startswith("/"):
+            for prefix in self._local_prefixes:
+                base = prefix.rstrip("/")
+                if norm == prefix or norm.startswith(base + "/"):
+                    return [c for c in norm[len(base) :].split("/") if c and c != "."]
+        raise _blocked("file: URL is outside allowed_local_path")
+
+    def _open_below(self, root: Path, path: str) -> int:
+        """Opens ``path`` for reading without ever leaving ``root``.
+
+        Each component is opened relative to the directory opened before it,
+        with ``O_NOFOLLOW``: a symbolic link met on the way (whenever it was
+        put there) fails to open, is read with ``readlink`` and its target
+        walked the same way, ``..`` going back up the directories held open and
+        an absolute target starting again from ``root``. Nothing is resolved by
+        path, so there is no window between a check and the open.
+        """
+        rest = self._below_root(path)
+        held = [os.open(root, _DIR_FLAGS)]
+        links = 0
+        try:
+            while rest:
+                name = rest.pop(0)
+                if name == "..":
+                    if len(held) == 1:
+                        raise _blocked("file: URL is outside allowed_local_path")
+                    os.close(held.pop())
+                    continue
+                try:
+                    fd = os.open(name, _DIR_FLAGS if rest else _FILE_FLAGS, dir_fd=held[-1])
+                except OSError as exc:
+                    try:
+                        target = os.readlink(name, dir_fd=held[-1])
+                    except OSError:
+                        raise exc from None  # not a link: the open's own error
+                    links += 1
+                    if links > _MAX_SYMLINKS:
+                        raise _error(FetchError, "cannot read file: URL: too many symbolic links") from None
+                    if target.startswith("/"):
+                        rest = self._below_root(target) + rest
+                        while len(held) > 1:
+                            os.close(held.pop())
+                    else:
+                        rest = [c for c in target.split("/") if c and c != "."] + rest
+                    continue
+                if not rest:
+                    return fd
+                held.append(fd)
+            # The path named a directory (the folder itself, or one reached by "..").
+            return os.open(".", _FILE_FLAGS, dir_fd=held[-1])
+        finally:
+            for fd in held:
+                os.close(fd)
 
     def _read_file(self, root: Path, path: str) -> bytes:
         try:
-            real = Path(os.path.realpath(path))
-        except ValueError:  # an embedded NUL
-            raise _blocked("invalid file: URL") from None
-        if not real.is_relative_to(root):
-            raise _blocked("file: URL is outside allowed_local_path")
-        try:
-            # Non-blocking, so that a FIFO cannot hang the read; regular files ignore it.
-            fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            fd = self._open_below(root, path)
             try:
                 info = os.fstat(fd)
             except OSError:
@@ -569,13 +754,21 @@ class Fetcher:
     async def _getaddrinfo(self, host: str, port: int, family: int) -> list[tuple[int, int, str]]:
         """Resolves ``host``: ``(family, proto, address)`` for each result.
 
+        On the fetcher's own threads, not the loop's default executor, whose
+        threads may all be blocked (decodes waiting for a full pixel pool).
         A seam for tests, which have no DNS and override it to map made-up
         names onto addresses.
         """
         loop = asyncio.get_running_loop()
-        infos = await loop.getaddrinfo(
-            host, port, family=family, type=socket.SOCK_STREAM, flags=socket.AI_ADDRCONFIG
+        executor = self._dns_executor
+        if executor is None:
+            executor = self._dns_executor = ThreadPoolExecutor(
+                max_workers=self.DNS_THREADS, thread_name_prefix="pixelwire-dns"
+            )
+        lookup = functools.partial(
+            socket.getaddrinfo, host, port, family, socket.SOCK_STREAM, 0, socket.AI_ADDRCONFIG
         )
+        infos = await loop.run_in_executor(executor, lookup)
         return [(fam, proto, str(sockaddr[0])) for fam, _, proto, _, sockaddr in infos]
 
     async def _resolve_checked(self, host: str, port: int, family: int) -> list[ResolveResult]:
@@ -688,6 +881,21 @@ class Fetcher:
         if inflater is not None and not inflater.complete:
             raise _error(FetchError, f"truncated {encoding} body: {_describe(url)}", retryable=True)
         return b"".join(chunks)
+
+
+def _positive_limit(max_concurrent: int) -> int:
+    if isinstance(max_concurrent, bool) or not isinstance(max_concurrent, int) or max_concurrent < 1:
+        raise ValueError(f"max_concurrent must be a positive int, not {max_concurrent!r}")
+    return max_concurrent
+
+
+@contextlib.contextmanager
+def _limit_scope(limit: asyncio.Semaphore) -> Iterator[asyncio.Semaphore]:
+    token = _CALLER_LIMIT.set(limit)
+    try:
+        yield limit
+    finally:
+        _CALLER_LIMIT.reset(token)
 
 
 async def load_image(

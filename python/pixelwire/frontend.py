@@ -1,24 +1,33 @@
 """``pixelwire frontend``: an OpenAI-compatible reverse proxy in front of vLLM.
 
-For ``POST /v1/chat/completions`` it decodes every ``image_url`` part
-concurrently into NIXL-registered memory, swaps each URL for a (signed)
-descriptor reference that vLLM's pixelwire media connector reads over NIXL,
-forwards the request and streams the answer back. Every other route passes
-through; ``/metrics`` is the frontend's own.
+For ``POST /v1/chat/completions`` (and vLLM's other routes whose body is a
+chat ``messages`` list: ``/tokenize``, ``/pooling``, ``/v1/embeddings``,
+``/classify``) it decodes every image part concurrently into NIXL-registered
+memory, swaps each URL for a (signed) descriptor reference that vLLM's
+pixelwire media connector reads over NIXL, forwards the request and streams
+the answer back. Every other route passes through, except that a JSON body
+holding an image or a ``pixelwire:`` reference is refused there (vLLM would
+load such images itself, past this frontend's guard). Upstream redirects are
+handed back, never followed. ``/metrics`` is the frontend's own.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import json.scanner
 import logging
+import posixpath
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
+from urllib.parse import unquote
 
 import aiohttp
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, generate_latest
+from yarl import URL
 
 from pixelwire._native import (
     BlockedURL,
@@ -73,10 +82,24 @@ class FrontendConfig:
     allowed_domains: list[str] | None = None
     allow_private: bool = False
     check_upstream: bool = True
-    max_body_bytes: int = 256 * MiB
+    # Request body cap (413 above it). OpenAI caps a request's payload at
+    # 50 MB; 64 MiB takes any request it takes, and bounds what one request
+    # can make the frontend parse and hold.
+    max_request_bytes: int = 64 * MiB
+    # Images in one request (400 above it), counted before any fetch or
+    # decode. vLLM's own --limit-mm-per-prompt (999 by default) is not
+    # exposed by a stock server, so this is a setting: give it vLLM's value
+    # when that is lower. 32 keeps one request's images to half the default
+    # 256 MiB pool at ~1 MP each (4 MiB RGBX), so one request cannot fill it.
+    max_images_per_request: int = 32
+    # Total encoded image bytes in one request (400 above it): data: URLs
+    # are counted before any work, fetched bodies as they arrive.
+    max_image_bytes_per_request: int = 64 * MiB
     # The model's resize (pixelwire frontend --model): images ship at the
     # size its processor would resize them to.
     resize: ResizePolicy | None = None
+    # Concurrent URL fetches of one request (the fetcher pools 64 connections).
+    max_fetches_per_request: int = 8
 
 
 class OpenAIError(Exception):
@@ -99,6 +122,7 @@ class OpenAIError(Exception):
 
 _KINDS = {
     400: "BadRequestError",
+    413: "RequestEntityTooLargeError",
     502: "BadGatewayError",
     503: "ServiceUnavailableError",
     504: "GatewayTimeoutError",
@@ -114,8 +138,12 @@ class _ImagePart:
 
 
 def _image_parts(body: dict[str, Any]) -> list[_ImagePart]:
-    """Every image_url content part; refuses client-supplied descriptor
-    references anywhere in a non-text part (only this frontend mints them)."""
+    """Every image content part of ``messages`` that vLLM's chat parser
+    (vllm/renderers/chat_utils.py, MM_PARSER_MAP and its untyped branch)
+    loads from a URL: ``image_url`` (object or string), ``input_image``, and
+    parts without a type (or with a ``uuid``) holding ``image_url``. Refuses
+    client-supplied descriptor references anywhere in a non-text part (only
+    this frontend mints them)."""
     parts: list[_ImagePart] = []
     messages = body.get("messages")
     if not isinstance(messages, list):
@@ -128,13 +156,15 @@ def _image_parts(body: dict[str, Any]) -> list[_ImagePart]:
             if not isinstance(part, dict):
                 continue
             where = f"messages[{i}].content[{j}]"
-            if part.get("type") != "text" and _holds_reference(part):
+            kind = part.get("type")
+            if kind != "text" and _holds_reference(part):
                 raise OpenAIError(
                     400,
                     f"{where}: pixelwire descriptors are minted by the frontend, not sent by clients",
                     param=where,
                 )
-            if part.get("type") != "image_url":
+            typed = kind in ("image_url", "input_image") and part.get("uuid") is None
+            if not (typed or ((kind is None or part.get("uuid") is not None) and "image_url" in part)):
                 continue
             image_url = part.get("image_url")
             if isinstance(image_url, dict) and isinstance(image_url.get("url"), str):
@@ -142,6 +172,84 @@ def _image_parts(body: dict[str, Any]) -> list[_ImagePart]:
             elif isinstance(image_url, str):
                 parts.append(_ImagePart(where, part, "image_url", image_url))
     return parts
+
+
+# Content-part types vLLM loads an image for (chat_utils' MM_PARSER_MAP,
+# Anthropic's and Cohere's image blocks). image_embeds are tensors, not images.
+_IMAGE_TYPES = frozenset({"image_url", "input_image", "image", "image_pil", "image_file"})
+_IMAGE_KEYS = frozenset({"image_url", "image_pil"})
+
+
+def _walk(value: Any) -> Iterator[tuple[str, Any]]:
+    """(path, value) for every value in a JSON document, iteratively (a
+    deeply nested body cannot exhaust the stack)."""
+    stack: list[tuple[str, Any]] = [("", value)]
+    while stack:
+        path, item = stack.pop()
+        yield path, item
+        if isinstance(item, dict):
+            stack.extend((f"{path}.{k}" if path else str(k), v) for k, v in item.items())
+        elif isinstance(item, list):
+            stack.extend((f"{path}[{n}]", v) for n, v in enumerate(item))
+
+
+def _foreign_image(body: Any) -> str | None:
+    """Where in ``body`` an image or a descriptor reference sits, for a route
+    this frontend does not rewrite; None when there is none."""
+    for path, item in _walk(body):
+        if isinstance(item, str):
+            if is_reference(item.lstrip()):
+                return path or "body"
+        elif isinstance(item, dict):
+            kind = item.get("type")
+            if kind in _IMAGE_TYPES:
+                return path or "body"
+            if kind is None or "uuid" in item:
+                # An untyped part holding a URL (a JSON schema's "image_url"
+                # property, {"type": "string"}, is not one).
+                for key in _IMAGE_KEYS & item.keys():
+                    value = item[key]
+                    if isinstance(value, str) or (
+                        isinstance(value, dict) and isinstance(value.get("url"), str)
+                    ):
+                        return f"{path}.{key}" if path else key
+            images = item.get("images")  # Cohere's embed request: a list of data: URIs
+            if isinstance(images, list) and images and all(isinstance(i, str) for i in images):
+                return f"{path}.images" if path else "images"
+            mm_data = item.get("multi_modal_data")
+            if isinstance(mm_data, dict) and "image" in mm_data:
+                return f"{path}.multi_modal_data" if path else "multi_modal_data"
+    return None
+
+
+def _canonical_path(raw_path: str) -> str:
+    """The route a path names, whatever its spelling: percent-decoded (as
+    uvicorn does, %2F included, repeatedly so that no layer decodes more),
+    dot segments removed and slashes merged (as some clients and proxies do),
+    no trailing slash (FastAPI redirects there)."""
+    path = raw_path.split("?", 1)[0].split("#", 1)[0]
+    for _ in range(4):
+        decoded = unquote(path)
+        if decoded == path:
+            break
+        path = decoded
+    path = posixpath.normpath("/" + re.sub(r"/+", "/", path))
+    return re.sub(r"/+", "/", path)
+
+
+# Bodies up to this size are parsed by the C scanner on the loop (a few ms
+# at worst); larger ones off it, by the Python scanner (see _loads).
+_C_PARSE_BYTES = 256 * 1024
+
+# vLLM 0.32's routes whose body is a chat request (`messages`, parsed by
+# chat_utils): rewritten and guarded like chat completions.
+_REWRITTEN = {
+    "/v1/chat/completions": "chat",
+    "/tokenize": "tokenize",
+    "/pooling": "pooling",
+    "/v1/embeddings": "embeddings",
+    "/classify": "classify",
+}
 
 
 def _holds_reference(value: Any) -> bool:
@@ -239,10 +347,9 @@ class Frontend:
     # -- lifecycle -------------------------------------------------------------
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=self.config.max_body_bytes)
-        app.router.add_post("/v1/chat/completions", self.chat_completions)
+        app = web.Application(client_max_size=self.config.max_request_bytes)
         app.router.add_get("/metrics", self.metrics_page)
-        app.router.add_route("*", "/{tail:.*}", self.passthrough)
+        app.router.add_route("*", "/{tail:.*}", self.dispatch)
         app.on_startup.append(self._start)
         app.on_cleanup.append(self._stop)
         return app
@@ -300,24 +407,61 @@ class Frontend:
         body = generate_latest(self.registry)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
-    async def passthrough(self, request: web.Request) -> web.StreamResponse:
-        body = await request.read()
+    async def dispatch(self, request: web.Request) -> web.StreamResponse:
+        path = _canonical_path(request.raw_path)
+        route = _REWRITTEN.get(path)
+        if route is not None and request.method == "POST":
+            return await self.rewrite(request, path, route)
+        return await self.passthrough(request, path)
+
+    async def _read(self, request: web.Request) -> bytes:
+        """The body, within --max-request-bytes (413 naming the limit)."""
+        limit = self.config.max_request_bytes
+        length = request.content_length
+        if length is not None and length > limit:
+            raise OpenAIError(
+                413, f"request body of {length} bytes is over the limit of {limit} bytes (max_request_bytes)"
+            )
         try:
-            return await self._forward(request, body, route="other")
+            return await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            raise OpenAIError(
+                413, f"request body is over the limit of {limit} bytes (max_request_bytes)"
+            ) from None
+
+    async def _off_loop(self, size: int, work: Any, *args: Any) -> Any:
+        """``work(*args)`` in a thread when the body is large: parsing a
+        maximum-size body on the event loop would stall every request."""
+        if size > _C_PARSE_BYTES:
+            return await asyncio.to_thread(work, *args)
+        return work(*args)
+
+    async def passthrough(self, request: web.Request, path: str) -> web.StreamResponse:
+        try:
+            raw = await self._read(request)
+            where = await self._off_loop(len(raw), _inspect_foreign, raw)
+            if where is not None:
+                raise OpenAIError(
+                    400,
+                    f"{where}: images are accepted only on the routes this frontend rewrites "
+                    f"({', '.join(sorted(_REWRITTEN))}), not on {path}; pixelwire descriptors are "
+                    "minted by the frontend, not sent by clients",
+                    param=where,
+                )
+            return await self._forward(request, raw, route="other")
         except OpenAIError as e:
             self.requests.labels(route="other", status=str(e.status)).inc()
             return e.response()
 
     async def chat_completions(self, request: web.Request) -> web.StreamResponse:
+        return await self.rewrite(request, "/v1/chat/completions", "chat")
+
+    async def rewrite(self, request: web.Request, path: str, route: str) -> web.StreamResponse:
         published: list[Decoded] = []
         try:
-            try:
-                body = json.loads(await request.read())
-            except (json.JSONDecodeError, UnicodeDecodeError) as e:
-                raise OpenAIError(400, f"request body is not valid JSON: {e}") from None
-            if not isinstance(body, dict):
-                raise OpenAIError(400, "request body must be a JSON object")
-            parts = _image_parts(body)
+            raw = await self._read(request)
+            body, parts = await self._off_loop(len(raw), _inspect_chat, raw)
+            self._check_caps(parts)
             if parts:
                 if not self._plugin_seen and not await self._upstream_has_plugin():
                     raise OpenAIError(
@@ -326,10 +470,12 @@ class Frontend:
                         "(VLLM_MEDIA_CONNECTOR=pixelwire); see the frontend's log",
                     )
                 await self._publish_parts(body, parts, published)
-            payload = json.dumps(body, separators=(",", ":")).encode()
-            return await self._forward(request, payload, route="chat")
+                payload: bytes = await self._off_loop(len(raw), _dump, body)
+            else:
+                payload = raw  # nothing rewritten: the client's bytes, as sent
+            return await self._forward(request, payload, route=route, path=path)
         except OpenAIError as e:
-            self.requests.labels(route="chat", status=str(e.status)).inc()
+            self.requests.labels(route=route, status=str(e.status)).inc()
             return e.response()
         finally:
             # The request is over (answered, failed or its client went away):
@@ -338,6 +484,26 @@ class Frontend:
                 if self.publisher.release(decoded):
                     self.released.inc()
 
+    def _check_caps(self, parts: list[_ImagePart]) -> None:
+        """The per-request caps that can be checked before any work."""
+        limit = self.config.max_images_per_request
+        if len(parts) > limit:
+            raise OpenAIError(
+                400,
+                f"the request has {len(parts)} images, over the limit of {limit} per request "
+                "(max_images_per_request)",
+                param="messages",
+            )
+        encoded = sum(_data_url_bytes(p.url) for p in parts)
+        limit = self.config.max_image_bytes_per_request
+        if encoded > limit:
+            raise OpenAIError(
+                400,
+                f"the request's data: URLs hold {encoded} bytes of images, over the limit of {limit} "
+                "bytes per request (max_image_bytes_per_request)",
+                param="messages",
+            )
+
     async def _publish_parts(self, body: dict[str, Any], parts: list[_ImagePart], out: list[Decoded]) -> None:
         mode, background = _image_settings(self.config.image_kwargs, body)
         native = self.config.decode_at == "frontend" and mode in DECODED_MODES
@@ -345,6 +511,29 @@ class Frontend:
         # A request with its own mm_processor_kwargs may change the
         # processor's size: its images ship at full resolution.
         resize = self.config.resize if mode == "RGB" and "mm_processor_kwargs" not in body else None
+
+        budget = self.config.max_image_bytes_per_request
+        fetched = 0
+        over: list[OpenAIError] = []
+
+        async def fetch(part: _ImagePart) -> bytes:
+            nonlocal fetched
+            if over:
+                raise over[0]
+            data = await self.fetcher.fetch(part.url)
+            fetched += len(data)
+            if fetched > budget and not over:
+                over.append(
+                    OpenAIError(
+                        400,
+                        f"{part.where}: the request's images reach {fetched} encoded bytes, over the limit "
+                        f"of {budget} bytes per request (max_image_bytes_per_request)",
+                        param=part.where,
+                    )
+                )
+            if over:
+                raise over[0]
+            return data
 
         async def one(part: _ImagePart) -> str:
             if not native:
@@ -356,8 +545,9 @@ class Frontend:
                 with self.metrics.timed("nixl"):
                     # vLLM wants PIL images: RGB goes in Pillow's layout, mapped not copied.
                     layout: Literal["HWC", "RGBX"] = "RGBX" if mode == "RGB" else "HWC"
+                    data = await fetch(part)
                     result = await self.publisher.decode_and_publish(
-                        part.url, mode=mode, background=background, layout=layout, resize=resize
+                        data, mode=mode, background=background, layout=layout, resize=resize
                     )
             except UnsupportedFormat:
                 # Not a format pixelwire decodes: the worker's plug-in hands
@@ -372,7 +562,12 @@ class Frontend:
             self.metrics.handled("nixl", result.size, at_source)
             return encode_reference(result.to_dict(), self.config.secret)
 
-        results = await asyncio.gather(*(one(p) for p in parts), return_exceptions=True)
+        # One request's fetches share a few connections, so a request full of
+        # slow URLs cannot hold every pooled connection the others need.
+        with self.fetcher.concurrency_limit(self.config.max_fetches_per_request):
+            results = await asyncio.gather(*(one(p) for p in parts), return_exceptions=True)
+        if over:
+            raise over[0]
         for part, result in zip(parts, results, strict=True):
             if isinstance(result, BaseException):
                 if not isinstance(result, Exception):
@@ -383,14 +578,25 @@ class Frontend:
             assert isinstance(result, str)
             part.holder[part.key] = result
 
-    async def _forward(self, request: web.Request, body: bytes, *, route: str) -> web.StreamResponse:
+    async def _forward(
+        self, request: web.Request, body: bytes, *, route: str, path: str | None = None
+    ) -> web.StreamResponse:
+        """Sends the request upstream: to ``path`` (the canonical route the
+        body was inspected for) when given, else to the path as the client
+        spelt it. A redirect is answered as is, never followed."""
         assert self._session is not None
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_HEADERS}
-        url = f"{self.upstream}{request.rel_url}"
+        target = request.raw_path
+        if path is not None:
+            query = request.rel_url.raw_query_string
+            target = path + (f"?{query}" if query else "")
+        url = URL(f"{self.upstream}{target}", encoded=True)
         self.upstream_calls.inc()
         response: web.StreamResponse | None = None
         try:
-            async with self._session.request(request.method, url, data=body, headers=headers) as upstream:
+            async with self._session.request(
+                request.method, url, data=body, headers=headers, allow_redirects=False
+            ) as upstream:
                 out_headers = {k: v for k, v in upstream.headers.items() if k.lower() not in _HOP_HEADERS}
                 if upstream.headers.get("Content-Encoding"):
                     out_headers["Content-Encoding"] = upstream.headers["Content-Encoding"]
@@ -416,6 +622,78 @@ class Frontend:
             ) from None
 
 
+def _loads(raw: bytes) -> Any:
+    """``json.loads(raw)``, with the pure-Python scanner for a large body:
+    the C scanner never lets go of the GIL, so even in a thread a body of
+    millions of tiny values would stall the event loop for seconds; the
+    Python one does (strings, the bulk of a real body, are still scanned in C)."""
+    if len(raw) <= _C_PARSE_BYTES:
+        return json.loads(raw)
+    text = raw.decode(json.detect_encoding(raw), "surrogatepass")
+    decoder = json.JSONDecoder()
+    decoder.scan_once = json.scanner.py_make_scanner(decoder)  # type: ignore[attr-defined]
+    return decoder.decode(text)
+
+
+def _parse(raw: bytes) -> Any:
+    try:
+        return _loads(raw)
+    except (ValueError, RecursionError) as e:
+        raise OpenAIError(400, f"request body is not valid JSON: {e}") from None
+
+
+def _inspect_chat(raw: bytes) -> tuple[dict[str, Any], list[_ImagePart]]:
+    """A chat-shaped body and its image parts (run off the loop when large).
+    An image or a descriptor outside ``messages`` is refused: only the parts
+    found here are guarded."""
+    body = _parse(raw)
+    if not isinstance(body, dict):
+        raise OpenAIError(400, "request body must be a JSON object")
+    parts = _image_parts(body)
+    where = _foreign_image({k: v for k, v in body.items() if k != "messages"})
+    if where is not None:
+        raise OpenAIError(
+            400,
+            f"{where}: images are accepted in messages[].content only; pixelwire descriptors are "
+            "minted by the frontend, not sent by clients",
+            param=where,
+        )
+    return body, parts
+
+
+def _inspect_foreign(raw: bytes) -> str | None:
+    """Where a passed-through JSON body holds an image or a descriptor. A
+    body that is not JSON passes untouched: vLLM parses JSON with the same
+    json.loads, so it cannot read images out of it either."""
+    if not raw.strip():
+        return None
+    try:
+        body = _loads(raw)
+    except RecursionError:
+        # vLLM's parser might still take it: refuse what cannot be inspected.
+        return "body (nested too deeply to inspect)"
+    except ValueError:
+        return None
+    return _foreign_image(body)
+
+
+def _dump(body: dict[str, Any]) -> bytes:
+    # Not one-shot: the Python encoder, which lets go of the GIL (see _loads).
+    return "".join(json.JSONEncoder(separators=(",", ":")).iterencode(body)).encode()
+
+
+def _data_url_bytes(url: str) -> int:
+    """The bytes a base64 data: URL decodes to (an upper bound), without
+    decoding it; 0 for other URLs."""
+    if url[:5].lower() != "data:":
+        return 0
+    comma = url.find(",")
+    if comma < 0:
+        return 0
+    payload = len(url) - comma - 1
+    return payload // 4 * 3 + 3 if ";base64" in url[:comma].lower() else payload
+
+
 def run(config: FrontendConfig, host: str, port: int) -> None:
     """Serves until interrupted."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -429,6 +707,12 @@ def run(config: FrontendConfig, host: str, port: int) -> None:
         "on" if config.secret else "off",
         config.resize.identity if config.resize else "off",
     )
+    if not config.secret and config.decode_at == "frontend":
+        log.warning(
+            "PIXELWIRE_SECRET is unset: this frontend mints UNSIGNED descriptor references, which the "
+            "vLLM plug-in refuses (400) unless it runs with PIXELWIRE_ALLOW_UNSIGNED=1 on a trusted "
+            "network; set the same PIXELWIRE_SECRET on both sides"
+        )
     # A client that goes away cancels its handler, which closes the upstream
     # request (vLLM aborts it) and frees the request's images at once.
     web.run_app(frontend.app(), host=host, port=port, print=None, access_log=None, handler_cancellation=True)

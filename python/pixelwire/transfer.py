@@ -406,19 +406,46 @@ class _Source:
         return 4 if self.layout == "RGBX" else self.shape[2]
 
 
-def _int(value: Any, what: str) -> int:
+# What the native reader takes: u64 addresses, slots, generations and
+# metadata versions. Sizes and image sides are far below that: no image
+# reaches 1 TiB, or 2^31 pixels a side.
+_U64 = 1 << 64
+MAX_DESCRIPTOR_SIZE = 1 << 40
+_MAX_SIDE = 1 << 31
+
+
+def _int(value: Any, what: str, below: int = _U64) -> int:
+    """A non-negative integer under ``below`` (the native u64 by default)."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise DescriptorError(f"{what} must be a non-negative integer, not {value!r}")
+        raise DescriptorError(f"{what} must be a non-negative integer, not {_short(value)}")
+    if value >= below:
+        raise DescriptorError(f"{what} must be below 2^{below.bit_length() - 1}, not {_short(value)}")
     return value
+
+
+def _short(value: Any) -> str:
+    """A value for a message: a huge integer's repr would be thousands of digits."""
+    text = repr(value) if not isinstance(value, int) or value.bit_length() <= 128 else "a larger integer"
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _shape(value: Any) -> tuple[int, int, int]:
     if not isinstance(value, (list, tuple)) or len(value) != 3:
-        raise DescriptorError(f"shape must be [H, W, C], not {value!r}")
-    h, w, c = (_int(v, "shape") for v in value)
+        raise DescriptorError(f"shape must be [H, W, C], not {_short(value)}")
+    h, w, c = (_int(v, "shape", _MAX_SIDE) for v in value)
     if h == 0 or w == 0 or c not in _CHANNEL_MODES:
         raise DescriptorError(f"shape {list(value)} is not an image (H, W > 0; C in 1, 3, 4)")
     return h, w, c
+
+
+def _extent(addr: Any, size: Any, addr_name: str, size_name: str) -> tuple[int, int]:
+    """A remote address and size: a u64 address, a size under
+    MAX_DESCRIPTOR_SIZE, and the range inside the 64-bit address space."""
+    start = _int(addr, addr_name)
+    length = _int(size, size_name, MAX_DESCRIPTOR_SIZE)
+    if start + length > _U64:
+        raise DescriptorError(f"{addr_name} + {size_name} runs past the 64-bit address space")
+    return start, length
 
 
 def _parse(desc: Decoded | dict[str, Any], shape: Any | None) -> _Source:
@@ -443,11 +470,12 @@ def _parse(desc: Decoded | dict[str, Any], shape: Any | None) -> _Source:
         notification = desc.get("notification_key")
         if not isinstance(notification, str) or not notification:
             raise DescriptorError("RdmaMetadata needs a notification_key")
+        addr, size = _extent(part.get("ptr"), part.get("size"), "ptr", "size")
         return _Source(
             agent="",
             metadata=metadata,
-            addr=_int(part.get("ptr"), "ptr"),
-            size=_int(part.get("size"), "size"),
+            addr=addr,
+            size=size,
             shape=_shape(shape),
             content_hash=None,
             notification=notification,
@@ -474,14 +502,15 @@ def _parse(desc: Decoded | dict[str, Any], shape: Any | None) -> _Source:
     if not isinstance(expires_at, (int, float)) or not math.isfinite(expires_at):
         raise DescriptorError("pixelwire.expires_at must be a Unix time")
     slot, generation = (_int(own.get(key), f"pixelwire.{key}") for key in ("slot", "generation"))
+    addr, size = _extent(nixl.get("addr"), nixl.get("size"), "addr", "size")
     return _Source(
         metadata_version=_int(own.get("metadata_version"), "pixelwire.metadata_version"),
         slot=slot,
         generation=generation,
         agent=agent,
         metadata=metadata,
-        addr=_int(nixl.get("addr"), "addr"),
-        size=_int(nixl.get("size"), "size"),
+        addr=addr,
+        size=size,
         shape=_shape(desc.get("shape") if shape is None else shape),
         content_hash=content_hash,
         notification=notification,

@@ -116,20 +116,165 @@ def test_private_addresses_are_refused_unless_allowed(connectors: tuple[Any, Any
         asyncio.run(ours_cls().fetch_image_async(slow_server))
 
 
-def test_a_descriptor_made_for_another_mode_is_refused(connectors: tuple[Any, Any]) -> None:
+@pytest.fixture
+def unsigned_allowed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests hand the connector unsigned references on purpose."""
+    monkeypatch.delenv("PIXELWIRE_SECRET", raising=False)
+    monkeypatch.setenv("PIXELWIRE_ALLOW_UNSIGNED", "1")
+
+
+OTHER_MODE = {
+    "metadata": {"color_type": "RGB", "format": "PNG", "layout": "RGBX"},
+    "pixelwire": {"background": [255, 255, 255]},
+}
+
+
+def test_a_descriptor_made_for_another_mode_is_refused(
+    connectors: tuple[Any, Any], unsigned_allowed: None
+) -> None:
     from pixelwire.signing import encode_reference
 
     ours_cls, _ = connectors
-    descriptor = {
-        "metadata": {"color_type": "RGB", "format": "PNG", "layout": "RGBX"},
-        "pixelwire": {"background": [255, 255, 255]},
-    }
-    reference = encode_reference(descriptor)
+    reference = encode_reference(OTHER_MODE)
     with pytest.raises(ValueError, match="asks for RGBA"):
         asyncio.run(ours_cls(media_io_kwargs={"image": {"image_mode": "RGBA"}}).fetch_image_async(reference))
     with pytest.raises(ValueError, match="give the frontend the same --media-io-kwargs"):
         background = {"image": {"rgba_background_color": [0, 0, 0]}}
         asyncio.run(ours_cls(media_io_kwargs=background).fetch_image_async(reference))
+
+
+def test_an_unsigned_reference_is_refused_by_default(
+    connectors: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pixelwire.signing import encode_reference
+
+    ours_cls, _ = connectors
+    monkeypatch.delenv("PIXELWIRE_SECRET", raising=False)
+    monkeypatch.delenv("PIXELWIRE_ALLOW_UNSIGNED", raising=False)
+    secret = b"connector-test-secret"
+    # With neither setting even a signed reference is refused: nothing to check it with.
+    for reference in (encode_reference(OTHER_MODE), encode_reference(OTHER_MODE, secret)):
+        for flag in (None, "on", "1 "):  # typos are the default: refused
+            if flag is not None:
+                monkeypatch.setenv("PIXELWIRE_ALLOW_UNSIGNED", flag)
+            with pytest.raises(ValueError, match=r"PIXELWIRE_SECRET.*PIXELWIRE_ALLOW_UNSIGNED=1"):
+                asyncio.run(ours_cls().fetch_image_async(reference))
+        monkeypatch.delenv("PIXELWIRE_ALLOW_UNSIGNED")
+    # With a secret, PIXELWIRE_ALLOW_UNSIGNED=1 lets nothing unsigned through.
+    monkeypatch.setenv("PIXELWIRE_SECRET", secret.decode())
+    monkeypatch.setenv("PIXELWIRE_ALLOW_UNSIGNED", "1")
+    with pytest.raises(ValueError, match="unsigned"):
+        asyncio.run(ours_cls().fetch_image_async(encode_reference(OTHER_MODE)))
+    # The signed one gets past the signature (to the mode check).
+    rgba = ours_cls(media_io_kwargs={"image": {"image_mode": "RGBA"}})
+    with pytest.raises(ValueError, match="asks for RGBA"):
+        asyncio.run(rgba.fetch_image_async(encode_reference(OTHER_MODE, secret)))
+
+
+@pytest.mark.parametrize(
+    "own",
+    [
+        {"background": 5},
+        {"background": [0, 0, 256]},
+        {"background": "abc"},
+        {"resize": {"policy": "p", "source": [2**64, 1]}},
+        {"resize": {"policy": "p", "source": [True, True]}},
+    ],
+    ids=["background-int", "background-256", "background-str", "source-2^64", "source-bool"],
+)
+def test_malformed_pixelwire_fields_are_400s(
+    connectors: tuple[Any, Any], unsigned_allowed: None, own: dict[str, Any]
+) -> None:
+    from pixelwire.signing import encode_reference
+
+    ours_cls, _ = connectors
+    descriptor = {
+        "metadata": {"color_type": "RGB", "format": "PNG", "layout": "HWC"},
+        "shape": [1, 1, 3],
+        "pixelwire": {"background": [255, 255, 255]} | own,
+    }
+    key = next(iter(own))
+    with pytest.raises(ValueError, match=f"pixelwire.{key}"):
+        asyncio.run(ours_cls().fetch_image_async(encode_reference(descriptor)))
+
+
+@pytest.mark.parametrize(
+    ("env", "words"),
+    [
+        ({}, "every reference refused"),
+        ({"PIXELWIRE_ALLOW_UNSIGNED": "1"}, "unsigned accepted"),
+        ({"PIXELWIRE_SECRET": "s"}, "signatures required"),
+    ],
+    ids=["neither", "allow-unsigned", "secret"],
+)
+def test_start_up_logs_the_signing_policy(
+    connectors: tuple[Any, Any],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    env: dict[str, str],
+    words: str,
+) -> None:
+    import pixelwire.vllm
+
+    monkeypatch.delenv("PIXELWIRE_SECRET", raising=False)
+    monkeypatch.delenv("PIXELWIRE_ALLOW_UNSIGNED", raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("VLLM_MEDIA_CONNECTOR", "pixelwire")
+    with caplog.at_level("INFO", logger="pixelwire.vllm"):
+        pixelwire.vllm.register()
+    logged = [r for r in caplog.records if "descriptor references" in r.getMessage()]
+    assert len(logged) == 1 and words in logged[0].getMessage()
+    assert logged[0].levelname == ("ERROR" if not env else "WARNING" if "1" in env.values() else "INFO")
+
+
+@pytest.fixture
+def local_images(tmp_path: Any) -> Iterator[str]:
+    import shutil
+
+    shutil.copy(stack.CORPUS / "hopper.png", tmp_path / "hopper.png")
+    with stack.image_server(tmp_path) as base:
+        yield f"{base}/hopper.png"
+
+
+def test_modes_left_to_vllm_are_still_fetched_through_the_guard(
+    connectors: tuple[Any, Any], local_images: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """image_mode P (and None: keep the file's mode) are decoded by vLLM's
+    loader, but fetched by pixelwire's Fetcher: a private address is refused
+    as for every other URL, where vLLM's own loader would fetch it."""
+    ours_cls, theirs_cls = connectors
+    monkeypatch.delenv("PIXELWIRE_ALLOW_PRIVATE", raising=False)
+    for kwargs, mode in (({"image": {"image_mode": "P"}}, "RGB"), ({}, "P"), ({}, None)):
+        # (vLLM's synchronous loader: its async one keeps a session per process, not per loop.)
+        assert theirs_cls(media_io_kwargs=kwargs).fetch_image(local_images, image_mode=mode)
+        ours = ours_cls(media_io_kwargs=kwargs)
+        with pytest.raises(ValueError, match="refused"):
+            ours.fetch_image(local_images, image_mode=mode)
+        with pytest.raises(ValueError, match="refused"):
+            asyncio.run(ours.fetch_image_async(local_images, image_mode=mode))
+        with pytest.raises(ValueError, match="allowed_domains"):
+            allowed = ours_cls(media_io_kwargs=kwargs, allowed_media_domains=["images.test"])
+            asyncio.run(allowed.fetch_image_async(local_images, image_mode=mode))
+
+
+def test_an_allowed_url_in_a_mode_left_to_vllm_gives_vllms_result(
+    connectors: tuple[Any, Any], local_images: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ours_cls, theirs_cls = connectors
+    monkeypatch.setenv("PIXELWIRE_ALLOW_PRIVATE", "1")
+    for kwargs, mode in (({"image": {"image_mode": "P"}}, "RGB"), ({}, "P"), ({}, None)):
+        ours, theirs = ours_cls(media_io_kwargs=kwargs), theirs_cls(media_io_kwargs=kwargs)
+        expected = theirs.fetch_image(local_images, image_mode=mode)
+        for got in (
+            ours.fetch_image(local_images, image_mode=mode),
+            asyncio.run(ours.fetch_image_async(local_images, image_mode=mode)),
+        ):
+            assert type(got) is type(expected)
+            assert got.mode == expected.mode and got.size == expected.size
+            np.testing.assert_array_equal(_pixels(got), _pixels(expected))
+            assert getattr(got, "original_bytes", None) == getattr(expected, "original_bytes", None)
+            assert getattr(got, "io_config", None) == getattr(expected, "io_config", None)
 
 
 def test_stack_metric_reader() -> None:

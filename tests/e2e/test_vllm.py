@@ -294,6 +294,11 @@ def _minted_reference(served: dict[str, Any]) -> str:
     return reference
 
 
+def test_the_plugin_logs_its_signing_policy_at_start_up(served: dict[str, Any]) -> None:
+    log = served["pixelwire_vllm"].log.read_text(errors="replace")
+    assert "pixelwire descriptor references: signatures required (PIXELWIRE_SECRET set)" in log
+
+
 def test_client_supplied_descriptor_is_refused_before_vllm(served: dict[str, Any]) -> None:
     frontend = served["frontend"]
     calls = _upstream_calls(frontend)

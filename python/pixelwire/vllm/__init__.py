@@ -8,9 +8,23 @@ selects the connector. Importing :mod:`pixelwire` never imports vLLM: only
 
 from __future__ import annotations
 
+import logging
 import os
 
 CONNECTOR_NAME = "pixelwire"
+
+
+def _log_through_vllm() -> None:
+    """vLLM configures only its own ``vllm`` logger, so pixelwire's start-up
+    lines below WARNING would go unseen: unless the process set up logging
+    itself (a root handler), pixelwire's logger uses vLLM's handlers."""
+    ours, theirs = logging.getLogger("pixelwire"), logging.getLogger("vllm")
+    if ours.handlers or logging.getLogger().handlers or not theirs.handlers:
+        return
+    for handler in theirs.handlers:
+        ours.addHandler(handler)
+    ours.setLevel(theirs.level)
+    ours.propagate = False
 
 
 def register() -> None:
@@ -21,6 +35,7 @@ def register() -> None:
 
     from pixelwire.vllm import _connector
 
+    _log_through_vllm()
     MEDIA_CONNECTOR_REGISTRY.register(CONNECTOR_NAME)(_connector.PixelwireMediaConnector)
     selected = os.environ.get("VLLM_MEDIA_CONNECTOR", "http")
     if selected == CONNECTOR_NAME:
@@ -29,5 +44,6 @@ def register() -> None:
         from pixelwire.transfer import ensure_nixl
 
         ensure_nixl()
+        _connector.check_signing_setting()
         _connector.check_resize_setting(sys.argv)
     _connector.install_metrics(selected)

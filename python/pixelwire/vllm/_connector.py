@@ -33,11 +33,19 @@ from pixelwire._native import (
 from pixelwire.fetch import Fetcher
 from pixelwire.metrics import ImageMetrics
 from pixelwire.resize import ResizePolicy
-from pixelwire.signing import decode_reference, is_reference, secret_from_env
+from pixelwire.signing import (
+    allow_unsigned_from_env,
+    decode_reference,
+    is_reference,
+    reference_secret,
+    secret_from_env,
+    signing_policy,
+)
 from pixelwire.transfer import DECODED_MODES, Reader, _as_output, allow_private_from_env, default_reader
 
 NativeMode = Literal["RGB", "RGBA", "L"]
 _SHA256 = re.compile(r"[0-9a-f]{64}")
+_MAX_SIDE = 1 << 31
 _state_lock = threading.Lock()
 _metrics: ImageMetrics | None = None
 _fetchers: dict[tuple[Any, ...], Fetcher] = {}
@@ -80,6 +88,23 @@ def check_resize_setting(argv: list[str]) -> None:
     log.info("pixelwire model-aware resize: %s", policy.identity if policy else "off (PIXELWIRE_MODEL unset)")
 
 
+def check_signing_setting() -> None:
+    """At start-up: logs how descriptor references are checked; an error
+    when they are all refused (neither a secret nor the trusted-network
+    setting), a warning when they are not checked."""
+    policy = signing_policy()
+    if secret_from_env() is not None:
+        log.info("pixelwire descriptor references: %s", policy)
+    elif allow_unsigned_from_env():
+        log.warning("pixelwire descriptor references: %s", policy)
+    else:
+        log.error(
+            "pixelwire descriptor references: %s; set PIXELWIRE_SECRET to the frontend's secret, "
+            "or PIXELWIRE_ALLOW_UNSIGNED=1 if every client that can reach this vLLM is trusted",
+            policy,
+        )
+
+
 def _check_resize(descriptor: dict[str, Any], resize: Any) -> str:
     """A frontend-resized descriptor must carry this vLLM's policy and its
     target size; returns the policy's identity."""
@@ -88,9 +113,11 @@ def _check_resize(descriptor: dict[str, Any], resize: Any) -> str:
         raise DescriptorError("pixelwire.resize must hold the policy and the source size")
     source = resize.get("source")
     if not (
-        isinstance(source, list) and len(source) == 2 and all(isinstance(v, int) and v > 0 for v in source)
+        isinstance(source, list)
+        and len(source) == 2
+        and all(type(v) is int and 0 < v < _MAX_SIDE for v in source)
     ):
-        raise DescriptorError("pixelwire.resize.source must be [height, width]")
+        raise DescriptorError("pixelwire.resize.source must be [height, width], each 1 to 2^31 - 1")
     if expected is None:
         raise DescriptorError(
             f"the frontend resized this image for {resize['policy']}, but this vLLM's pixelwire plug-in "
@@ -203,9 +230,11 @@ def _decode_for_model(
 
 class PixelwireMediaConnector(MediaConnector):
     """vLLM's MediaConnector with images taken over: descriptor references
-    are read over NIXL; ``http(s)``, ``data:`` and allowed ``file:`` URLs are
-    fetched and decoded natively (off the GIL) when the mode asked for is one
-    pixelwire decodes (RGB, RGBA, L). Everything else is vLLM's own code."""
+    are read over NIXL (signed, unless PIXELWIRE_ALLOW_UNSIGNED=1); every
+    ``http(s)``, ``data:`` and allowed ``file:`` URL is fetched by
+    pixelwire's guarded Fetcher and decoded natively (off the GIL) when the
+    mode asked for is one pixelwire decodes (RGB, RGBA, L); other modes and
+    formats go to vLLM's own loader as the bytes already fetched."""
 
     def _image_settings(self, image_mode: str | None) -> tuple[str | None, tuple[int, int, int]]:
         # ImageMediaIO validates the kwargs exactly as vLLM does.
@@ -215,17 +244,21 @@ class PixelwireMediaConnector(MediaConnector):
     async def fetch_image_async(self, image_url: str, *, image_mode: str | None = "RGB") -> Any:
         mode, background = self._image_settings(image_mode)
         metrics = install_metrics("pixelwire")
+        if not isinstance(image_url, str):
+            # Not a URL (vLLM passes only strings): vLLM's own answer.
+            metrics.handled("vllm", 0)
+            return await super().fetch_image_async(image_url, image_mode=image_mode)
         try:
             if is_reference(image_url):
                 return await self._read_reference(image_url, mode, background, metrics)
-            if mode in DECODED_MODES and isinstance(image_url, str):
-                return await self._load_url(image_url, mode, background, metrics)
+            # Every URL is fetched by pixelwire's guarded Fetcher, whatever
+            # the mode; modes pixelwire does not decode go to vLLM's loader
+            # as bytes.
+            return await self._load_url(image_url, mode, background, metrics)
         except PixelwireError as e:
             metrics.failed(e)
             # vLLM answers ValueError with 400 and the message.
             raise ValueError(f"pixelwire: {e}") from e
-        metrics.handled("vllm", 0)
-        return await super().fetch_image_async(image_url, image_mode=image_mode)
 
     def fetch_image(self, image_url: str, *, image_mode: str | None = "RGB") -> Any:
         return _run_sync(self.fetch_image_async(image_url, image_mode=image_mode))
@@ -233,8 +266,10 @@ class PixelwireMediaConnector(MediaConnector):
     async def _read_reference(
         self, reference: str, mode: str | None, background: tuple[int, int, int], metrics: ImageMetrics
     ) -> Image.Image:
-        # The signature is checked before anything reaches NIXL.
-        descriptor = decode_reference(reference, secret_from_env())
+        # The signature is checked before anything reaches NIXL; without
+        # PIXELWIRE_SECRET every reference is refused unless
+        # PIXELWIRE_ALLOW_UNSIGNED=1 (reference_secret raises).
+        descriptor = decode_reference(reference, reference_secret())
         info, own = descriptor.get("metadata"), descriptor.get("pixelwire")
         if (
             not isinstance(info, dict)
@@ -243,7 +278,14 @@ class PixelwireMediaConnector(MediaConnector):
         ):
             raise DescriptorError("descriptor lacks its metadata.color_type or pixelwire keys")
         made = info["color_type"]
-        made_on = tuple(own.get("background", (255, 255, 255)))
+        made_on = own.get("background", [255, 255, 255])
+        if not (
+            isinstance(made_on, list)
+            and len(made_on) == 3
+            and all(type(v) is int and 0 <= v <= 255 for v in made_on)
+        ):
+            raise DescriptorError("pixelwire.background must be [R, G, B], each 0 to 255")
+        made_on = tuple(made_on)
         if made != mode or (mode == "RGB" and made_on != background):
             raise DescriptorError(
                 f"the frontend decoded this image as {made} on {list(made_on)} but vLLM asks for "
@@ -275,10 +317,13 @@ class PixelwireMediaConnector(MediaConnector):
         return image
 
     async def _load_url(
-        self, url: str, mode: str, background: tuple[int, int, int], metrics: ImageMetrics
+        self, url: str, mode: str | None, background: tuple[int, int, int], metrics: ImageMetrics
     ) -> MediaWithBytes:
         fetcher = _fetcher(self.allowed_media_domains, self.allowed_local_media_path)
         data = await fetcher.fetch(url)
+        if mode not in DECODED_MODES:
+            # A mode pixelwire does not decode (P, None = the file's own, ...).
+            return await self._vllm_load(data, mode, metrics)
         policy = worker_resize_policy() if mode == "RGB" else None
         try:
             with metrics.timed("url"):
@@ -286,14 +331,19 @@ class PixelwireMediaConnector(MediaConnector):
                     _decode_for_model, data, cast(NativeMode, mode), background, policy
                 )
         except UnsupportedFormat:
-            # A format (or variant) pixelwire does not decode: vLLM's own
-            # loader on the bytes already fetched, exactly as vLLM would.
-            metrics.handled("vllm", 0)
-            io = ImageMediaIO(**({"image_mode": mode} | self.media_io_kwargs.get("image", {})))
-            return await asyncio.to_thread(io.load_bytes, data)
+            # A format (or variant) pixelwire does not decode.
+            return await self._vllm_load(data, mode, metrics)
         metrics.handled("url", int(pixels.nbytes), source_bytes)
         # With the encoded bytes, vLLM's processor cache hashes them as it
         # does for its own loader.
         return MediaWithBytes(
             _as_output(pixels, "pil", "cpu"), data, {"image_mode": mode, "rgba_background_color": background}
         )
+
+    async def _vllm_load(self, data: bytes, mode: str | None, metrics: ImageMetrics) -> MediaWithBytes:
+        """vLLM's own loader on bytes pixelwire's Fetcher already fetched
+        (never on the URL: vLLM's fetch has no address guard), so the result
+        is exactly vLLM's."""
+        metrics.handled("vllm", 0)
+        io = ImageMediaIO(**({"image_mode": mode} | self.media_io_kwargs.get("image", {})))
+        return await asyncio.to_thread(io.load_bytes, data)
