@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 CORPUS ?= ../shared/corpus/pillow
 FILES ?= $(CORPUS)/hopper.png $(CORPUS)/flower2.jpg $(CORPUS)/flower.webp $(CORPUS)/transparent.gif $(CORPUS)/pil_sample_cmyk.jpg
 
-.PHONY: setup build-dev demo decode lint test test-core test-vllm vllm-setup demo-vllm bench bench-vllm soak
+.PHONY: setup build-dev demo decode lint test test-core test-vllm vllm-setup demo-vllm bench bench-vllm soak fuzz fuzz-ci
 
 # The vLLM stack lives outside the checkout so that later runs on the same
 # machine reuse it (~6 GB; pip's cache keeps the downloads too).
@@ -96,3 +96,20 @@ bench-vllm: vllm-setup
 soak: build-dev
 	$(PY) -c "import matplotlib" 2>/dev/null || $(PY) -m pip install -q matplotlib
 	$(PY) benches/soak.py $(SOAK_ARGS)
+
+# Fuzzing (fuzz/README.md): cargo-fuzz targets decode, wire and resize, each
+# for FUZZ_SECONDS, from seeds made out of ../shared/corpus (fuzz/seeds.sh).
+# cargo-fuzz is installed once into ~/.cargo/bin; stable Rust builds it
+# through RUSTC_BOOTSTRAP=1. FUZZ_SANITIZER=none if ASan builds fail.
+FUZZ_SECONDS ?= 600
+FUZZ_TARGETS ?= decode wire resize
+fuzz:
+	@cargo fuzz --version >/dev/null 2>&1 || cargo install cargo-fuzz --locked
+	fuzz/run.sh $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+
+# CI: 30 s a target from a third of the corpus, after replaying
+# fuzz/regressions on stable.
+fuzz-ci:
+	@cargo fuzz --version >/dev/null 2>&1 || cargo install cargo-fuzz --locked
+	cargo test -q --manifest-path fuzz/Cargo.toml
+	SEED_EVERY=3 SEED_MAX_BYTES=65536 FUZZ_NICE=0 fuzz/run.sh 30 $(FUZZ_TARGETS)
