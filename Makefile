@@ -43,12 +43,14 @@ demo: build-dev
 decode: build-dev
 	$(VENV)/bin/pixelwire decode $(FILES)
 
-lint: setup
+# stubtest checks python/pixelwire/_native.pyi against the built module.
+lint: build-dev
 	cargo fmt --check
 	cargo clippy --all-targets -- -D warnings
 	$(VENV)/bin/ruff check python tests benches
 	$(VENV)/bin/ruff format --check python tests benches
 	$(VENV)/bin/mypy
+	$(PY) -m mypy.stubtest pixelwire._native --allowlist stubtest-allowlist.txt
 
 # Everything CI runs: the core suite, then the vLLM end-to-end group.
 test: test-core test-vllm

@@ -1,4 +1,4 @@
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal, TypedDict, final
 
 import numpy as np
 import numpy.typing as npt
@@ -19,14 +19,15 @@ class DescriptorError(PixelwireError): ...
 class TransferError(PixelwireError): ...
 class PoolExhausted(PixelwireError): ...
 
+@final
 class Limits:
-    def __init__(
-        self,
+    def __new__(
+        cls,
         *,
         max_bytes: int | None = None,
         max_pixels: int | None = None,
         max_side: int | None = None,
-    ) -> None: ...
+    ) -> Limits: ...
     @property
     def max_bytes(self) -> int: ...
     @property
@@ -62,16 +63,17 @@ def load_nixl(path: str) -> None: ...
 
 MIN_LEASE_SECONDS: float
 
+@final
 class NativePublisher:
-    def __init__(
-        self,
+    def __new__(
+        cls,
         *,
         pool_bytes: int,
         region_bytes: int,
         lease_seconds: float,
         acquire_timeout: float,
         limits: Limits | None = None,
-    ) -> None: ...
+    ) -> NativePublisher: ...
     @property
     def agent_name(self) -> str: ...
     @property
@@ -91,8 +93,9 @@ class NativePublisher:
     def stats(self) -> dict[str, int]: ...
     def close(self) -> None: ...
 
+@final
 class NativeReader:
-    def __init__(self, *, pool_bytes: int, region_bytes: int, timeout: float, verify: bool) -> None: ...
+    def __new__(cls, *, pool_bytes: int, region_bytes: int, timeout: float, verify: bool) -> NativeReader: ...
     @property
     def agent_name(self) -> str: ...
     @property
@@ -129,6 +132,7 @@ class NativeReader:
         generation: int | None = None,
     ) -> None: ...
 
+@final
 class PixelBuffer:
     """Pixels in a receive slot; supports the buffer protocol."""
 
