@@ -292,14 +292,15 @@ def test_bad_images_are_400s_naming_the_part(
 
 
 def test_formats_pixelwire_does_not_decode_pass_through_to_the_worker(frontend: stack.Service) -> None:
-    # A rotated CCITT TIFF: vLLM's loader takes it, so the frontend leaves it
-    # to the worker's plug-in (which hands it to vLLM's loader) instead of
-    # refusing what stock vLLM would accept.
+    # A rotated CCITT TIFF: vLLM's loader takes it, so the frontend hands its
+    # bytes (as fetched, never the URL to fetch again) to the worker's
+    # plug-in, which gives them to vLLM's loader, instead of refusing what
+    # stock vLLM would accept.
     url = stack.data_url("g4_orientation_6.tif")
     status, raw = _post(frontend, _chat(url, stack.data_url("hopper.png")))
     assert status == 201
     images = json.loads(raw)["images"]
-    assert images[0] == {"url": url[:40]}
+    assert images[0] == {"url": "data:application/octet-stream;base64," + url.split(",", 1)[1][:3]}
     assert images[1] == _expected("hopper.png")
     assert stack.metric(frontend.get("/metrics"), "pixelwire_frontend_images_total", path="passthrough") >= 1
 

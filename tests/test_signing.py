@@ -270,3 +270,23 @@ def test_a_wrong_content_hash_error_never_carries_the_hash_the_reader_computed()
         frontend.close()
     assert "content hash" in message
     assert real_hash not in message and real_hash.upper() not in message
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("notification", "pw1:1:2\n"),
+        ("notification", "pw1:\u0661:\u0662"),
+        ("content_hash", "0123456789abcdef\n"),
+    ],
+)
+def test_descriptor_formats_are_whole_ascii_matches(field: str, value: str) -> None:
+    """A trailing newline or non-ASCII digits are not a notification or a hash
+    (the native side would read them otherwise)."""
+    desc = _descriptor()
+    if field == "notification":
+        desc["pixelwire"]["notification"] = value
+    else:
+        desc["content_hash"] = value
+    with pytest.raises(pixelwire.DescriptorError):
+        _parse(desc, None)

@@ -14,6 +14,7 @@ handed back, never followed. ``/metrics`` is the frontend's own.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import json.scanner
 import logging
@@ -250,6 +251,11 @@ _REWRITTEN = {
     "/v1/embeddings": "embeddings",
     "/classify": "classify",
 }
+
+
+def _bytes_url(data: bytes) -> str:
+    """Encoded image bytes as a ``data:`` URL (vLLM's loader sniffs the format)."""
+    return "data:application/octet-stream;base64," + base64.b64encode(data).decode("ascii")
 
 
 def _holds_reference(value: Any) -> bool:
@@ -536,11 +542,19 @@ class Frontend:
             return data
 
         async def one(part: _ImagePart) -> str:
-            if not native:
-                # The worker fetches: refuse here what its guard would refuse.
+            if self.config.decode_at == "worker":
+                # The worker fetches, with its own guard (vLLM's allowed
+                # domains); refuse here what this one would refuse too.
                 self.fetcher.check(part.url)
                 self.metrics.handled("passthrough", 0)
                 return part.url
+            if not native:
+                # A mode pixelwire does not decode: fetched here, through this
+                # guard, and handed on as the bytes, never as a URL the worker
+                # would fetch again (its answer could differ).
+                data = await fetch(part)
+                self.metrics.handled("passthrough", 0)
+                return _bytes_url(data)
             try:
                 with self.metrics.timed("nixl"):
                     # vLLM wants PIL images: RGB goes in Pillow's layout, mapped not copied.
@@ -550,10 +564,10 @@ class Frontend:
                         data, mode=mode, background=background, layout=layout, resize=resize
                     )
             except UnsupportedFormat:
-                # Not a format pixelwire decodes: the worker's plug-in hands
-                # it to vLLM's own loader.
+                # Not a format pixelwire decodes: the bytes already fetched go
+                # on to the worker, whose plug-in hands them to vLLM's loader.
                 self.metrics.handled("passthrough", 0)
-                return part.url
+                return _bytes_url(data)
             assert isinstance(result, Decoded)
             out.append(result)
             # Bytes at the decoded size, in the layout shipped.

@@ -32,8 +32,10 @@ if TYPE_CHECKING:
     from pixelwire.resize import ResizePolicy
 
 MiB = 1024 * 1024
-_NOTIFICATION = re.compile(r"^pw1:\d+:\d+$")
-_HASH = re.compile(r"^[0-9a-f]{16}$")
+# Whole-string matches over ASCII digits: "$" would also match before a
+# trailing newline, and "\d" any Unicode digit.
+_NOTIFICATION = re.compile(r"pw1:[0-9]+:[0-9]+")
+_HASH = re.compile(r"[0-9a-f]{16}")
 _CHANNEL_MODES = {1: "L", 3: "RGB", 4: "RGBA"}
 # The modes pixelwire decodes into; other modes are left to vLLM's loader.
 DECODED_MODES = ("RGB", "RGBA", "L")
@@ -490,10 +492,10 @@ def _parse(desc: Decoded | dict[str, Any], shape: Any | None) -> _Source:
     if nixl.get("mem_type") != "Dram":
         raise DescriptorError(f"unsupported mem_type {nixl.get('mem_type')!r}")
     content_hash = desc.get("content_hash")
-    if not isinstance(content_hash, str) or not _HASH.match(content_hash):
+    if not isinstance(content_hash, str) or not _HASH.fullmatch(content_hash):
         raise DescriptorError("content_hash must be 16 hex digits")
     notification = own.get("notification")
-    if not isinstance(notification, str) or not _NOTIFICATION.match(notification):
+    if not isinstance(notification, str) or not _NOTIFICATION.fullmatch(notification):
         raise DescriptorError("pixelwire.notification is malformed")
     agent = own.get("agent")
     if not isinstance(agent, str) or not agent:

@@ -122,9 +122,35 @@ impl Handle {
                 "JPEG: output buffer does not match the header",
             ));
         }
-        // SAFETY: `out` holds `height` rows of `pitch` bytes, which is what
-        // tj3Decompress8 writes for this header and pixel format.
-        let rc = unsafe {
+        let rc = self.decompress_raw(data, out, pitch, format);
+        if rc == 0 {
+            return Ok(());
+        }
+        if !(self.only_warned() && reaches_end_of_image(data)) {
+            return Err(self.error());
+        }
+        // libjpeg-turbo recovered from damage. On some damage it leaves
+        // output bytes unwritten, and `out` may hold another image's pixels
+        // (pool slots and scratch buffers are reused). Decode again over the
+        // complement of the first result: only an output that does not
+        // depend on what the buffer held before is accepted.
+        let warning = self.message();
+        let mut again: Vec<u8> = out.iter().map(|v| !v).collect();
+        let rc = self.decompress_raw(data, &mut again, pitch, format);
+        if (rc != 0 && !self.only_warned()) || again != out {
+            return Err(Error::decode(format!(
+                "JPEG: corrupt data stream ({warning}); the decoder could not recover every pixel"
+            )));
+        }
+        Ok(())
+    }
+
+    /// tj3Decompress8 into `out`; its return code.
+    fn decompress_raw(&self, data: &[u8], out: &mut [u8], pitch: usize, format: tj::TJPF) -> i32 {
+        // SAFETY: `out` holds `height` rows of `pitch` bytes (checked by the
+        // caller), which is what tj3Decompress8 writes for this header and
+        // pixel format.
+        unsafe {
             tj::tj3Decompress8(
                 self.0,
                 data.as_ptr(),
@@ -133,11 +159,7 @@ impl Handle {
                 pitch as i32,
                 format,
             )
-        };
-        if rc != 0 && !(self.only_warned() && reaches_end_of_image(data)) {
-            return Err(self.error());
         }
-        Ok(())
     }
 }
 

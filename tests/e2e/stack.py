@@ -170,3 +170,48 @@ def metric(text: str, name: str, **labels: str) -> float:
         if found == want:
             return float(value)
     return 0.0
+
+
+# For the helpers below (added after the module's first ones).
+from collections.abc import Callable  # noqa: E402
+
+
+@contextlib.contextmanager
+def recording_server(
+    respond: Callable[[http.server.BaseHTTPRequestHandler], None],
+) -> Iterator[tuple[str, list[str]]]:
+    """A threaded HTTP server on the loopback that records every request
+    ("METHOD path", any method, any path) before ``respond(handler)``
+    answers it; yields its base URL and the (live) list of requests. A
+    client that goes away mid-answer is not an error."""
+    requests: list[str] = []
+    lock = threading.Lock()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def _any(self) -> None:
+            with lock:
+                requests.append(f"{self.command} {self.path}")
+            try:
+                respond(self)
+            except (BrokenPipeError, ConnectionResetError, TimeoutError):
+                self.close_connection = True
+
+        do_GET = do_POST = do_HEAD = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _any
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    class Server(http.server.ThreadingHTTPServer):
+        def handle_error(self, request: object, client_address: object) -> None:
+            pass  # a client that vanished: nothing to report
+
+    server = Server(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", requests
+    finally:
+        server.shutdown()
+        server.server_close()
