@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 CORPUS ?= ../shared/corpus/pillow
 FILES ?= $(CORPUS)/hopper.png $(CORPUS)/flower2.jpg $(CORPUS)/flower.webp $(CORPUS)/transparent.gif $(CORPUS)/pil_sample_cmyk.jpg
 
-.PHONY: setup build-dev demo decode lint test test-core test-vllm vllm-setup demo-vllm bench bench-vllm soak fuzz fuzz-ci
+.PHONY: setup build-dev demo decode lint test test-core test-vllm vllm-setup demo-vllm bench bench-vllm bench-serve soak fuzz fuzz-ci
 
 # The vLLM stack lives outside the checkout so that later runs on the same
 # machine reuse it (~6 GB; pip's cache keeps the downloads too).
@@ -75,6 +75,7 @@ vllm-setup: setup $(VLLM_VENV)/.ready
 	VIRTUAL_ENV=$(VLLM_VENV) $(VENV)/bin/maturin develop --release -q
 
 test-vllm: vllm-setup
+	$(VPY) -c "import matplotlib" 2>/dev/null || $(VPY) -m pip install -q matplotlib
 	PIXELWIRE_E2E_CACHE=$(VLLM_CACHE) $(VPY) -m pytest tests/e2e -m vllm
 
 # vLLM with the plug-in, the frontend in front, one real chat completion.
@@ -91,6 +92,18 @@ bench: build-dev
 # vs the frontend over NIXL vs worker mode (latency and API-server CPU).
 bench-vllm: vllm-setup
 	cd benches && PIXELWIRE_E2E_CACHE=$(VLLM_CACHE) $(VPY) vllm_serving.py
+
+# `pixelwire bench serve` on the tiny model (built once, as for make
+# test-vllm): vLLM's loader, frontend + NIXL (with and without the resize)
+# and worker mode under 1/4/16 streaming clients; report.json, report.md and
+# charts in target/bench-serve/<time>. BENCH_SERVE_ARGS=--quick for a short run.
+BENCH_PHOTO ?= $(CORPUS)/exif_gps_typeerror.jpg
+bench-serve: vllm-setup
+	$(VPY) -c "import matplotlib" 2>/dev/null || $(VPY) -m pip install -q matplotlib
+	PIXELWIRE_E2E_CACHE=$(VLLM_CACHE) VLLM_CPU_KVCACHE_SPACE=1 HF_HUB_OFFLINE=1 $(VLLM_VENV)/bin/pixelwire bench serve \
+		--model "$$(PIXELWIRE_E2E_CACHE=$(VLLM_CACHE) $(VPY) -c 'import sys; sys.path.insert(0, "tests/e2e"); import stack; print(stack.model_dir())')" \
+		$(if $(wildcard $(BENCH_PHOTO)),--photo $(BENCH_PHOTO)) \
+		--vllm-args "--dtype float32 --max-model-len 1024 --enforce-eager --seed 0" $(BENCH_SERVE_ARGS)
 
 # Not in CI: 10,000 publish/read cycles (64 KiB to 24 MiB images, 1% of
 # readers SIGKILLed mid-read); RSS, registered bytes and slots sampled; writes

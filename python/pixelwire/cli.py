@@ -75,9 +75,19 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("paths", nargs="*", type=Path, help="image files or folders (default: generated)")
     demo.add_argument("--per-size", type=int, default=20, help="generated images of each size")
     bench = commands.add_parser("bench", help="benchmarks")
-    bench.add_argument("which", choices=["transfer"])
-    bench.add_argument("--repeats", type=int, default=50)
-    bench.add_argument("--device", default="cpu")
+    benches = bench.add_subparsers(dest="which", required=True)
+    bench_transfer = benches.add_parser("transfer", help="frontend-to-worker NIXL transfer, two processes")
+    bench_transfer.add_argument("--repeats", type=int, default=50)
+    bench_transfer.add_argument("--device", default="cpu")
+    from pixelwire.bench import serve as bench_serve
+
+    bench_serve.add_arguments(
+        benches.add_parser(
+            "serve",
+            help="real vLLM servers with and without the frontend under load: latency, CPU, bytes, charts",
+            description=(bench_serve.__doc__ or "").split("\n\n")[0],
+        )
+    )
     front = commands.add_parser("frontend", help="OpenAI-compatible proxy that decodes images for vLLM")
     front.add_argument("--upstream", required=True, help="the vLLM server, e.g. http://127.0.0.1:8000")
     front.add_argument("--host", default="0.0.0.0")
@@ -169,6 +179,8 @@ def main(argv: list[str] | None = None) -> int:
         return demo_module.main(args.paths, args.per_size)
     if args.command == "frontend":
         return _frontend(args)
+    if args.command == "bench" and args.which == "serve":
+        return bench_serve.run(args)
     if args.command == "bench":
         from pixelwire.benchmarks import transfer
 

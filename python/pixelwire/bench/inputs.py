@@ -1,0 +1,115 @@
+"""The images a serving benchmark sends: one photo scaled (Lanczos, cropped
+to fill) to 1080p and 4K, encoded as JPEG (quality 90) and PNG (level 6),
+each as a ``data:`` URL and as an http URL of a local image server.
+
+Without a photo, a generated stand-in is used (smooth colour fields with
+fine noise, so that JPEG and PNG sizes stay in a photo's range); the report
+says which.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+SIZES = {"1080p": (1920, 1080), "4K": (3840, 2160)}
+FORMATS: dict[str, tuple[str, dict[str, Any]]] = {
+    "JPEG": ("jpg", {"quality": 90}),
+    "PNG": ("png", {"compress_level": 6}),
+}
+SOURCES = ("data:", "http")
+MIXED = "mixed"
+
+
+@dataclass(frozen=True)
+class Input:
+    """One encoded image as the client sends it."""
+
+    name: str  # e.g. "JPEG 4K data:"
+    key: str  # the same for the command line: "jpeg-4k-data"
+    file_name: str
+    encoded_bytes: int
+    width: int
+    height: int
+    data_url: str | None  # for source "data:"
+    source: str
+
+    def url(self, image_base: str) -> str:
+        return self.data_url if self.data_url is not None else f"{image_base}/{self.file_name}"
+
+
+def _stand_in_photo() -> Any:
+    """A 1200x800 RGB image with a photo's mix of smooth areas and texture."""
+    from PIL import Image, ImageFilter
+
+    size = (1200, 800)
+    red = Image.linear_gradient("L").resize(size)
+    green = Image.radial_gradient("L").resize(size)
+    blue = Image.effect_mandelbrot(size, (-2.0, -1.2, 1.0, 1.2), 64)
+    base = Image.merge("RGB", (red, green, blue)).filter(ImageFilter.GaussianBlur(6))
+    grain = Image.effect_noise(size, 24).convert("RGB")
+    return Image.blend(base, grain, 0.12)
+
+
+def make_inputs(photo: Path | None, folder: Path) -> tuple[list[Input], str]:
+    """Writes the encoded images to ``folder`` (served over http) and
+    returns the inputs (1080p before 4K, JPEG before PNG, data: before
+    http) and a line that says what they were made from."""
+    from PIL import Image, ImageOps
+
+    if photo is not None:
+        with Image.open(photo) as opened:
+            opened.load()
+            rgb = ImageOps.exif_transpose(opened).convert("RGB")
+        origin = f"photo {photo.name} ({rgb.width}x{rgb.height}), scaled and cropped to fill"
+    else:
+        rgb = _stand_in_photo()
+        origin = "a generated stand-in photo (no --photo given), scaled to fill"
+    folder.mkdir(parents=True, exist_ok=True)
+    inputs: list[Input] = []
+    for size_name, (width, height) in SIZES.items():
+        scaled = ImageOps.fit(rgb, (width, height), method=Image.Resampling.LANCZOS)
+        for format_name, (extension, options) in FORMATS.items():
+            buffer = io.BytesIO()
+            scaled.save(buffer, format=format_name, **options)
+            data = buffer.getvalue()
+            file_name = f"photo-{size_name}.{extension}"
+            (folder / file_name).write_bytes(data)
+            mime = "image/jpeg" if format_name == "JPEG" else "image/png"
+            for source in SOURCES:
+                data_url = (
+                    f"data:{mime};base64,{base64.b64encode(data).decode()}" if source == "data:" else None
+                )
+                inputs.append(
+                    Input(
+                        name=f"{format_name} {size_name} {source}",
+                        key=f"{format_name}-{size_name}-{source.rstrip(':')}".lower(),
+                        file_name=file_name,
+                        encoded_bytes=len(data),
+                        width=width,
+                        height=height,
+                        data_url=data_url,
+                        source=source,
+                    )
+                )
+    return inputs, origin
+
+
+WORKLOAD_KEYS = [
+    f"{format_name}-{size_name}-{source.rstrip(':')}".lower()
+    for size_name in SIZES
+    for format_name in FORMATS
+    for source in SOURCES
+] + [MIXED]
+
+
+def workload_inputs(inputs: list[Input], workload: str) -> list[Input]:
+    """The inputs a workload sends in turn: one, or all of them ("mixed")."""
+    return list(inputs) if workload == MIXED else [i for i in inputs if i.key == workload]
+
+
+def workload_title(inputs: list[Input], workload: str) -> str:
+    return "mixed (all 8 in turn)" if workload == MIXED else workload_inputs(inputs, workload)[0].name

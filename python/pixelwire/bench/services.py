@@ -1,0 +1,158 @@
+"""The processes a serving benchmark starts (vLLM's OpenAI server, the
+``pixelwire frontend``), a local image server, and what is read from them:
+CPU time from /proc and Prometheus samples from ``/metrics``."""
+
+from __future__ import annotations
+
+import contextlib
+import http.server
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def free_port(host: str) -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+class Service:
+    """A server in its own session (so that it and its children stop
+    together), its output in a log file."""
+
+    def __init__(
+        self, name: str, argv: Sequence[str], env: Mapping[str, str], url: str, log_dir: Path
+    ) -> None:
+        self.name = name
+        self.url = url
+        self.log = log_dir / f"{name}.log"
+        with open(self.log, "wb") as out:
+            self.process = subprocess.Popen(
+                list(argv), env=dict(env), stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def wait_ready(self, path: str, deadline: float) -> None:
+        """Until ``path`` answers 200; ``deadline`` is a time.monotonic() value."""
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"{self.name} exited with {self.process.returncode}:\n{self.tail()}")
+            try:
+                with urllib.request.urlopen(self.url + path, timeout=2) as response:
+                    if response.status == 200:
+                        return
+            except urllib.error.HTTPError as error:
+                error.close()
+            except OSError:
+                pass
+            time.sleep(0.5)
+        raise TimeoutError(f"{self.name} was not ready in time:\n{self.tail()}")
+
+    def get(self, path: str) -> str:
+        with urllib.request.urlopen(self.url + path, timeout=10) as response:
+            return str(response.read().decode())
+
+    def tail(self, lines: int = 30) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait(timeout=10)
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) may hold spaces and parentheses: split after it.
+    return text[text.rindex(")") + 2 :].split()
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live process below ``pid``."""
+    children: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            fields = _stat_fields(int(entry.name))
+            if fields:
+                children.setdefault(int(fields[1]), []).append(int(entry.name))
+    found: list[int] = []
+    stack = [pid]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            found.append(child)
+            stack.append(child)
+    return found
+
+
+def cpu_seconds(pid: int, *, with_descendants: bool = False) -> float:
+    """User + system CPU time of a process (and of its live descendants)."""
+    total = 0
+    for one in [pid, *(descendants(pid) if with_descendants else [])]:
+        fields = _stat_fields(one)
+        if fields:
+            # utime and stime: fields 14 and 15 of /proc/PID/stat.
+            total += int(fields[11]) + int(fields[12])
+    return total / CLOCK_TICKS
+
+
+def metric_sum(text: str, name: str, **labels: str) -> float:
+    """The sum of the samples of ``name`` in Prometheus text whose labels
+    include ``labels``; 0 when there are none."""
+    total = 0.0
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        key, _, value = line.rpartition(" ")
+        metric_name, _, label_text = key.partition("{")
+        if metric_name != name:
+            continue
+        found = dict(part.split("=", 1) for part in label_text.rstrip("}").split(",") if "=" in part)
+        if all(found.get(k, "").strip('"') == v for k, v in labels.items()):
+            total += float(value)
+    return total
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def image_server(root: Path, host: str) -> Iterator[str]:
+    """Serves ``root`` over HTTP on ``host``; yields its base URL."""
+
+    class Handler(_QuietHandler):
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            super().__init__(*args, directory=str(root), **kwargs)  # type: ignore[arg-type]
+
+    server = http.server.ThreadingHTTPServer((host, 0), Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://{host}:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()

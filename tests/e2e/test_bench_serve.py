@@ -1,0 +1,85 @@
+"""`pixelwire bench serve --quick` with a tiny load (issue #14), as a user
+runs it: the console command in vLLM's environment, on the tiny model.
+
+The report must hold a cell for every path, workload and concurrency, with
+every metric; report.md must exist and the charts must be valid PNGs.
+Nothing here asserts on timings.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import stack
+
+pytestmark = [pytest.mark.vllm, pytest.mark.timeout(600)]
+
+PATHS = ["loader", "frontend", "frontend-resize", "worker"]
+WORKLOADS = ["jpeg-4k-http", "mixed"]
+CONCURRENCY = [1, 2]
+CHARTS = ["latency.png", "cpu.png", "bytes.png", "summary.png"]
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def test_quick_run_writes_every_path_metric_and_chart(tmp_path: Path) -> None:
+    from PIL import Image
+
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        pytest.fail("matplotlib is missing from vLLM's environment (make test-vllm installs it)")
+    results = tmp_path / "results"
+    argv = [
+        sys.executable, "-m", "pixelwire.cli", "bench", "serve", "--quick",
+        "--model", str(stack.model_dir()), "--photo", str(stack.CORPUS / "exif_gps_typeerror.jpg"),
+        "--results", str(results), "--workloads", *WORKLOADS,
+        "--concurrency", *map(str, CONCURRENCY), "--duration", "1", "--max-requests", "3", "--warm-up", "1",
+        "--vllm-args", "--dtype float32 --max-model-len 1024 --enforce-eager --seed 0",
+    ]  # fmt: skip
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=540, check=False)
+    assert done.returncode == 0, f"exit {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}"
+
+    report = json.loads((results / "report.json").read_text())
+    assert set(report["paths"]) == set(PATHS)
+    assert report["environment"]["network"] in ("netns", "loopback")
+    assert report["environment"]["placement"]
+    cells = {(c["path"], c["workload"], c["concurrency"]): c for c in report["cells"]}
+    assert set(cells) == {(p, w, c) for p in PATHS for w in WORKLOADS for c in CONCURRENCY}
+    for (path, workload, concurrency), cell in cells.items():
+        where = f"{path} {workload} c={concurrency}"
+        assert cell["requests"] >= 1, where
+        assert cell["errors"] == 0, (where, cell["error_samples"])
+        for key in ("latency_ms", "ttft_ms"):
+            assert all(cell[key][q] is not None and cell[key][q] > 0 for q in ("p50", "p90", "p99")), where
+        assert cell["images_per_s"] > 0, where
+        cpu = cell["cpu_ms_per_image"]
+        assert cpu["api_server"] is not None and cpu["vllm_all"] is not None, where
+        assert cpu["vllm_all"] >= cpu["api_server"], where
+        assert cell["encoded_bytes_per_image"] > 0, where
+        if path == "loader":
+            assert cpu["frontend"] is None and cell["nixl_bytes_per_image"] is None, where
+        else:
+            assert cpu["frontend"] is not None, where
+            assert cell["nixl_bytes_per_image"] is not None, where
+    # What crosses NIXL (not a timing): full-resolution pixels, the resized
+    # ones (far fewer), none in worker mode.
+    for workload in WORKLOADS:
+        full = cells[("frontend", workload, 1)]["nixl_bytes_per_image"]
+        resized = cells[("frontend-resize", workload, 1)]["nixl_bytes_per_image"]
+        assert 0 < resized < full, (workload, resized, full)
+        assert cells[("worker", workload, 1)]["nixl_bytes_per_image"] == 0
+
+    markdown = (results / "report.md").read_text()
+    assert all(label in markdown for label in report["paths"].values())
+    for name in CHARTS:
+        data = (results / name).read_bytes()
+        assert data.startswith(PNG_SIGNATURE), name
+        with Image.open(results / name) as image:
+            image.verify()
