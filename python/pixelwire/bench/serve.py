@@ -209,34 +209,39 @@ class Stack:
             self.services.append(service)
             return service
 
-        if "loader" in settings.paths:
-            reference = start_vllm("vllm-loader", {"VLLM_MEDIA_CONNECTOR": "http"})
-            self.servers["loader"] = (reference, None)
-        frontend_paths = [p for p in settings.paths if p != "loader"]
-        if frontend_paths:
-            plugin_env = {
-                "VLLM_MEDIA_CONNECTOR": "pixelwire",
-                "PIXELWIRE_SECRET": secret,
-                "PIXELWIRE_MODEL": settings.model,
-                "PIXELWIRE_ALLOW_PRIVATE": "1",
-                "NIXL_LOG_LEVEL": "WARN",
-                **network.vllm_env(),
-            }
-            if kwargs_json:
-                plugin_env["PIXELWIRE_MM_PROCESSOR_KWARGS"] = kwargs_json
-            plugged = start_vllm("vllm-pixelwire", plugin_env)
-            # Inside the namespace nothing else listens: fixed ports are free;
-            # on the loopback, ask the kernel.
-            for number, path in enumerate(frontend_paths):
-                port = 18080 + number if network.namespace else free_port(network.frontend_address)
-                extra: list[str] = []
-                if path == "frontend-resize":
-                    extra = ["--model", settings.model]
-                    if kwargs_json:
-                        extra += ["--mm-processor-kwargs", kwargs_json]
-                elif path == "worker":
-                    extra = ["--decode-at", "worker"]
-                self.servers[path] = (plugged, start_frontend(f"frontend-{path}", plugged, port, *extra))
+        # One that fails to start must not leave the others running.
+        try:
+            if "loader" in settings.paths:
+                reference = start_vllm("vllm-loader", {"VLLM_MEDIA_CONNECTOR": "http"})
+                self.servers["loader"] = (reference, None)
+            frontend_paths = [p for p in settings.paths if p != "loader"]
+            if frontend_paths:
+                plugin_env = {
+                    "VLLM_MEDIA_CONNECTOR": "pixelwire",
+                    "PIXELWIRE_SECRET": secret,
+                    "PIXELWIRE_MODEL": settings.model,
+                    "PIXELWIRE_ALLOW_PRIVATE": "1",
+                    "NIXL_LOG_LEVEL": "WARN",
+                    **network.vllm_env(),
+                }
+                if kwargs_json:
+                    plugin_env["PIXELWIRE_MM_PROCESSOR_KWARGS"] = kwargs_json
+                plugged = start_vllm("vllm-pixelwire", plugin_env)
+                # Inside the namespace nothing else listens: fixed ports are free;
+                # on the loopback, ask the kernel.
+                for number, path in enumerate(frontend_paths):
+                    port = 18080 + number if network.namespace else free_port(network.frontend_address)
+                    extra: list[str] = []
+                    if path == "frontend-resize":
+                        extra = ["--model", settings.model]
+                        if kwargs_json:
+                            extra += ["--mm-processor-kwargs", kwargs_json]
+                    elif path == "worker":
+                        extra = ["--decode-at", "worker"]
+                    self.servers[path] = (plugged, start_frontend(f"frontend-{path}", plugged, port, *extra))
+        except BaseException:
+            self.stop()
+            raise
         for path, (vllm, front) in self.servers.items():
             self.base_url[path] = f"{(front or vllm).url}/v1"
 
