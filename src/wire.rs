@@ -179,9 +179,30 @@ pub fn content_hash(pixels: &[u8]) -> String {
     format!("{:016x}", xxhash_rust::xxh3::xxh3_64(pixels))
 }
 
+/// Whether `text` has the form [`content_hash`] gives: 16 lowercase hex digits.
+pub fn is_content_hash(text: &str) -> bool {
+    text.len() == 16 && text.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn content_hashes_have_one_form() {
+        assert!(is_content_hash(&content_hash(b"pixels")));
+        for bad in [
+            "",
+            "0123456789abcde",
+            "0123456789abcdef0",
+            "0123456789ABCDEF",
+            "0123456789abcdeg",
+        ] {
+            assert!(!is_content_hash(bad), "{bad}");
+        }
+        // Not ASCII digits only in name: a Unicode digit is refused too.
+        assert!(!is_content_hash("0123456789abcd\u{0663}"));
+    }
 
     #[test]
     fn data_urls() {

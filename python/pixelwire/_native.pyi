@@ -1,26 +1,49 @@
-from typing import Any, Literal, TypedDict, final
+from typing import Literal, TypedDict, final
 
 import numpy as np
 import numpy.typing as npt
 
 __version__: str
 
-class PixelwireError(Exception): ...
-class DecodeError(PixelwireError): ...
-class UnsupportedFormat(DecodeError): ...
-class ImageTooLarge(DecodeError): ...
+class PixelwireError(Exception):
+    """Base class of every pixelwire error."""
+
+class DecodeError(PixelwireError):
+    """The image data is corrupt, truncated or cannot be decoded."""
+
+class UnsupportedFormat(DecodeError):
+    """The data is not in an image format pixelwire decodes."""
+
+class ImageTooLarge(DecodeError):
+    """The image is over a configured limit (bytes, pixels or side)."""
 
 class FetchError(PixelwireError):
+    """An image URL could not be fetched: ``status`` is the HTTP status (None
+    when not HTTP), ``retryable`` whether a retry may succeed."""
+
     status: int | None
     retryable: bool
+    def __init__(
+        self, message: str = "", *args: object, status: int | None = None, retryable: bool = False
+    ) -> None: ...
 
-class BlockedURL(FetchError): ...
-class DescriptorError(PixelwireError): ...
-class TransferError(PixelwireError): ...
-class PoolExhausted(PixelwireError): ...
+class BlockedURL(FetchError):
+    """An image URL was refused by the SSRF guard or the domain allow-list."""
+
+class DescriptorError(PixelwireError):
+    """A pixel descriptor is malformed, out of bounds or inconsistent."""
+
+class TransferError(PixelwireError):
+    """A NIXL transfer failed, timed out or failed verification. ``may_land``
+    (on failed READs) says whether the READ may still write its destination."""
+
+class PoolExhausted(PixelwireError):
+    """No registered pool slot became free within the acquire timeout."""
 
 @final
 class Limits:
+    """Decoding limits, checked from the header before pixel memory is taken."""
+
     def __new__(
         cls,
         *,
@@ -55,13 +78,51 @@ def decode_image(
     resize: tuple[int, int] | None = None,
     resize_kernel: Literal["torchvision", "pillow"] = "torchvision",
     resize_filter: Literal["bicubic", "bilinear"] = "bicubic",
-) -> npt.NDArray[np.uint8]: ...
-def probe_image(data: Buffer, *, limits: Limits | None = None) -> ProbeResult: ...
-def decode_data_url(url: str) -> tuple[str, bytes]: ...
-def content_hash(data: Buffer) -> str: ...
-def load_nixl(path: str) -> None: ...
+) -> npt.NDArray[np.uint8]:
+    """Decodes an image to a C-contiguous ``uint8`` array of shape (H, W, C),
+    as vLLM's loader would (EXIF orientation, Pillow's mode conversion,
+    RGBA composited onto ``background`` for RGB); with ``resize=(height,
+    width)``, resized right after decoding with the named processor
+    arithmetic. The GIL is released while it decodes."""
+
+def probe_image(data: Buffer, *, limits: Limits | None = None) -> ProbeResult:
+    """Reads the header only: format, stored size, source mode, EXIF
+    orientation, and the (height, width) once oriented."""
+
+def decode_data_url(url: str) -> tuple[str, bytes]:
+    """Decodes an RFC 2397 base64 ``data:`` URL: returns (media type, bytes)."""
+
+def content_hash(data: Buffer) -> str:
+    """xxh3-64 of a buffer as 16 hex digits (the descriptors' ``content_hash``)."""
+
+def is_content_hash(text: str) -> bool:
+    """Whether ``text`` has the form of a ``content_hash`` (16 lowercase hex digits)."""
+
+def notification_for(slot: int, generation: int) -> str:
+    """The notification that frees a published slot: the frontend mints it, a
+    reader sends it back after its READ."""
+
+def load_nixl(path: str) -> None:
+    """Loads NIXL's C API from ``path`` (once per process)."""
 
 MIN_LEASE_SECONDS: float
+
+class Published(TypedDict):
+    """What ``NativePublisher.publish`` returns; the descriptor is built from it."""
+
+    metadata: str
+    metadata_version: int
+    addr: int
+    size: int
+    shape: tuple[int, int, int]
+    source_shape: tuple[int, int]
+    format: str
+    color_type: str
+    content_hash: str
+    slot: int
+    generation: int
+    expires_at: float
+    notification: str
 
 @final
 class NativePublisher:
@@ -82,13 +143,14 @@ class NativePublisher:
         self,
         data: Buffer,
         *,
-        mode: str = "RGB",
+        mode: Literal["RGB", "RGBA", "L"] = "RGB",
         background: tuple[int, int, int] = (255, 255, 255),
         rgbx: bool = False,
         resize: tuple[int, int] | None = None,
-        resize_kernel: str = "torchvision",
-        resize_filter: str = "bicubic",
-    ) -> dict[str, Any]: ...
+        resize_kernel: Literal["torchvision", "pillow"] = "torchvision",
+        resize_filter: Literal["bicubic", "bilinear"] = "bicubic",
+    ) -> Published:
+        """Decodes ``data`` into a pool slot and starts its lease (GIL released)."""
     def release(self, slot: int, generation: int) -> bool: ...
     def stats(self) -> dict[str, int]: ...
     def close(self) -> None: ...
@@ -114,7 +176,7 @@ class NativeReader:
         slot: int | None = None,
         generation: int | None = None,
     ) -> npt.NDArray[np.uint8] | PixelBuffer: ...
-    def register(self, *, addr: int, size: int, mem_type: str, device: int) -> int: ...
+    def register(self, *, addr: int, size: int, mem_type: Literal["Dram", "Vram"], device: int) -> int: ...
     def deregister(self, id: int) -> bool: ...
     def read_into(
         self,
@@ -125,7 +187,7 @@ class NativeReader:
         size: int,
         notification: str,
         local_addr: int,
-        mem_type: str,
+        mem_type: Literal["Dram", "Vram"],
         device: int,
         metadata_version: int | None = None,
         slot: int | None = None,

@@ -5,6 +5,7 @@ use numpy::{PyArray1, PyArrayMethods};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
+mod errors;
 mod transfer;
 
 use crate::decode::{self, DecodeOptions, Mode};
@@ -196,10 +197,26 @@ fn content_hash(py: Python<'_>, data: Encoded<'_>) -> String {
     py.detach(|| crate::wire::content_hash(bytes))
 }
 
+/// Whether `text` has the form of a `content_hash` (16 lowercase hex digits).
+#[pyfunction]
+fn is_content_hash(text: &str) -> bool {
+    crate::wire::is_content_hash(text)
+}
+
+/// The notification that frees a published slot (`pw1:<slot>:<generation>`):
+/// the frontend mints it, a reader sends it back after its READ.
+#[pyfunction]
+fn notification_for(slot: u64, generation: u64) -> String {
+    crate::wire::notification_for(slot, generation)
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    errors::register(m)?;
     transfer::register(m)?;
     m.add_function(wrap_pyfunction!(decode_data_url, m)?)?;
     m.add_function(wrap_pyfunction!(content_hash, m)?)?;
+    m.add_function(wrap_pyfunction!(is_content_hash, m)?)?;
+    m.add_function(wrap_pyfunction!(notification_for, m)?)?;
     m.add_class::<PyLimits>()?;
     m.add_function(wrap_pyfunction!(decode_image, m)?)?;
     m.add_function(wrap_pyfunction!(probe_image, m)?)?;

@@ -1,0 +1,110 @@
+//! The Python exception tree, and the mapping of [`Error`] onto it.
+
+use pyo3::create_exception;
+use pyo3::exceptions::{PyException, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use crate::errors::Error;
+
+create_exception!(
+    pixelwire,
+    PixelwireError,
+    PyException,
+    "Base class of every pixelwire error."
+);
+create_exception!(
+    pixelwire,
+    DecodeError,
+    PixelwireError,
+    "The image data is corrupt, truncated or cannot be decoded."
+);
+create_exception!(
+    pixelwire,
+    UnsupportedFormat,
+    DecodeError,
+    "The data is not in an image format pixelwire decodes."
+);
+create_exception!(
+    pixelwire,
+    ImageTooLarge,
+    DecodeError,
+    "The image is over a configured limit (bytes, pixels or side)."
+);
+create_exception!(
+    pixelwire,
+    FetchError,
+    PixelwireError,
+    "An image URL could not be fetched (attributes: status, retryable)."
+);
+create_exception!(
+    pixelwire,
+    BlockedURL,
+    FetchError,
+    "An image URL was refused by the SSRF guard or the domain allow-list."
+);
+create_exception!(
+    pixelwire,
+    DescriptorError,
+    PixelwireError,
+    "A pixel descriptor is malformed, out of bounds or inconsistent."
+);
+create_exception!(
+    pixelwire,
+    TransferError,
+    PixelwireError,
+    "A NIXL transfer failed, timed out or failed verification."
+);
+create_exception!(
+    pixelwire,
+    PoolExhausted,
+    PixelwireError,
+    "No registered pool slot became free within the acquire timeout."
+);
+
+impl From<Error> for PyErr {
+    fn from(err: Error) -> PyErr {
+        match err {
+            Error::Decode(m) => DecodeError::new_err(m),
+            Error::UnsupportedFormat(m) => UnsupportedFormat::new_err(m),
+            Error::ImageTooLarge(m) => ImageTooLarge::new_err(m),
+            Error::InvalidArgument(m) => PyValueError::new_err(m),
+            Error::InvalidData(m) => FetchError::new_err(m),
+            Error::Descriptor(m) => DescriptorError::new_err(m),
+            Error::Transfer(m) => TransferError::new_err(m),
+            Error::PoolExhausted(m) => PoolExhausted::new_err(m),
+        }
+    }
+}
+
+/// `FetchError(message, *, status=None, retryable=False)`: the HTTP status
+/// (None when not HTTP) and whether a retry may succeed are set by the
+/// constructor, for every subclass too. Plain Python, since the class is
+/// made by `create_exception!`.
+const FETCH_ERROR_INIT: &std::ffi::CStr =
+    c"def __init__(self, message='', *args, status=None, retryable=False):
+    Exception.__init__(self, message, *args)
+    self.status = status
+    self.retryable = retryable
+";
+
+/// Adds the exception classes to the native module.
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    let scope = PyDict::new(py);
+    py.run(FETCH_ERROR_INIT, Some(&scope), None)?;
+    let init = scope
+        .get_item("__init__")?
+        .expect("the snippet defines __init__");
+    py.get_type::<FetchError>().setattr("__init__", init)?;
+    m.add("PixelwireError", py.get_type::<PixelwireError>())?;
+    m.add("DecodeError", py.get_type::<DecodeError>())?;
+    m.add("UnsupportedFormat", py.get_type::<UnsupportedFormat>())?;
+    m.add("ImageTooLarge", py.get_type::<ImageTooLarge>())?;
+    m.add("FetchError", py.get_type::<FetchError>())?;
+    m.add("BlockedURL", py.get_type::<BlockedURL>())?;
+    m.add("DescriptorError", py.get_type::<DescriptorError>())?;
+    m.add("TransferError", py.get_type::<TransferError>())?;
+    m.add("PoolExhausted", py.get_type::<PoolExhausted>())?;
+    Ok(())
+}
