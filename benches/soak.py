@@ -1,6 +1,6 @@
 """Soak test of the NIXL transfer (`make soak`, not in CI).
 
-One frontend child process (`pixelwire._frontend_process`) decodes and
+One frontend child process (`pixelwire.frontend_process`) decodes and
 publishes images of random sizes (64 KiB to 24 MiB of RGB pixels) into its
 registered pool; reader child processes (this script with `--worker`, each a
 `pixelwire.Reader`) READ them over NIXL/UCX and answer with a SHA-1 of the
@@ -132,46 +132,6 @@ def _read_line(proc: subprocess.Popen[str], timeout: float, what: str) -> dict[s
         raise RuntimeError(f"{what}: the process died (exit {proc.poll()})")
     answer: dict[str, Any] = json.loads(line)
     return answer
-
-
-class Frontend:
-    """The frontend child, `pixelwire._frontend_process`, with timeouts."""
-
-    def __init__(self, pool_bytes: int, lease: float, acquire: float, timeout: float) -> None:
-        env = {**os.environ, "NIXL_LOG_LEVEL": os.environ.get("NIXL_LOG_LEVEL", "FATAL")}
-        self.timeout = timeout
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "pixelwire._frontend_process",
-                str(pool_bytes),
-                str(lease),
-                str(acquire),
-                str(64 * MiB),
-            ],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            env=env,
-        )
-        self.agent = _read_line(self.proc, timeout, "frontend start")["ready"]
-
-    def ask(self, **cmd: Any) -> dict[str, Any]:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps(cmd) + "\n")
-        self.proc.stdin.flush()
-        return _read_line(self.proc, self.timeout, f"frontend {cmd['cmd']}")
-
-    def stats(self) -> dict[str, int]:
-        stats: dict[str, int] = self.ask(cmd="stats")["stats"]
-        return stats
-
-    def rss_kib(self) -> int:
-        return rss_kib(self.proc.pid)
-
-    def stop(self) -> None:
-        _stop(self.proc)
 
 
 def _stop(proc: subprocess.Popen[str]) -> None:
@@ -377,7 +337,9 @@ def soak(args: argparse.Namespace) -> dict[str, Any]:
     (out / "wrong").mkdir(exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="pixelwire-soak-"))
     stderr_log = open(out / "readers-stderr.log", "w")
-    front: Frontend | None = None
+    from pixelwire.frontend_process import FrontendProcess
+
+    front: FrontendProcess | None = None
     steady: Worker | None = None
     victim: Worker | None = None
     started = time.monotonic()
@@ -396,7 +358,9 @@ def soak(args: argparse.Namespace) -> dict[str, Any]:
             f"Pillow agrees on {sum(i.pillow_agrees for i in images)}/{len(images)}",
             flush=True,
         )
-        front = Frontend(args.pool_mib * MiB, args.lease, args.acquire, args.timeout)
+        front = FrontendProcess(
+            args.pool_mib * MiB, args.lease, args.acquire, region_bytes=64 * MiB, answer_timeout=args.timeout
+        )
         steady = new_worker("steady")
         victim = new_worker("victim")
         steady.wait_ready()
@@ -568,9 +532,11 @@ def soak(args: argparse.Namespace) -> dict[str, Any]:
             victim_final=victim_final,
         )
     finally:
-        for child in (victim, steady, front):
+        for child in (victim, steady):
             if child is not None:
                 child.stop()
+        if front is not None:
+            front.close()
         stderr_log.close()
         shutil.rmtree(scratch, ignore_errors=True)
 

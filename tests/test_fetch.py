@@ -290,11 +290,11 @@ def test_fetcher_without_context_manager_creates_its_session_lazily() -> None:
     async def main() -> None:
         async with serve() as server:
             fetcher = open_fetcher()
-            assert fetcher._session is None
+            assert not fetcher.has_session
             assert await fetcher.fetch("data:;base64,eA==") == b"x"
-            assert fetcher._session is None  # data: URLs need no session
+            assert not fetcher.has_session  # data: URLs need no session
             await fetcher.fetch(server.url("/img/hopper.png"))
-            assert fetcher._session is not None
+            assert fetcher.has_session
             await fetcher.close()
             await fetcher.close()  # idempotent
             assert fetcher.closed
@@ -1072,7 +1072,7 @@ def test_the_deadline_covers_the_wait_for_a_callers_slot() -> None:
 
 
 def test_one_client_cannot_starve_another() -> None:
-    """Issue #11's test: while client A's 64 slow-trickle URLs (on four hosts, so
+    """While client A's 64 slow-trickle URLs (on four hosts, so
     per-host limits do not save B) are in flight, client B's image, behind a host
     name, comes back within 2 s. Each client is one frontend request: its fetches
     run under its own concurrency limit, as the frontend does."""

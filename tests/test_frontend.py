@@ -136,7 +136,7 @@ class Upstream:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
         self.loop.close()
-        self.reader.close()
+        asyncio.run(self.reader.close())
 
 
 @pytest.fixture(scope="module")
@@ -422,7 +422,7 @@ def test_signing_round_trip_and_refusals() -> None:
     assert issubclass(SignatureError, pixelwire.PixelwireError)
 
 
-# -- routes, redirects and caps (#11) -------------------------------------------
+# -- routes, redirects and caps ---------------------------------------------
 
 
 class Counting:
@@ -673,11 +673,26 @@ def test_caps_name_their_limit_and_come_before_the_work(
         service.stop()
 
 
+def test_a_body_of_too_many_json_values_is_refused_before_parsing(frontend: stack.Service) -> None:
+    # 64 MiB of `{},` would take the Python scanner ~45 s of CPU; the bound
+    # (1 + every `{`, `[` and `,`) refuses it unread, naming the limit.
+    body = b"[" + b"{}," * 3_000_000 + b"{}]"
+    status, _, raw = _send(frontend, "/v1/chat/completions", body)
+    message = json.loads(raw)["error"]["message"]
+    assert status == 400 and "max_json_values" in message and "500000" in message, message
+    status, _, raw = _send(frontend, "/v1/models", body, method="GET")
+    assert status == 400 and "max_json_values" in json.loads(raw)["error"]["message"]  # every route
+    # Just under the bound is parsed (and refused for what it is).
+    body = b"[" + b"{}," * 249_998 + b"{}]"
+    status, _, raw = _send(frontend, "/v1/chat/completions", body)
+    assert status == 400 and "JSON object" in json.loads(raw)["error"]["message"]
+
+
 def test_a_large_body_does_not_freeze_the_loop(frontend: stack.Service) -> None:
-    # 4.5 MB of `{},`: parsed on the event loop, every other request would
-    # wait for it (for 1.1 s at 9 MB), so /metrics could not answer until the
-    # big request had its answer.
-    body = b"[" + b"{}," * 1_500_000 + b"{}]"
+    # 1.2 MB of `{},` (400,000 values, under max_json_values): parsed on the
+    # event loop, every other request would wait for it (for 1.1 s at 9 MB),
+    # so /metrics could not answer until the big request had its answer.
+    body = b"[" + b"{}," * 200_000 + b"{}]"
     sent, answered = threading.Event(), threading.Event()
     reply: list[bytes] = []
 

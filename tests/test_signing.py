@@ -1,4 +1,4 @@
-"""Descriptor references and descriptor validation (issue #11): what the
+"""Descriptor references and descriptor validation: what the
 signature binds, the worker's fail-closed policy, strict base64url, bounded
 numbers, and no computed content hash in any message."""
 
@@ -19,8 +19,8 @@ from PIL import Image
 
 import pixelwire
 from pixelwire import signing
+from pixelwire.descriptor import parse_descriptor
 from pixelwire.signing import SignatureError, decode_reference, encode_reference
-from pixelwire.transfer import _parse
 
 SECRET = b"signing-test-secret"
 
@@ -200,13 +200,14 @@ def test_out_of_range_numbers_are_descriptor_errors(change: Callable[[dict[str, 
     bad = _descriptor()
     change(bad)
     with pytest.raises(pixelwire.DescriptorError):
-        _parse(bad, None)
+        parse_descriptor(bad, None)
 
 
 def test_the_largest_native_values_still_parse() -> None:
     edge = _descriptor()
-    edge["pixelwire"].update(slot=2**64 - 1, generation=2**64 - 1, metadata_version=2**64 - 1)
-    source = _parse(edge, None)
+    top = 2**64 - 1
+    edge["pixelwire"].update(slot=top, generation=top, metadata_version=top, notification=f"pw1:{top}:{top}")
+    source = parse_descriptor(edge, None)
     assert (source.slot, source.generation, source.metadata_version) == (2**64 - 1,) * 3
 
 
@@ -247,7 +248,7 @@ def test_an_addr_past_u64_is_a_descriptor_error_not_an_overflow() -> None:
 
 @needs_nixl
 def test_a_wrong_content_hash_error_never_carries_the_hash_the_reader_computed() -> None:
-    from pixelwire._frontend_process import FrontendProcess
+    from pixelwire.frontend_process import FrontendProcess
 
     data = _png(32, 48)
     expected = pixelwire.decode_image(data)
@@ -289,4 +290,4 @@ def test_descriptor_formats_are_whole_ascii_matches(field: str, value: str) -> N
     else:
         desc["content_hash"] = value
     with pytest.raises(pixelwire.DescriptorError):
-        _parse(desc, None)
+        parse_descriptor(desc, None)

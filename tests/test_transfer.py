@@ -17,7 +17,7 @@ import pytest
 from PIL import Image
 
 import pixelwire
-from pixelwire._frontend_process import FrontendProcess
+from pixelwire.frontend_process import FrontendProcess
 
 from reference import CORPUS, corpus_files
 
@@ -90,7 +90,7 @@ def test_round_trip_over_the_corpus(frontend: FrontendProcess) -> None:
                     elif output == "torch":
                         got = got.numpy()
                     np.testing.assert_array_equal(got, expected, err_msg=f"{path.name} as {output}")
-            assert reader._open().remote_count == 1, "metadata loaded once for the one frontend"
+            assert reader.remote_count == 1, "metadata loaded once for the one frontend"
         return reads
 
     reads = run(main())
@@ -338,7 +338,7 @@ def image_server() -> Iterator[tuple[str, dict[str, bytes]]]:
 def test_both_modes_give_the_worker_identical_pixels(
     decode_at: str, image_server: tuple[str, dict[str, bytes]]
 ) -> None:
-    """Issue 4, acceptance 4: the same URL gives the worker identical pixels
+    """The same URL gives the worker identical pixels
     whether it was decoded at the frontend (NIXL) or at the worker."""
     base, files = image_server
     frontend = FrontendProcess(env={"PIXELWIRE_DECODE_AT": decode_at, "PIXELWIRE_ALLOW_PRIVATE": "1"})

@@ -22,7 +22,7 @@ import pytest
 from PIL import Image
 
 import pixelwire
-from pixelwire._frontend_process import FrontendProcess
+from pixelwire.frontend_process import FrontendProcess
 
 MiB = 1024 * 1024
 

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 import pixelwire
-from pixelwire._frontend_process import FrontendProcess
 from pixelwire.benchmarks import ppm_of_size
+from pixelwire.frontend_process import FrontendProcess
 
 torch = pytest.importorskip("torch")
 

@@ -1,5 +1,5 @@
 """atheris harness for the Python descriptor and reference parsing
-(pixelwire.signing.decode_reference, pixelwire.transfer._parse).
+(pixelwire.signing.decode_reference, pixelwire.descriptor.parse_descriptor).
 
 Optional; needs atheris (pip install atheris numpy in a throwaway venv) and
 the built extension (python/pixelwire/_native.abi3.so, `make build-dev`):
@@ -22,7 +22,7 @@ import sys
 import atheris
 
 with atheris.instrument_imports():
-    from pixelwire import signing, transfer
+    from pixelwire import descriptor, signing
     from pixelwire._native import DescriptorError
 
 _U64 = 1 << 64
@@ -118,14 +118,14 @@ def one(data: bytes) -> None:
             # A raw reference string.
             desc = signing.decode_reference(fdp.ConsumeUnicodeNoSurrogates(4096), secret)
             assert isinstance(desc, dict)
-            src = transfer._parse(desc, None)
+            src = descriptor.parse_descriptor(desc, None)
         elif mode == 1:
             # Arbitrary bytes as the JSON payload of a well-formed reference.
             payload = fdp.ConsumeBytes(4096)
             signed = f"{signing.PREFIX}{signing.VERSION}.{signing._b64(payload)}"
             sig = signing._b64(signing._mac(secret, signed)) if secret else ""
             desc = signing.decode_reference(f"{signed}.{sig}", secret)
-            src = transfer._parse(desc, None)
+            src = descriptor.parse_descriptor(desc, None)
         else:
             # A structured descriptor, mutated, through a signed reference.
             desc = mutate(fdp)
@@ -135,7 +135,7 @@ def one(data: bytes) -> None:
             except ValueError:  # nan/inf are not JSON
                 return
             assert signing.decode_reference(ref, secret) == json.loads(json.dumps(desc))
-            src = transfer._parse(desc, shape)
+            src = descriptor.parse_descriptor(desc, shape)
     except DescriptorError:
         return
     check_source(src)

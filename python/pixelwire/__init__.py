@@ -19,14 +19,10 @@ from pixelwire._native import (
     decode_image,
     probe_image,
 )
-from pixelwire.transfer import (
-    Decoded,
-    PassThrough,
-    Publisher,
-    Reader,
-    decode_and_publish,
-    read_decoded,
-)
+from pixelwire.descriptor import Decoded, PassThrough
+from pixelwire.publisher import Publisher
+from pixelwire.reader import Reader
+from pixelwire.transfer import decode_and_publish, read_decoded
 
 if TYPE_CHECKING:
     from pixelwire.fetch import Fetcher, load_image
@@ -40,11 +36,6 @@ def __getattr__(name: str) -> Any:
         return getattr(fetch, name)
     raise AttributeError(f"module 'pixelwire' has no attribute {name!r}")
 
-
-# FetchError carries the HTTP status (None when not HTTP) and whether a retry
-# may succeed; instances set their own values.
-FetchError.status = None
-FetchError.retryable = False
 
 __all__ = [
     "BlockedURL",

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 import pixelwire
-from pixelwire._frontend_process import FrontendProcess, nixl_python_api
+from pixelwire.frontend_process import FrontendProcess, nixl_python_api
 
 KiB = 1024
 MiB = 1024 * KiB

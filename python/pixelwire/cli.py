@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+from pixelwire import config
 from pixelwire._native import PixelwireError, decode_image, probe_image
 
 
@@ -35,31 +36,30 @@ def _decode(paths: list[Path], mode: str) -> int:
 
 def _frontend(args: argparse.Namespace) -> int:
     from pixelwire import frontend
+    from pixelwire.config import FrontendConfig
     from pixelwire.resize import ResizePolicy
-    from pixelwire.signing import secret_from_env
-    from pixelwire.transfer import MiB, _decode_at, _env_float, _env_int, allow_private_from_env
 
     image_kwargs = args.media_io_kwargs.get("image", {}) if isinstance(args.media_io_kwargs, dict) else {}
     resize = None
     if args.model:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         resize = ResizePolicy.from_pretrained(args.model, args.mm_processor_kwargs)
-    config = frontend.FrontendConfig(
-        upstream=args.upstream,
-        decode_at=_decode_at(args.decode_at),
-        pool_bytes=args.pool_bytes or _env_int("PIXELWIRE_POOL_BYTES", 256 * MiB),
+    config = FrontendConfig.from_env(
+        args.upstream,
+        decode_at=args.decode_at,
+        pool_bytes=args.pool_bytes,
         region_bytes=args.region_bytes,
-        lease_seconds=args.lease_seconds or _env_float("PIXELWIRE_LEASE_SECONDS", 60.0),
-        secret=secret_from_env(),
+        lease_seconds=args.lease_seconds,
         image_kwargs=image_kwargs,
         upstream_timeout=args.upstream_timeout,
         allowed_domains=args.allowed_domains,
-        allow_private=args.allow_private or allow_private_from_env(),
+        allow_private=args.allow_private,
         check_upstream=not args.no_check_upstream,
         max_request_bytes=args.max_request_bytes,
         max_images_per_request=args.max_images_per_request,
         max_image_bytes_per_request=args.max_image_bytes_per_request,
         max_fetches_per_request=args.max_fetches_per_request,
+        max_json_values=args.max_json_values,
         resize=resize,
     )
     frontend.run(config, args.host, args.port)
@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     decode = commands.add_parser("decode", help="decode image files and print format, shape and time")
     decode.add_argument("files", nargs="+", type=Path)
-    decode.add_argument("--mode", default="RGB", choices=["RGB", "RGBA", "L"])
+    decode.add_argument("--mode", default="RGB", choices=config.DECODED_MODES)
     demo = commands.add_parser("demo", help="frontend and worker processes moving images over NIXL")
     demo.add_argument("paths", nargs="*", type=Path, help="image files or folders (default: generated)")
     demo.add_argument("--per-size", type=int, default=20, help="generated images of each size")
@@ -101,14 +101,26 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="where images are decoded (default: PIXELWIRE_DECODE_AT, else frontend)",
     )
-    front.add_argument("--pool-bytes", type=int, default=None, help="registered pixel pool (default 256 MiB)")
+    front.add_argument(
+        "--pool-bytes",
+        type=int,
+        default=None,
+        help=f"registered pixel pool (default: PIXELWIRE_POOL_BYTES, else {config.POOL_BYTES >> 20} MiB)",
+    )
     front.add_argument(
         "--region-bytes",
         type=int,
-        default=64 << 20,
-        help="the pool grows by registered regions of this size (default 64 MiB; larger images: their own)",
+        default=None,
+        help="the pool grows by registered regions of this size (default: PIXELWIRE_REGION_BYTES, else "
+        f"{config.REGION_BYTES >> 20} MiB; larger images: their own)",
     )
-    front.add_argument("--lease-seconds", type=float, default=None)
+    front.add_argument(
+        "--lease-seconds",
+        type=float,
+        default=None,
+        help=f"how long an image waits for its reader (default: PIXELWIRE_LEASE_SECONDS, else "
+        f"{config.LEASE_SECONDS:g} s)",
+    )
     front.add_argument(
         "--media-io-kwargs",
         type=json.loads,
@@ -138,33 +150,42 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="the same JSON as vLLM's --mm-processor-kwargs (e.g. '{\"max_pixels\": 1003520}')",
     )
-    front.add_argument("--upstream-timeout", type=float, default=600.0)
+    front.add_argument("--upstream-timeout", type=float, default=config.UPSTREAM_TIMEOUT)
     front.add_argument(
         "--max-request-bytes",
         type=int,
-        default=64 << 20,
-        help="request body cap, 413 above it (default 64 MiB: OpenAI's 50 MB request payload fits)",
+        default=config.MAX_REQUEST_BYTES,
+        help=f"request body cap, 413 above it (default {config.MAX_REQUEST_BYTES >> 20} MiB: OpenAI's "
+        "50 MB request payload fits)",
     )
     front.add_argument(
         "--max-images-per-request",
         type=int,
-        default=32,
-        help="images in one request, 400 above it, checked before any fetch (default 32; give it vLLM's "
-        "--limit-mm-per-prompt image count when that is lower)",
+        default=config.MAX_IMAGES_PER_REQUEST,
+        help="images in one request, 400 above it, checked before any fetch (default "
+        f"{config.MAX_IMAGES_PER_REQUEST}; give it vLLM's --limit-mm-per-prompt image count when that "
+        "is lower)",
     )
     front.add_argument(
         "--max-fetches-per-request",
         type=int,
-        default=8,
-        help="image URLs of one request fetched at once (default 8): one request cannot hold "
-        "every connection the others need",
+        default=config.MAX_FETCHES_PER_REQUEST,
+        help=f"image URLs of one request fetched at once (default {config.MAX_FETCHES_PER_REQUEST}): one "
+        "request cannot hold every connection the others need",
     )
     front.add_argument(
         "--max-image-bytes-per-request",
         type=int,
-        default=64 << 20,
+        default=config.MAX_IMAGE_BYTES_PER_REQUEST,
         help="encoded image bytes in one request, 400 above it: data: URLs counted before any work, "
-        "fetched images as they arrive (default 64 MiB)",
+        f"fetched images as they arrive (default {config.MAX_IMAGE_BYTES_PER_REQUEST >> 20} MiB)",
+    )
+    front.add_argument(
+        "--max-json-values",
+        type=int,
+        default=config.MAX_JSON_VALUES,
+        help=f"JSON values in one request body, 400 above it, bounded before parsing (default "
+        f"{config.MAX_JSON_VALUES}; counts every '{{', '[' and ',' byte, so it is an upper bound)",
     )
     front.add_argument(
         "--no-check-upstream",

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 import pixelwire
-from pixelwire._frontend_process import FrontendProcess
+from pixelwire.frontend_process import FrontendProcess
 
 SIZES = [(320, 240), (640, 480), (1280, 720), (1920, 1080), (3840, 2160)]
 SUFFIXES = {".jpg", ".jpeg", ".png", ".gif", ".webp", ".bmp", ".tif", ".tiff", ".ico", ".tga", ".ppm", ".qoi"}

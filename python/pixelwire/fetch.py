@@ -71,7 +71,7 @@ from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
-from typing import Final, Literal
+from typing import Final
 
 import aiohttp
 import numpy as np
@@ -79,14 +79,15 @@ import numpy.typing as npt
 from aiohttp.abc import AbstractResolver, ResolveResult
 from yarl import URL
 
+from pixelwire import config
 from pixelwire._native import BlockedURL, FetchError, __version__, decode_data_url, decode_image
+from pixelwire.config import Mode
 
 __all__ = ["Fetcher", "load_image"]
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
-Mode = Literal["RGB", "RGBA", "L"]
 
-DEFAULT_MAX_BYTES: Final = 50 * 1024 * 1024
+DEFAULT_MAX_BYTES: Final = config.FETCH_MAX_BYTES
 DEFAULT_USER_AGENT: Final = f"pixelwire/{__version__}"
 
 _HTTP_SCHEMES: Final = frozenset({"http", "https"})
@@ -127,10 +128,7 @@ _CALLER_LIMIT: contextvars.ContextVar[asyncio.Semaphore | None] = contextvars.Co
 def _error(
     cls: type[FetchError], message: str, *, status: int | None = None, retryable: bool = False
 ) -> FetchError:
-    err = cls(message)
-    err.status = status
-    err.retryable = retryable
-    return err
+    return cls(message, status=status, retryable=retryable)
 
 
 def _blocked(message: str) -> FetchError:
@@ -375,10 +373,10 @@ class Fetcher:
     def __init__(
         self,
         *,
-        timeout: float = 30.0,
-        connect_timeout: float = 10.0,
+        timeout: float = config.FETCH_TIMEOUT,
+        connect_timeout: float = config.CONNECT_TIMEOUT,
         max_bytes: int = DEFAULT_MAX_BYTES,
-        max_redirects: int = 3,
+        max_redirects: int = config.FETCH_MAX_REDIRECTS,
         allowed_domains: Iterable[str] | None = None,
         allow_private: bool = False,
         allowed_local_path: str | os.PathLike[str] | None = None,
@@ -438,7 +436,14 @@ class Fetcher:
 
     @property
     def closed(self) -> bool:
+        """Whether :meth:`close` has been called."""
         return self._closed
+
+    @property
+    def has_session(self) -> bool:
+        """Whether the HTTP session (the connection pool) exists: it is made
+        by the first ``http(s)`` fetch, not by ``data:`` or ``file:`` ones."""
+        return self._session is not None
 
     def concurrency_limit(self, max_concurrent: int) -> contextlib.AbstractContextManager[asyncio.Semaphore]:
         """A context in which at most ``max_concurrent`` ``http(s)``/``file:``

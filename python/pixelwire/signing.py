@@ -35,6 +35,7 @@ import re
 from typing import Any
 
 from pixelwire._native import DescriptorError
+from pixelwire.config import env_flag
 
 PREFIX = "pixelwire:"
 VERSION = "1"
@@ -63,9 +64,7 @@ def secret_from_env() -> bytes | None:
 
 def allow_unsigned_from_env() -> bool:
     """``PIXELWIRE_ALLOW_UNSIGNED``: only 1/true/yes turn it on (a typo is off)."""
-    from pixelwire.transfer import _env_flag
-
-    return _env_flag("PIXELWIRE_ALLOW_UNSIGNED", False)
+    return env_flag("PIXELWIRE_ALLOW_UNSIGNED", False)
 
 
 def reference_secret() -> bytes | None:

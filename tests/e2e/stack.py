@@ -9,16 +9,12 @@ import contextlib
 import hashlib
 import http.server
 import os
-import signal
-import socket
-import subprocess
 import sys
 import threading
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+
+from pixelwire.bench import services
 
 import tiny_model
 
@@ -41,57 +37,16 @@ def data_url(name: str) -> str:
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return services.free_port("127.0.0.1")
 
 
-class Service:
-    """A server in its own process group, with its output in a log file."""
+class Service(services.Service):
+    """A server on the loopback (``pixelwire.bench.services.Service``, which
+    ``pixelwire bench serve`` starts its servers with), on ``port``."""
 
     def __init__(self, name: str, argv: list[str], env: dict[str, str], port: int, log_dir: Path) -> None:
-        self.name = name
+        super().__init__(name, argv, env, f"http://127.0.0.1:{port}", log_dir)
         self.port = port
-        self.url = f"http://127.0.0.1:{port}"
-        self.log = log_dir / f"{name}.log"
-        with open(self.log, "wb") as out:
-            self.process = subprocess.Popen(
-                argv, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-            )
-
-    def wait_ready(self, path: str, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"{self.name} exited with {self.process.returncode}:\n{self.tail()}")
-            try:
-                with urllib.request.urlopen(self.url + path, timeout=2) as response:
-                    if response.status == 200:
-                        return
-            except urllib.error.HTTPError as e:
-                e.close()  # e.g. the frontend's 502 while vLLM starts; its socket must not leak
-            except (OSError, urllib.error.URLError):
-                pass
-            time.sleep(0.5)
-        raise TimeoutError(f"{self.name} not ready after {timeout:g} s:\n{self.tail()}")
-
-    def get(self, path: str) -> str:
-        with urllib.request.urlopen(self.url + path, timeout=10) as response:
-            return str(response.read().decode())
-
-    def tail(self, lines: int = 40) -> str:
-        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait(timeout=10)
 
 
 def start_vllm(
@@ -134,26 +89,9 @@ def start_frontend(
     return Service(name, argv, {**os.environ, "NIXL_LOG_LEVEL": "WARN", **(env or {})}, port, log_dir)
 
 
-class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-
-@contextlib.contextmanager
-def image_server(root: Path) -> Iterator[str]:
+def image_server(root: Path) -> contextlib.AbstractContextManager[str]:
     """Serves ``root`` over HTTP on the loopback; yields its base URL."""
-
-    def handler(*args: object) -> _QuietHandler:
-        return _QuietHandler(*args, directory=str(root))  # type: ignore[arg-type]
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    return services.image_server(root, "127.0.0.1")
 
 
 def metric(text: str, name: str, **labels: str) -> float:

@@ -1,5 +1,5 @@
-"""Attacks on a real vLLM behind the real pixelwire frontend (issue #11,
-acceptance 2; ``make test-vllm``).
+"""Attacks on a real vLLM behind the real pixelwire frontend (``make
+test-vllm``).
 
 One vLLM with the pixelwire connector (``PIXELWIRE_SECRET``,
 ``PIXELWIRE_ALLOW_PRIVATE=1`` so that its own guard lets everything local

@@ -1,4 +1,4 @@
-"""`pixelwire bench serve --quick` with a tiny load (issue #14), as a user
+"""`pixelwire bench serve --quick` with a tiny load, as a user
 runs it: the console command in vLLM's environment, on the tiny model.
 
 The report must hold a cell for every path, workload and concurrency, with

@@ -97,12 +97,12 @@ def test_vllms_allowed_domains_and_fetch_timeout_apply(
     monkeypatch.setenv("VLLM_IMAGE_FETCH_TIMEOUT", "1")
 
     async def fetch_on_a_loop_that_ends() -> None:
-        from pixelwire.vllm import _connector
+        from pixelwire.vllm import connector
 
         try:
             await ours_cls().fetch_image_async(slow_server)
         finally:
-            await _connector.close_fetchers()  # no session left behind with this loop
+            await connector.close_fetchers()  # no session left behind with this loop
 
     start = time.monotonic()
     with pytest.raises(ValueError, match="timed out"):

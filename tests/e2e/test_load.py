@@ -1,4 +1,4 @@
-"""Load on a real vLLM behind the real pixelwire frontend (issue #10, defect 0).
+"""Load on a real vLLM behind the real pixelwire frontend.
 
 The bug report: 16 concurrent ``openai`` clients, each request with a 1080p
 JPEG ``data:`` URL and a 640x480 PNG http URL, some requests answered 400

@@ -1,4 +1,4 @@
-"""Model-aware resize, end to end (issue #9, acceptance 1): for each image
+"""Model-aware resize, end to end: for each image
 processor family and setting, the processor's outputs on pixelwire's resized
 image equal its outputs on vLLM's own loader's full image, exactly
 (``torch.equal`` on every key).

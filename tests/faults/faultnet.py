@@ -332,19 +332,19 @@ class Child:
 
 
 def _frontend_argv(pool_bytes: int, lease: float, acquire: float, region_bytes: int) -> list[str]:
-    """`python -m pixelwire._frontend_process` with the arguments its
+    """`python -m pixelwire.frontend_process` with the arguments its
     `serve` takes (region_bytes is a newer, optional fourth)."""
-    from pixelwire import _frontend_process
+    from pixelwire import frontend_process
 
-    params = list(inspect.signature(_frontend_process.serve).parameters)
-    argv = ["-m", "pixelwire._frontend_process", str(pool_bytes), str(lease), str(acquire)]
+    params = list(inspect.signature(frontend_process.serve).parameters)
+    argv = ["-m", "pixelwire.frontend_process", str(pool_bytes), str(lease), str(acquire)]
     if len(params) >= 4:
         argv.append(str(region_bytes))
     return argv
 
 
 class Frontend(Child):
-    """pixelwire's own frontend process (`pixelwire._frontend_process`)."""
+    """pixelwire's own frontend process (`pixelwire.frontend_process`)."""
 
     name = "frontend"
 

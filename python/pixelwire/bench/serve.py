@@ -248,7 +248,7 @@ class Stack:
     def wait_ready(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         for service in self.services:
-            service.wait_ready("/health", deadline)
+            service.wait_ready("/health", max(0.0, deadline - time.monotonic()))
 
     def stop(self) -> None:
         for service in reversed(self.services):

@@ -45,8 +45,9 @@ class Service:
     def pid(self) -> int:
         return self.process.pid
 
-    def wait_ready(self, path: str, deadline: float) -> None:
-        """Until ``path`` answers 200; ``deadline`` is a time.monotonic() value."""
+    def wait_ready(self, path: str, timeout: float) -> None:
+        """Until ``path`` answers 200, for at most ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(f"{self.name} exited with {self.process.returncode}:\n{self.tail()}")
@@ -55,17 +56,17 @@ class Service:
                     if response.status == 200:
                         return
             except urllib.error.HTTPError as error:
-                error.close()
+                error.close()  # e.g. the frontend's 502 while vLLM starts; its socket must not leak
             except OSError:
                 pass
             time.sleep(0.5)
-        raise TimeoutError(f"{self.name} was not ready in time:\n{self.tail()}")
+        raise TimeoutError(f"{self.name} not ready after {timeout:g} s:\n{self.tail()}")
 
     def get(self, path: str) -> str:
         with urllib.request.urlopen(self.url + path, timeout=10) as response:
             return str(response.read().decode())
 
-    def tail(self, lines: int = 30) -> str:
+    def tail(self, lines: int = 40) -> str:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
 
     def stop(self) -> None:

@@ -33,17 +33,17 @@ def register() -> None:
     start-up instead of failing its first image request."""
     from vllm.multimodal.media import MEDIA_CONNECTOR_REGISTRY
 
-    from pixelwire.vllm import _connector
+    from pixelwire.vllm import connector
 
     _log_through_vllm()
-    MEDIA_CONNECTOR_REGISTRY.register(CONNECTOR_NAME)(_connector.PixelwireMediaConnector)
+    MEDIA_CONNECTOR_REGISTRY.register(CONNECTOR_NAME)(connector.PixelwireMediaConnector)
     selected = os.environ.get("VLLM_MEDIA_CONNECTOR", "http")
     if selected == CONNECTOR_NAME:
         import sys
 
-        from pixelwire.transfer import ensure_nixl
+        from pixelwire.nixl import ensure_nixl
 
         ensure_nixl()
-        _connector.check_signing_setting()
-        _connector.check_resize_setting(sys.argv)
-    _connector.install_metrics(selected)
+        connector.check_signing_setting()
+        connector.check_resize_setting(sys.argv)
+    connector.install_metrics(selected)

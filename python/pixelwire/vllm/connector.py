@@ -8,12 +8,11 @@ import hashlib
 import json
 import logging
 import os
-import re
 import threading
 import time
 import uuid
 from collections.abc import Coroutine
-from typing import Any, Literal, cast
+from typing import Any
 
 import vllm.envs as envs
 from PIL import ExifTags, Image
@@ -30,8 +29,12 @@ from pixelwire._native import (
     decode_image,
     probe_image,
 )
+from pixelwire.config import DECODED_MODES, Mode, allow_private_from_env
+from pixelwire.descriptor import RemoteImage, decoded_as, parse_descriptor
 from pixelwire.fetch import Fetcher
 from pixelwire.metrics import ImageMetrics
+from pixelwire.outputs import as_output
+from pixelwire.reader import Reader
 from pixelwire.resize import ResizePolicy
 from pixelwire.signing import (
     allow_unsigned_from_env,
@@ -41,11 +44,8 @@ from pixelwire.signing import (
     secret_from_env,
     signing_policy,
 )
-from pixelwire.transfer import DECODED_MODES, Reader, _as_output, allow_private_from_env, default_reader
+from pixelwire.transfer import default_reader
 
-NativeMode = Literal["RGB", "RGBA", "L"]
-_SHA256 = re.compile(r"[0-9a-f]{64}")
-_MAX_SIDE = 1 << 31
 _state_lock = threading.Lock()
 _metrics: ImageMetrics | None = None
 _fetchers: dict[tuple[Any, ...], Fetcher] = {}
@@ -105,40 +105,34 @@ def check_signing_setting() -> None:
         )
 
 
-def _check_resize(descriptor: dict[str, Any], resize: Any) -> str:
-    """A frontend-resized descriptor must carry this vLLM's policy and its
-    target size; returns the policy's identity."""
+def _check_resize(remote: RemoteImage) -> str:
+    """A frontend-resized image must carry this vLLM's policy and its target
+    size; returns the policy's identity."""
     expected = worker_resize_policy()
-    if not isinstance(resize, dict) or not isinstance(resize.get("policy"), str):
-        raise DescriptorError("pixelwire.resize must hold the policy and the source size")
-    source = resize.get("source")
-    if not (
-        isinstance(source, list)
-        and len(source) == 2
-        and all(type(v) is int and 0 < v < _MAX_SIDE for v in source)
-    ):
-        raise DescriptorError("pixelwire.resize.source must be [height, width], each 1 to 2^31 - 1")
+    assert remote.resize is not None
+    policy, (height, width) = remote.resize.policy, remote.resize.source
     if expected is None:
         raise DescriptorError(
-            f"the frontend resized this image for {resize['policy']}, but this vLLM's pixelwire plug-in "
+            f"the frontend resized this image for {policy}, but this vLLM's pixelwire plug-in "
             "has no PIXELWIRE_MODEL to check it against: set PIXELWIRE_MODEL (and "
             "PIXELWIRE_MM_PROCESSOR_KWARGS) to vLLM's --model (and --mm-processor-kwargs), "
             "or start the frontend without --model"
         )
-    if resize["policy"] != expected.identity:
+    if policy != expected.identity:
         raise DescriptorError(
-            f"the frontend resized this image for {resize['policy']}, but this vLLM's processor resizes for "
+            f"the frontend resized this image for {policy}, but this vLLM's processor resizes for "
             f"{expected.identity}: give the frontend the same --model and --mm-processor-kwargs as vLLM"
         )
-    shape = descriptor.get("shape")
-    if not isinstance(shape, list) or tuple(shape[:2]) != expected.target(source[0], source[1]):
-        raise DescriptorError(f"the frontend's resize of a {source} image does not match {expected.identity}")
-    return expected.identity
+    if remote.shape[:2] != expected.target(height, width):
+        raise DescriptorError(
+            f"the frontend's resize of a {[height, width]} image does not match {expected.identity}"
+        )
+    return policy
 
 
 def _reader_bytes_in_use() -> float:
     reader = default_reader()
-    return float(reader.stats()["bytes_in_use"]) if reader._native is not None else 0.0
+    return float(reader.stats()["bytes_in_use"]) if reader.is_open else 0.0
 
 
 def install_metrics(selected: str) -> ImageMetrics:
@@ -207,7 +201,7 @@ def _run_sync(coro: Coroutine[Any, Any, Any]) -> Any:
 
 
 def _decode_for_model(
-    data: bytes, mode: NativeMode, background: tuple[int, int, int], policy: ResizePolicy | None
+    data: bytes, mode: Mode, background: tuple[int, int, int], policy: ResizePolicy | None
 ) -> tuple[Any, int]:
     """Decodes (resized to the model's size when there is a policy); returns
     the pixels and the byte count at the decoded size."""
@@ -270,48 +264,30 @@ class PixelwireMediaConnector(MediaConnector):
         # PIXELWIRE_SECRET every reference is refused unless
         # PIXELWIRE_ALLOW_UNSIGNED=1 (reference_secret raises).
         descriptor = decode_reference(reference, reference_secret())
-        info, own = descriptor.get("metadata"), descriptor.get("pixelwire")
-        if (
-            not isinstance(info, dict)
-            or not isinstance(own, dict)
-            or not isinstance(info.get("color_type"), str)
-        ):
-            raise DescriptorError("descriptor lacks its metadata.color_type or pixelwire keys")
-        made = info["color_type"]
-        made_on = own.get("background", [255, 255, 255])
-        if not (
-            isinstance(made_on, list)
-            and len(made_on) == 3
-            and all(type(v) is int and 0 <= v <= 255 for v in made_on)
-        ):
-            raise DescriptorError("pixelwire.background must be [R, G, B], each 0 to 255")
-        made_on = tuple(made_on)
+        made, made_on = decoded_as(descriptor)
         if made != mode or (mode == "RGB" and made_on != background):
             raise DescriptorError(
                 f"the frontend decoded this image as {made} on {list(made_on)} but vLLM asks for "
                 f"{mode} on {list(background)}: give the frontend the same --media-io-kwargs as vLLM"
             )
-        resize = own.get("resize")
-        policy = _check_resize(descriptor, resize) if resize is not None else ""
+        remote = parse_descriptor(descriptor)
+        policy = _check_resize(remote) if remote.resize is not None else ""
         reader: Reader = default_reader()
         with metrics.timed("nixl"):
             image: Image.Image = await reader.read_decoded(descriptor, output="pil")
-        published_at = own.get("published_at")
         latency = metrics.publish_to_read_seconds
-        if latency is not None and isinstance(published_at, (int, float)) and published_at > 0:
-            latency.observe(max(0.0, time.time() - published_at))
-        shipped = int(descriptor["nixl_descriptor"]["size"])
-        source = resize["source"] if resize is not None else descriptor["shape"][:2]
+        if latency is not None and remote.published_at is not None:
+            latency.observe(max(0.0, time.time() - remote.published_at))
+        source_h, source_w = remote.source_size
         metrics.handled(
-            "nixl", shipped, shipped * source[0] * source[1] // max(1, image.width * image.height)
+            "nixl", remote.size, remote.size * source_h * source_w // max(1, image.width * image.height)
         )
-        digest = own.get("source_sha256")
-        if isinstance(digest, str) and _SHA256.fullmatch(digest):
+        if remote.source_sha256 is not None:
             # vLLM keys its multimodal caches on an EXIF ImageID UUID when an
             # image has one, instead of hashing every pixel (~20 ms for 4K).
             # The resize policy is part of what the pixels are.
             identity = hashlib.sha256(
-                f"pixelwire-image:{digest}:{mode}:{list(background)}:{policy}".encode()
+                f"pixelwire-image:{remote.source_sha256}:{mode}:{list(background)}:{policy}".encode()
             ).digest()
             image.getexif()[ExifTags.Base.ImageID] = uuid.UUID(bytes=identity[:16])
         return image
@@ -328,7 +304,7 @@ class PixelwireMediaConnector(MediaConnector):
         try:
             with metrics.timed("url"):
                 pixels, source_bytes = await asyncio.to_thread(
-                    _decode_for_model, data, cast(NativeMode, mode), background, policy
+                    _decode_for_model, data, mode, background, policy
                 )
         except UnsupportedFormat:
             # A format (or variant) pixelwire does not decode.
@@ -337,7 +313,7 @@ class PixelwireMediaConnector(MediaConnector):
         # With the encoded bytes, vLLM's processor cache hashes them as it
         # does for its own loader.
         return MediaWithBytes(
-            _as_output(pixels, "pil", "cpu"), data, {"image_mode": mode, "rgba_background_color": background}
+            as_output(pixels, "pil", "cpu"), data, {"image_mode": mode, "rgba_background_color": background}
         )
 
     async def _vllm_load(self, data: bytes, mode: str | None, metrics: ImageMetrics) -> MediaWithBytes:

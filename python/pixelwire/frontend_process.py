@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import importlib
 import json
 import os
+import select
 import subprocess
 import sys
 from pathlib import Path
@@ -30,6 +32,7 @@ from typing import Any
 import numpy as np
 
 import pixelwire
+from pixelwire import config
 
 
 def rss_kib(pid: int | str = "self") -> int:
@@ -136,22 +139,27 @@ async def serve(pool_bytes: int, lease: float, acquire: float, region_bytes: int
 
 
 class FrontendProcess:
-    """Starts and talks to a frontend child process."""
+    """Starts and talks to a frontend child process. With ``answer_timeout``
+    (seconds), a command the child does not answer in time is a
+    ``TimeoutError`` instead of a wait for ever (the soak bench kills
+    children and must not hang on one)."""
 
     def __init__(
         self,
-        pool_bytes: int = 256 << 20,
-        lease: float = 60.0,
-        acquire: float = 10.0,
+        pool_bytes: int = config.POOL_BYTES,
+        lease: float = config.LEASE_SECONDS,
+        acquire: float = config.ACQUIRE_TIMEOUT,
         env: dict[str, str] | None = None,
-        region_bytes: int = 64 << 20,
+        region_bytes: int = config.REGION_BYTES,
+        answer_timeout: float | None = None,
     ) -> None:
         env = {**os.environ, "NIXL_LOG_LEVEL": os.environ.get("NIXL_LOG_LEVEL", "FATAL"), **(env or {})}
+        self.answer_timeout = answer_timeout
         self.proc = subprocess.Popen(
             [
                 sys.executable,
                 "-m",
-                "pixelwire._frontend_process",
+                "pixelwire.frontend_process",
                 str(pool_bytes),
                 str(lease),
                 str(acquire),
@@ -162,13 +170,19 @@ class FrontendProcess:
             text=True,
             env=env,
         )
-        self.agent: str = self._answer()["ready"]
+        self.agent: str = self._answer("start")["ready"]
 
-    def _answer(self) -> dict[str, Any]:
+    def _answer(self, what: str) -> dict[str, Any]:
         assert self.proc.stdout is not None
+        # One line per answer, so the text wrapper never holds a second
+        # line that select() would not see.
+        if self.answer_timeout is not None:
+            ready, _, _ = select.select([self.proc.stdout], [], [], self.answer_timeout)
+            if not ready:
+                raise TimeoutError(f"frontend {what}: no answer within {self.answer_timeout:g} s")
         line = self.proc.stdout.readline()
         if not line:
-            raise RuntimeError("the frontend process died")
+            raise RuntimeError(f"frontend {what}: the process died (exit {self.proc.poll()})")
         answer: dict[str, Any] = json.loads(line)
         return answer
 
@@ -176,7 +190,7 @@ class FrontendProcess:
         assert self.proc.stdin is not None
         self.proc.stdin.write(json.dumps(cmd) + "\n")
         self.proc.stdin.flush()
-        return self._answer()
+        return self._answer(str(cmd.get("cmd")))
 
     def publish_many(self, data: bytes, count: int, mode: str = "RGB", layout: str = "HWC") -> dict[str, Any]:
         encoded = base64.b64encode(data).decode()
@@ -204,14 +218,21 @@ class FrontendProcess:
         self.proc.wait()
 
     def close(self) -> None:
+        """Asks the child to exit; kills it if it does not within 20 s."""
+        try:
+            if self.proc.poll() is None and self.proc.stdin is not None:
+                self.proc.stdin.write(json.dumps({"cmd": "exit"}) + "\n")
+                self.proc.stdin.flush()
+                self.proc.wait(timeout=20)
+        except (OSError, subprocess.TimeoutExpired, ValueError):
+            pass
         if self.proc.poll() is None:
-            assert self.proc.stdin is not None
-            self.proc.stdin.write(json.dumps({"cmd": "exit"}) + "\n")
-            self.proc.stdin.flush()
-            self.proc.wait(timeout=30)
+            self.proc.kill()
+            self.proc.wait(timeout=20)
         for pipe in (self.proc.stdin, self.proc.stdout):
             if pipe is not None:
-                pipe.close()
+                with contextlib.suppress(OSError):
+                    pipe.close()
 
 
 if __name__ == "__main__":

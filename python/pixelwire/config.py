@@ -1,0 +1,224 @@
+"""Every setting pixelwire has: each default once, and the ``PIXELWIRE_*``
+environment read in one place.
+
+Other modules take their defaults from here (the CLI's help text too), so a
+default changes in one line. Settings a process reads from its environment
+(the plug-in inside vLLM, the default publisher and reader) come from the
+``from_env`` constructors below; a malformed number raises ``ValueError``
+naming the variable, and a flag that is not one of 1/true/yes/0/false/no
+keeps its default, so a typo never turns a guard off.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from pixelwire._native import Limits
+
+if TYPE_CHECKING:
+    from pixelwire.resize import ResizePolicy
+
+MiB = 1024 * 1024
+
+# The modes pixelwire decodes into; other modes are left to vLLM's loader.
+Mode = Literal["RGB", "RGBA", "L"]
+DECODED_MODES: tuple[Mode, ...] = ("RGB", "RGBA", "L")
+# How a reader hands pixels back.
+Output = Literal["pil", "numpy", "torch"]
+# Where images are decoded: at the frontend (pixels over NIXL) or at the
+# worker (the frontend passes the bytes on).
+DecodeAt = Literal["frontend", "worker"]
+# How a published image is stored: (H, W, C), or RGB at four bytes a pixel
+# (Pillow's in-memory layout, mapped without a copy by a PIL reader).
+Layout = Literal["HWC", "RGBX"]
+
+# -- defaults ------------------------------------------------------------------
+
+# Registered pixel memory of a publisher or reader, grown by regions.
+POOL_BYTES = 256 * MiB
+REGION_BYTES = 64 * MiB
+# How long a published image waits for its reader before the slot is reclaimed.
+LEASE_SECONDS = 60.0
+# How long a publish waits for a free slot in a full pool.
+ACQUIRE_TIMEOUT = 10.0
+# How long a worker's READ may take.
+READ_TIMEOUT = 30.0
+# The largest image a reader accepts, in pixels: the decoder's own limit.
+MAX_PIXELS = Limits().max_pixels
+# What RGBA is composited onto for RGB (vLLM's rgba_background_color).
+BACKGROUND: tuple[int, int, int] = (255, 255, 255)
+
+# Frontend request caps. OpenAI caps a request's payload at 50 MB; 64 MiB
+# takes any request it takes, and bounds what one request can make the
+# frontend parse and hold.
+MAX_REQUEST_BYTES = 64 * MiB
+# vLLM's own --limit-mm-per-prompt (999 by default) is not exposed by a
+# stock server, so this is a setting: give it vLLM's value when that is
+# lower. 32 keeps one request's images to half the default 256 MiB pool at
+# ~1 MP each (4 MiB RGBX), so one request cannot fill it.
+MAX_IMAGES_PER_REQUEST = 32
+MAX_IMAGE_BYTES_PER_REQUEST = 64 * MiB
+# Concurrent URL fetches of one request (the fetcher pools 64 connections).
+MAX_FETCHES_PER_REQUEST = 8
+# JSON values in one body, bounded before parsing: a maximum-size body of
+# tiny values (64 MiB of `{},`) would otherwise take ~45 s of the Python
+# scanner. A long chat with tools is a few thousand values.
+MAX_JSON_VALUES = 500_000
+UPSTREAM_TIMEOUT = 600.0
+CONNECT_TIMEOUT = 10.0
+
+# Image URL fetching (pixelwire.fetch.Fetcher): a whole fetch, redirects and
+# body included, is bounded by FETCH_TIMEOUT, not per read, so a trickling
+# server cannot hold a request for ever; 50 MB is vLLM's own cap on a
+# fetched image.
+FETCH_TIMEOUT = 30.0
+FETCH_MAX_BYTES = 50 * 1024 * 1024
+FETCH_MAX_REDIRECTS = 3
+
+
+# -- the environment -------------------------------------------------------------
+
+
+def env_int(name: str, default: int) -> int:
+    """An integer variable; unset or empty is the default."""
+    value = os.environ.get(name)
+    if not value:
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"{name}={value!r} is not an integer") from None
+
+
+def env_float(name: str, default: float) -> float:
+    """A number variable; unset or empty is the default."""
+    value = os.environ.get(name)
+    if not value:
+        return default
+    try:
+        return float(value)
+    except ValueError:
+        raise ValueError(f"{name}={value!r} is not a number") from None
+
+
+def env_flag(name: str, default: bool) -> bool:
+    """1/true/yes or 0/false/no; anything else (or unset) is the default, so a
+    typo never turns a guard off."""
+    value = os.environ.get(name, "")
+    if value in ("1", "true", "yes"):
+        return True
+    if value in ("0", "false", "no"):
+        return False
+    return default
+
+
+def decode_at(value: str | None = None) -> DecodeAt:
+    """``value``, else ``PIXELWIRE_DECODE_AT``, else ``"frontend"``."""
+    chosen = value or os.environ.get("PIXELWIRE_DECODE_AT") or "frontend"
+    if chosen not in ("frontend", "worker"):
+        raise ValueError(f"decode_at must be 'frontend' or 'worker', not {chosen!r}")
+    return "frontend" if chosen == "frontend" else "worker"
+
+
+def allow_private_from_env() -> bool:
+    """``PIXELWIRE_ALLOW_PRIVATE``, the explicit opt-out of the fetcher's
+    address guard, for deployments that fetch from their own network."""
+    return env_flag("PIXELWIRE_ALLOW_PRIVATE", False)
+
+
+@dataclass(frozen=True)
+class PublisherSettings:
+    """A :class:`pixelwire.Publisher`'s pool and lease."""
+
+    pool_bytes: int = POOL_BYTES
+    region_bytes: int = REGION_BYTES
+    lease_seconds: float = LEASE_SECONDS
+    acquire_timeout: float = ACQUIRE_TIMEOUT
+
+    @classmethod
+    def from_env(cls) -> PublisherSettings:
+        """``PIXELWIRE_POOL_BYTES``, ``PIXELWIRE_REGION_BYTES``,
+        ``PIXELWIRE_LEASE_SECONDS``, ``PIXELWIRE_ACQUIRE_TIMEOUT``."""
+        return cls(
+            pool_bytes=env_int("PIXELWIRE_POOL_BYTES", POOL_BYTES),
+            region_bytes=env_int("PIXELWIRE_REGION_BYTES", REGION_BYTES),
+            lease_seconds=env_float("PIXELWIRE_LEASE_SECONDS", LEASE_SECONDS),
+            acquire_timeout=env_float("PIXELWIRE_ACQUIRE_TIMEOUT", ACQUIRE_TIMEOUT),
+        )
+
+
+@dataclass(frozen=True)
+class ReaderSettings:
+    """A :class:`pixelwire.Reader`'s receive pool and checks."""
+
+    timeout: float = READ_TIMEOUT
+    verify: bool = True
+    max_pixels: int = MAX_PIXELS
+    pool_bytes: int = POOL_BYTES
+    region_bytes: int = REGION_BYTES
+
+    @classmethod
+    def from_env(cls) -> ReaderSettings:
+        """``PIXELWIRE_READ_TIMEOUT``, ``PIXELWIRE_VERIFY``,
+        ``PIXELWIRE_READER_POOL_BYTES``, ``PIXELWIRE_READER_REGION_BYTES``."""
+        return cls(
+            timeout=env_float("PIXELWIRE_READ_TIMEOUT", READ_TIMEOUT),
+            verify=env_flag("PIXELWIRE_VERIFY", True),
+            pool_bytes=env_int("PIXELWIRE_READER_POOL_BYTES", POOL_BYTES),
+            region_bytes=env_int("PIXELWIRE_READER_REGION_BYTES", REGION_BYTES),
+        )
+
+
+@dataclass
+class FrontendConfig:
+    """``pixelwire frontend``: every setting, with its default."""
+
+    upstream: str
+    decode_at: DecodeAt = "frontend"
+    pool_bytes: int = POOL_BYTES
+    region_bytes: int = REGION_BYTES
+    lease_seconds: float = LEASE_SECONDS
+    secret: bytes | None = None
+    # Server-wide defaults for images, as vLLM's --media-io-kwargs '{"image": {...}}'.
+    image_kwargs: dict[str, Any] = field(default_factory=dict)
+    upstream_timeout: float = UPSTREAM_TIMEOUT
+    connect_timeout: float = CONNECT_TIMEOUT
+    allowed_domains: list[str] | None = None
+    allow_private: bool = False
+    check_upstream: bool = True
+    # Request body cap (413 above it).
+    max_request_bytes: int = MAX_REQUEST_BYTES
+    # Images in one request (400 above it), counted before any fetch or decode.
+    max_images_per_request: int = MAX_IMAGES_PER_REQUEST
+    # Total encoded image bytes in one request (400 above it): data: URLs
+    # are counted before any work, fetched bodies as they arrive.
+    max_image_bytes_per_request: int = MAX_IMAGE_BYTES_PER_REQUEST
+    # The model's resize (pixelwire frontend --model): images ship at the
+    # size its processor would resize them to.
+    resize: ResizePolicy | None = None
+    max_fetches_per_request: int = MAX_FETCHES_PER_REQUEST
+    # JSON values in one body (400 above it), counted as 1 + the `{`, `[`
+    # and `,` bytes anywhere in the body: an upper bound (characters inside
+    # strings count too; base64 has none, and ordinary prose needs ~30 MB
+    # to reach the default).
+    max_json_values: int = MAX_JSON_VALUES
+
+    @classmethod
+    def from_env(cls, upstream: str, **settings: Any) -> FrontendConfig:
+        """``settings`` as given (None means "not given"); the rest from
+        ``PIXELWIRE_DECODE_AT``, ``PIXELWIRE_POOL_BYTES``,
+        ``PIXELWIRE_REGION_BYTES``, ``PIXELWIRE_LEASE_SECONDS``,
+        ``PIXELWIRE_ALLOW_PRIVATE`` and ``PIXELWIRE_SECRET``, else the defaults."""
+        from pixelwire.signing import secret_from_env
+
+        given = {name: value for name, value in settings.items() if value is not None}
+        publisher = PublisherSettings.from_env()
+        given["decode_at"] = decode_at(given.get("decode_at"))
+        given.setdefault("pool_bytes", publisher.pool_bytes)
+        given.setdefault("region_bytes", publisher.region_bytes)
+        given.setdefault("lease_seconds", publisher.lease_seconds)
+        given["allow_private"] = bool(given.get("allow_private")) or allow_private_from_env()
+        given.setdefault("secret", secret_from_env())
+        return cls(upstream=upstream, **given)

@@ -1,0 +1,354 @@
+"""The pixel descriptor: the one schema a frontend emits and a worker reads.
+
+A descriptor is a JSON-able dict with dynamo's decoded-media field names
+(``nixl_metadata``, ``nixl_descriptor``, ``shape``, ``dtype``, ``metadata``,
+``content_hash``) plus pixelwire's own ``pixelwire`` object. :class:`Decoded`
+builds it (``to_dict``), :func:`parse_descriptor` is the only reader of it
+(also of dynamo's ``RdmaMetadata``), and :class:`RemoteImage` is what a
+parsed descriptor names. Rules the native side owns are asked of it, not
+repeated: the notification a slot is freed by (``notification_for``), the
+content hash's form (``is_content_hash``), the metadata's packing (checked
+when the reader unpacks it).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from pixelwire._native import DescriptorError, is_content_hash, notification_for
+from pixelwire.config import BACKGROUND, Layout
+
+# What the native reader takes: u64 addresses, slots, generations and
+# metadata versions. Sizes and image sides are far below that: no image
+# reaches 1 TiB, or 2^31 pixels a side.
+U64 = 1 << 64
+MAX_DESCRIPTOR_SIZE = 1 << 40
+MAX_SIDE = 1 << 31
+# Channels per pixel -> the mode of an image of them.
+CHANNEL_MODES = {1: "L", 3: "RGB", 4: "RGBA"}
+# The SHA-256 of the encoded bytes, as hashlib's hexdigest gives it (a whole
+# match over ASCII: "$" would also match before a newline, "\d" any digit).
+SOURCE_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def source_digest_ok(value: Any) -> bool:
+    """Whether ``value`` is a source SHA-256 as a descriptor carries it."""
+    return isinstance(value, str) and SOURCE_SHA256.fullmatch(value) is not None
+
+
+@dataclass(frozen=True)
+class Decoded:
+    """One published image; `to_dict()` is the JSON-able descriptor."""
+
+    nixl_metadata: str
+    addr: int
+    size: int
+    shape: tuple[int, int, int]
+    format: str
+    color_type: str
+    content_hash: str
+    agent: str
+    slot: int
+    generation: int
+    expires_at: float
+    notification: str
+    mem_type: str = "Dram"
+    device_id: int = 0
+    background: tuple[int, int, int] = BACKGROUND
+    published_at: float = 0.0
+    # SHA-256 of the encoded bytes: a collision-resistant identity the
+    # worker can key caches on without hashing the pixels again.
+    source_sha256: str = ""
+    # Version of `nixl_metadata`: it only grows, and a reader keeps the
+    # newest it has seen for this agent.
+    metadata_version: int = 0
+    # The model-aware resize applied: {"policy": identity, "source": [H, W]}.
+    resize: dict[str, Any] | None = None
+    layout: Layout = "HWC"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Dynamo's decoded-media field names, plus pixelwire's own keys."""
+        return {
+            "nixl_metadata": self.nixl_metadata,
+            "nixl_descriptor": {
+                "addr": self.addr,
+                "size": self.size,
+                "mem_type": self.mem_type,
+                "device_id": self.device_id,
+            },
+            "shape": list(self.shape),
+            "dtype": "UINT8",
+            "metadata": {"format": self.format, "color_type": self.color_type, "layout": self.layout},
+            "content_hash": self.content_hash,
+            "pixelwire": {
+                "agent": self.agent,
+                "slot": self.slot,
+                "generation": self.generation,
+                "expires_at": self.expires_at,
+                "notification": self.notification,
+                "background": list(self.background),
+                "published_at": self.published_at,
+                "source_sha256": self.source_sha256,
+                "metadata_version": self.metadata_version,
+                **({"resize": self.resize} if self.resize is not None else {}),
+            },
+        }
+
+
+@dataclass(frozen=True)
+class PassThrough:
+    """An image left for the worker to fetch and decode (``decode_at="worker"``)."""
+
+    url: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"url": self.url}
+
+
+@dataclass(frozen=True)
+class ResizeRecord:
+    """The model-aware resize a frontend applied: the policy's identity and
+    the decoded image's (height, width) before it."""
+
+    policy: str
+    source: tuple[int, int]
+
+
+@dataclass(frozen=True)
+class RemoteImage:
+    """What a parsed descriptor names: remote pixels and how to free them."""
+
+    agent: str
+    metadata: str
+    addr: int
+    size: int
+    shape: tuple[int, int, int]
+    content_hash: str | None
+    notification: str
+    expires_at: float | None
+    # "RGBX": RGB stored four bytes a pixel (Pillow's own layout).
+    layout: Layout = "HWC"
+    # pixelwire descriptors: the metadata's version and the slot header
+    # (slot, generation) the reader checks after the READ.
+    metadata_version: int | None = None
+    slot: int | None = None
+    generation: int | None = None
+    published_at: float | None = None
+    source_sha256: str | None = None
+    resize: ResizeRecord | None = None
+    # The mode the frontend decoded into, and what it composited RGBA onto
+    # (RdmaMetadata carries neither).
+    color_type: str | None = None
+    background: tuple[int, int, int] = BACKGROUND
+
+    def native_fields(self) -> dict[str, Any]:
+        """The keyword arguments the native reader takes for this image."""
+        return {
+            "agent": self.agent,
+            "metadata": self.metadata,
+            "addr": self.addr,
+            "size": self.size,
+            "notification": self.notification,
+            "metadata_version": self.metadata_version,
+            "slot": self.slot,
+            "generation": self.generation,
+        }
+
+    @property
+    def pixel_bytes(self) -> int:
+        """Bytes a pixel takes in the remote buffer."""
+        return 4 if self.layout == "RGBX" else self.shape[2]
+
+    @property
+    def source_size(self) -> tuple[int, int]:
+        """The decoded image's (height, width) before any resize."""
+        return self.resize.source if self.resize is not None else (self.shape[0], self.shape[1])
+
+    def check(self, max_pixels: int, now: float) -> None:
+        """Refuses what no read should be attempted for: a shape that does not
+        fill the buffer, too many pixels, or an expired lease."""
+        h, w, c = self.shape
+        if self.layout == "RGBX" and c != 3:
+            raise DescriptorError("the RGBX layout holds 3-channel images only")
+        if h * w * self.pixel_bytes != self.size:
+            raise DescriptorError(f"shape {list(self.shape)} does not match size {self.size}")
+        if h * w > max_pixels:
+            raise DescriptorError(f"image of {h * w} pixels is over max_pixels={max_pixels}")
+        if self.expires_at is not None and now > self.expires_at:
+            raise DescriptorError("the descriptor's lease has expired; the frontend has reclaimed the slot")
+
+
+def _int(value: Any, what: str, below: int = U64) -> int:
+    """A non-negative integer under ``below`` (the native u64 by default)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise DescriptorError(f"{what} must be a non-negative integer, not {_short(value)}")
+    if value >= below:
+        raise DescriptorError(f"{what} must be below 2^{below.bit_length() - 1}, not {_short(value)}")
+    return value
+
+
+def _short(value: Any) -> str:
+    """A value for a message: a huge integer's repr would be thousands of digits."""
+    text = repr(value) if not isinstance(value, int) or value.bit_length() <= 128 else "a larger integer"
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _shape(value: Any) -> tuple[int, int, int]:
+    if not isinstance(value, (list, tuple)) or len(value) != 3:
+        raise DescriptorError(f"shape must be [H, W, C], not {_short(value)}")
+    h, w, c = (_int(v, "shape", MAX_SIDE) for v in value)
+    if h == 0 or w == 0 or c not in CHANNEL_MODES:
+        raise DescriptorError(f"shape {list(value)} is not an image (H, W > 0; C in 1, 3, 4)")
+    return h, w, c
+
+
+def _extent(addr: Any, size: Any, addr_name: str, size_name: str) -> tuple[int, int]:
+    """A remote address and size: a u64 address, a size under
+    MAX_DESCRIPTOR_SIZE, and the range inside the 64-bit address space."""
+    start = _int(addr, addr_name)
+    length = _int(size, size_name, MAX_DESCRIPTOR_SIZE)
+    if start + length > U64:
+        raise DescriptorError(f"{addr_name} + {size_name} runs past the 64-bit address space")
+    return start, length
+
+
+def _layout(desc: dict[str, Any]) -> Layout:
+    info = desc.get("metadata")
+    layout = info.get("layout", "HWC") if isinstance(info, dict) else "HWC"
+    if layout == "HWC":
+        return "HWC"
+    if layout == "RGBX":
+        return "RGBX"
+    raise DescriptorError(f"unsupported layout {_short(layout)}")
+
+
+def _background(value: Any) -> tuple[int, int, int]:
+    if value is None:
+        return BACKGROUND
+    if not (
+        isinstance(value, list) and len(value) == 3 and all(type(v) is int and 0 <= v <= 255 for v in value)
+    ):
+        raise DescriptorError("pixelwire.background must be [R, G, B], each 0 to 255")
+    return value[0], value[1], value[2]
+
+
+def decoded_as(desc: dict[str, Any]) -> tuple[str, tuple[int, int, int]]:
+    """The mode a descriptor's image was decoded into and the background its
+    transparency was composited onto, checked (with the resize record)
+    before anything else: a frontend set up unlike its worker is the
+    likeliest mistake to report."""
+    info, own = desc.get("metadata"), desc.get("pixelwire")
+    if not isinstance(info, dict) or not isinstance(own, dict) or not isinstance(info.get("color_type"), str):
+        raise DescriptorError("descriptor lacks its metadata.color_type or pixelwire keys")
+    background = _background(own.get("background"))
+    _resize(own.get("resize"))
+    return info["color_type"], background
+
+
+def _resize(value: Any) -> ResizeRecord | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict) or not isinstance(value.get("policy"), str):
+        raise DescriptorError("pixelwire.resize must hold the policy and the source size")
+    source = value.get("source")
+    if not (
+        isinstance(source, list)
+        and len(source) == 2
+        and all(type(v) is int and 0 < v < MAX_SIDE for v in source)
+    ):
+        raise DescriptorError("pixelwire.resize.source must be [height, width], each 1 to 2^31 - 1")
+    return ResizeRecord(value["policy"], (source[0], source[1]))
+
+
+def _rdma_metadata(desc: dict[str, Any], metadata: str, shape: Any | None) -> RemoteImage:
+    """dynamo nixl_connect's RdmaMetadata: one descriptor, shape given by the caller."""
+    if shape is None:
+        raise DescriptorError("an RdmaMetadata descriptor needs shape=")
+    parts = desc["descriptors"]
+    if not isinstance(parts, list) or len(parts) != 1 or not isinstance(parts[0], dict):
+        raise DescriptorError("RdmaMetadata must hold exactly one descriptor")
+    part = parts[0]
+    device = str(part.get("device", "cpu")).lower()
+    if device not in ("cpu", "dram"):
+        raise DescriptorError(f"unsupported remote device {_short(device)}")
+    notification = desc.get("notification_key")
+    if not isinstance(notification, str) or not notification:
+        raise DescriptorError("RdmaMetadata needs a notification_key")
+    addr, size = _extent(part.get("ptr"), part.get("size"), "ptr", "size")
+    return RemoteImage(
+        agent="",
+        metadata=metadata,
+        addr=addr,
+        size=size,
+        shape=_shape(shape),
+        content_hash=None,
+        notification=notification,
+        expires_at=None,
+    )
+
+
+def parse_descriptor(desc: Decoded | dict[str, Any], shape: Any | None = None) -> RemoteImage:
+    """The image a descriptor names, every field checked (``DescriptorError``
+    otherwise). ``shape`` overrides the descriptor's (and is required for
+    dynamo's ``RdmaMetadata``, which carries none)."""
+    if isinstance(desc, Decoded):
+        desc = desc.to_dict()
+    if not isinstance(desc, dict):
+        raise DescriptorError(f"descriptor must be a dict or Decoded, not {type(desc).__name__}")
+    is_rdma_metadata = "descriptors" in desc
+    if not is_rdma_metadata:
+        color_type, background = decoded_as(desc)
+    metadata = desc.get("nixl_metadata")
+    if not isinstance(metadata, str):
+        raise DescriptorError("nixl_metadata must be a 'b64:' string")
+    if is_rdma_metadata:
+        return _rdma_metadata(desc, metadata, shape)
+    if desc.get("dtype") != "UINT8":
+        raise DescriptorError(f"dtype must be 'UINT8', not {_short(desc.get('dtype'))}")
+    nixl = desc.get("nixl_descriptor")
+    own = desc.get("pixelwire")
+    if not isinstance(nixl, dict) or not isinstance(own, dict):
+        raise DescriptorError("descriptor lacks nixl_descriptor or pixelwire keys")
+    if nixl.get("mem_type") != "Dram":
+        raise DescriptorError(f"unsupported mem_type {_short(nixl.get('mem_type'))}")
+    content_hash = desc.get("content_hash")
+    if not isinstance(content_hash, str) or not is_content_hash(content_hash):
+        raise DescriptorError("content_hash must be 16 hex digits")
+    slot, generation = (_int(own.get(key), f"pixelwire.{key}") for key in ("slot", "generation"))
+    notification = own.get("notification")
+    if notification != notification_for(slot, generation):
+        raise DescriptorError("pixelwire.notification is malformed or names another slot")
+    agent = own.get("agent")
+    if not isinstance(agent, str) or not agent:
+        raise DescriptorError("pixelwire.agent must name the frontend agent")
+    expires_at = own.get("expires_at")
+    if not isinstance(expires_at, (int, float)) or not math.isfinite(expires_at):
+        raise DescriptorError("pixelwire.expires_at must be a Unix time")
+    published_at = own.get("published_at")
+    digest = own.get("source_sha256")
+    addr, size = _extent(nixl.get("addr"), nixl.get("size"), "addr", "size")
+    return RemoteImage(
+        metadata_version=_int(own.get("metadata_version"), "pixelwire.metadata_version"),
+        slot=slot,
+        generation=generation,
+        agent=agent,
+        metadata=metadata,
+        addr=addr,
+        size=size,
+        shape=_shape(desc.get("shape") if shape is None else shape),
+        content_hash=content_hash,
+        notification=notification,
+        expires_at=float(expires_at),
+        layout=_layout(desc),
+        published_at=float(published_at)
+        if isinstance(published_at, (int, float)) and math.isfinite(published_at) and published_at > 0
+        else None,
+        source_sha256=digest if source_digest_ok(digest) else None,
+        resize=_resize(own.get("resize")),
+        color_type=color_type,
+        background=background,
+    )

@@ -1,0 +1,51 @@
+"""Pixels as the caller asked for them: a numpy array, a PIL image or a
+torch tensor, each (H, W, C) and owning (or holding) its pixels."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from pixelwire.config import Output
+from pixelwire.descriptor import CHANNEL_MODES
+
+OUTPUTS: tuple[Output, ...] = ("pil", "numpy", "torch")
+
+
+def as_output(pixels: npt.NDArray[np.uint8], output: Output, device: str = "cpu") -> Any:
+    """The (H, W, C) pixels as the caller asked: numpy, PIL or torch (on
+    ``device``)."""
+    if output == "numpy":
+        return pixels
+    if output == "torch":
+        import torch
+
+        tensor = torch.from_numpy(pixels)
+        return tensor if device == "cpu" else tensor.to(device)
+    from PIL import Image
+
+    c = pixels.shape[2]
+    return Image.fromarray(pixels[:, :, 0] if c == 1 else pixels, CHANNEL_MODES[c])
+
+
+def rgb_image_over(flat: npt.NDArray[np.uint8], width: int, height: int) -> Any:
+    """An RGB PIL image over RGBX bytes, without a copy: Pillow keeps RGB at
+    four bytes a pixel, so its map_buffer (what ``Image.frombuffer`` calls for
+    the layouts it maps) can point the image at the received pixels; the image
+    holds the buffer, hence the receive slot, until it is dropped.
+    ``frombuffer`` itself maps only as mode RGBX, so it is the copying fallback
+    should Pillow's internals change (the tests check mode, pixels, no copy)."""
+    from PIL import Image
+
+    try:
+        core = Image.core  # type: ignore[attr-defined]
+        mapped = core.map_buffer(flat, (width, height), "raw", 0, ("RGB", 0, 1))
+        image = Image.new("RGB", (0, 0))._new(mapped)
+        if image.mode == "RGB" and image.size == (width, height):
+            image.readonly = 1  # writes copy first, as for frombuffer
+            return image
+    except (AttributeError, TypeError, ValueError):
+        pass
+    return Image.frombuffer("RGBX", (width, height), flat, "raw", "RGBX", 0, 1).convert("RGB")

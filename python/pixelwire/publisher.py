@@ -1,0 +1,250 @@
+"""Frontend side: :class:`Publisher` decodes an image straight into
+NIXL-registered memory and returns its descriptor; a worker's READ (whose
+notification frees the slot), a release, or the lease ends its life."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import time
+from typing import TYPE_CHECKING, Any
+
+from pixelwire import _native, config
+from pixelwire.config import (
+    ACQUIRE_TIMEOUT,
+    BACKGROUND,
+    LEASE_SECONDS,
+    POOL_BYTES,
+    REGION_BYTES,
+    DecodeAt,
+    Layout,
+    Mode,
+    allow_private_from_env,
+)
+from pixelwire.descriptor import Decoded, PassThrough
+from pixelwire.nixl import ensure_nixl
+
+if TYPE_CHECKING:
+    from pixelwire.fetch import Fetcher
+    from pixelwire.resize import ResizePolicy
+
+
+def default_fetcher() -> Fetcher:
+    """A Fetcher with the default SSRF guard; PIXELWIRE_ALLOW_PRIVATE=1 is the
+    explicit opt-out for deployments that fetch from their own network."""
+    from pixelwire.fetch import Fetcher
+
+    return Fetcher(allow_private=allow_private_from_env())
+
+
+def _publish(
+    native: _native.NativePublisher,
+    data: bytes | bytearray,
+    mode: Mode,
+    background: tuple[int, int, int],
+    layout: Layout,
+    resize: ResizePolicy | None,
+) -> tuple[_native.Published, str]:
+    """Decode-and-publish (resized as `resize` says) plus the source digest,
+    in one trip off the event loop (hashlib releases the GIL on large inputs)."""
+    size = None
+    options: dict[str, Any] = {}
+    if resize is not None:
+        height, width = _native.probe_image(data)["oriented_size"]
+        size = resize.target(height, width)
+        options = {"resize_kernel": resize.kernel, "resize_filter": resize.filter}
+    fields = native.publish(
+        data, mode=mode, background=background, rgbx=layout == "RGBX", resize=size, **options
+    )
+    return fields, hashlib.sha256(data).hexdigest()
+
+
+def _release_when_published(native: _native.NativePublisher) -> Any:
+    """A done-callback that frees what an abandoned publish published."""
+
+    def release(work: asyncio.Future[tuple[_native.Published, str]]) -> None:
+        if work.cancelled() or work.exception() is not None:
+            return
+        fields, _ = work.result()
+        native.release(fields["slot"], fields["generation"])
+
+    return release
+
+
+class Publisher:
+    """Frontend side: owns one NIXL agent and a registered pool.
+
+    The agent opens with :meth:`open` (or ``async with``, or the first
+    publish) and ends with :meth:`close`; :attr:`is_open` says which.
+    ``decode_at="worker"`` (or PIXELWIRE_DECODE_AT=worker) turns it into a
+    pass-through: no agent, no fetching, no decoding, the worker gets the
+    encoded image.
+    """
+
+    def __init__(
+        self,
+        *,
+        pool_bytes: int = POOL_BYTES,
+        lease_seconds: float = LEASE_SECONDS,
+        limits: _native.Limits | None = None,
+        acquire_timeout: float = ACQUIRE_TIMEOUT,
+        region_bytes: int = REGION_BYTES,
+        decode_at: DecodeAt | None = None,
+        fetcher: Fetcher | None = None,
+    ) -> None:
+        self.decode_at = config.decode_at(decode_at)
+        if not lease_seconds >= _native.MIN_LEASE_SECONDS:
+            raise ValueError(
+                f"lease_seconds must be at least {_native.MIN_LEASE_SECONDS} (got {lease_seconds}): "
+                "a shorter lease frees slots before a worker can read them"
+            )
+        self._fetcher = fetcher
+        self._own_fetcher = fetcher is None
+        self.pool_bytes = pool_bytes
+        self.lease_seconds = lease_seconds
+        self.limits = limits
+        self.acquire_timeout = acquire_timeout
+        self.region_bytes = min(region_bytes, pool_bytes)
+        self._native: _native.NativePublisher | None = None
+
+    # -- lifecycle -------------------------------------------------------------
+
+    @property
+    def is_open(self) -> bool:
+        """Whether the NIXL agent and its pool exist (never, in worker mode)."""
+        return self._native is not None
+
+    def open(self) -> Publisher:
+        """Creates the NIXL agent and registers the first pool region
+        (idempotent; blocking: from async code, ``async with`` does it off the
+        loop). Worker mode has nothing to open."""
+        if self._native is None and self.decode_at == "frontend":
+            ensure_nixl()
+            self._native = _native.NativePublisher(
+                pool_bytes=self.pool_bytes,
+                region_bytes=self.region_bytes,
+                lease_seconds=self.lease_seconds,
+                acquire_timeout=self.acquire_timeout,
+                limits=self.limits,
+            )
+        return self
+
+    async def close(self) -> None:
+        """Deregisters the pool, ends the agent and closes a fetcher this
+        publisher made. Outstanding descriptors can no longer be read."""
+        native, self._native = self._native, None
+        if native is not None:
+            await asyncio.to_thread(native.close)
+        if self._own_fetcher and self._fetcher is not None:
+            await self._fetcher.close()
+            self._fetcher = None
+
+    async def __aenter__(self) -> Publisher:
+        await asyncio.to_thread(self.open)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def _opened(self) -> _native.NativePublisher:
+        self.open()
+        if self._native is None:
+            raise RuntimeError("a Publisher with decode_at='worker' has no NIXL agent")
+        return self._native
+
+    def _open_native(self, what: str) -> _native.NativePublisher:
+        if self._native is None:
+            raise RuntimeError(f"{what}: the Publisher is not open (open() or `async with` it first)")
+        return self._native
+
+    # -- use ------------------------------------------------------------------
+
+    @property
+    def fetcher(self) -> Fetcher:
+        """The Fetcher URLs are fetched with (made on first use when none was given)."""
+        if self._fetcher is None:
+            self._fetcher = default_fetcher()
+        return self._fetcher
+
+    @property
+    def agent_name(self) -> str:
+        """The NIXL agent's name (the publisher must be open)."""
+        return self._open_native("agent_name").agent_name
+
+    async def decode_and_publish(
+        self,
+        source: bytes | bytearray | memoryview | str,
+        *,
+        mode: Mode = "RGB",
+        background: tuple[int, int, int] = BACKGROUND,
+        layout: Layout = "HWC",
+        resize: ResizePolicy | None = None,
+    ) -> Decoded | PassThrough:
+        """Fetches `source` (encoded bytes, or a `data:`/`http(s)` URL through
+        the publisher's Fetcher), decodes it into a pool slot off the event
+        loop and returns its descriptor. `background` is what RGBA is
+        composited onto for ``mode="RGB"`` (vLLM's ``rgba_background_color``).
+        ``layout="RGBX"`` (RGB only) stores four bytes a pixel, Pillow's
+        in-memory layout: 33% more to move, but a reader asking for a PIL
+        image maps it without a copy. `resize` (a :class:`ResizePolicy`, RGB
+        only) resizes to the size the model's processor would, with its
+        arithmetic, right after decoding; the descriptor records it.
+        With ``decode_at="worker"`` it does neither and returns a
+        :class:`PassThrough`."""
+        if self.decode_at == "worker":
+            if isinstance(source, str):
+                return PassThrough(source)
+            encoded = base64.b64encode(bytes(source)).decode()
+            return PassThrough(f"data:application/octet-stream;base64,{encoded}")
+        native = self._opened()
+        if isinstance(source, str):
+            data: bytes | bytearray = await self.fetcher.fetch(source)
+        else:
+            data = bytes(source) if isinstance(source, memoryview) else source
+        if resize is not None and mode != "RGB":
+            raise ValueError("a model-aware resize needs mode='RGB' (what the processors see)")
+        work = asyncio.ensure_future(
+            asyncio.to_thread(_publish, native, data, mode, background, layout, resize)
+        )
+        try:
+            fields, source_sha256 = await asyncio.shield(work)
+        except asyncio.CancelledError:
+            # The caller went away mid-decode; the decode thread goes on, so
+            # the slot it fills is freed as soon as it is published.
+            work.add_done_callback(_release_when_published(native))
+            raise
+        return Decoded(
+            nixl_metadata=fields["metadata"],
+            metadata_version=fields["metadata_version"],
+            addr=fields["addr"],
+            size=fields["size"],
+            shape=fields["shape"],
+            format=fields["format"],
+            color_type=mode,
+            content_hash=fields["content_hash"],
+            agent=native.agent_name,
+            slot=fields["slot"],
+            generation=fields["generation"],
+            expires_at=fields["expires_at"],
+            notification=fields["notification"],
+            background=background,
+            published_at=time.time(),
+            source_sha256=source_sha256,
+            layout=layout,
+            extra={"source_mode": fields["color_type"]},
+            resize=None
+            if resize is None
+            else {"policy": resize.identity, "source": list(fields["source_shape"])},
+        )
+
+    def release(self, decoded: Decoded) -> bool:
+        """Frees a published image before its reader's notification or its
+        lease (its request is over). False when it was already freed, by a
+        notification, an expired lease or an earlier release."""
+        native = self._native
+        return native is not None and native.release(decoded.slot, decoded.generation)
+
+    def stats(self) -> dict[str, int]:
+        """Pool and slot counters (the publisher must be open)."""
+        return dict(self._open_native("stats()").stats())

@@ -1,0 +1,220 @@
+"""Worker side: :class:`Reader` READs the pixels a descriptor names into its
+own registered memory (or a CUDA buffer), checks them, and hands them back
+as the caller asked; the READ's notification frees the frontend's slot."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from pixelwire import _native
+from pixelwire.config import MAX_PIXELS, POOL_BYTES, READ_TIMEOUT, REGION_BYTES, Mode, Output
+from pixelwire.descriptor import Decoded, PassThrough, RemoteImage, parse_descriptor
+from pixelwire.nixl import ensure_nixl
+from pixelwire.outputs import OUTPUTS, as_output, rgb_image_over
+from pixelwire.publisher import default_fetcher
+
+if TYPE_CHECKING:
+    from pixelwire.fetch import Fetcher
+
+
+class Reader:
+    """Worker side: owns one NIXL agent and a registered receive pool.
+
+    The agent opens with :meth:`open` (or ``async with``, or the first read)
+    and ends with :meth:`close`; :attr:`is_open` says which.
+    """
+
+    def __init__(
+        self,
+        *,
+        timeout: float = READ_TIMEOUT,
+        verify: bool = True,
+        max_pixels: int = MAX_PIXELS,
+        pool_bytes: int = POOL_BYTES,
+        region_bytes: int = REGION_BYTES,
+        fetcher: Fetcher | None = None,
+    ) -> None:
+        self._fetcher = fetcher
+        self._own_fetcher = fetcher is None
+        self.timeout = timeout
+        self.verify = verify
+        self.max_pixels = max_pixels
+        self.pool_bytes = pool_bytes
+        self.region_bytes = min(region_bytes, pool_bytes)
+        self._native: _native.NativeReader | None = None
+        self._cuda_lock = threading.Lock()
+        # device index -> (registered staging tensor, registration id)
+        self._cuda_staging: dict[int, tuple[Any, int]] = {}
+        # Staging a failed READ may still write: (until, tensor, registration id).
+        self._cuda_quarantine: list[tuple[float, Any, int]] = []
+
+    # -- lifecycle -------------------------------------------------------------
+
+    @property
+    def is_open(self) -> bool:
+        """Whether the NIXL agent and its receive pool exist."""
+        return self._native is not None
+
+    def open(self) -> Reader:
+        """Creates the NIXL agent and its receive pool (idempotent; blocking:
+        from async code, ``async with`` does it off the loop)."""
+        if self._native is None:
+            ensure_nixl()
+            self._native = _native.NativeReader(
+                pool_bytes=self.pool_bytes,
+                region_bytes=self.region_bytes,
+                timeout=self.timeout,
+                verify=self.verify,
+            )
+        return self
+
+    async def close(self) -> None:
+        """Deregisters CUDA staging and the receive pool, ends the agent and
+        closes a fetcher this reader made."""
+        native, self._native = self._native, None
+        with self._cuda_lock:
+            if native is not None:
+                # Deregister before the tensors go back to torch's allocator.
+                for _, registration in self._cuda_staging.values():
+                    native.deregister(registration)
+                for _, _, registration in self._cuda_quarantine:
+                    native.deregister(registration)
+            self._cuda_staging.clear()
+            self._cuda_quarantine.clear()
+        if self._own_fetcher and self._fetcher is not None:
+            await self._fetcher.close()
+            self._fetcher = None
+
+    async def __aenter__(self) -> Reader:
+        await asyncio.to_thread(self.open)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def _opened(self) -> _native.NativeReader:
+        self.open()
+        assert self._native is not None
+        return self._native
+
+    # -- use ------------------------------------------------------------------
+
+    @property
+    def fetcher(self) -> Fetcher:
+        """The Fetcher pass-through URLs are fetched with (made on first use
+        when none was given)."""
+        if self._fetcher is None:
+            self._fetcher = default_fetcher()
+        return self._fetcher
+
+    @property
+    def remote_count(self) -> int:
+        """Frontends whose NIXL metadata this reader holds (0 when closed)."""
+        return self._native.remote_count if self._native is not None else 0
+
+    def stats(self) -> dict[str, int]:
+        """Receive-pool usage: bytes_in_use, registered_bytes, remotes (the
+        reader must be open)."""
+        if self._native is None:
+            raise RuntimeError("stats(): the Reader is not open (open() or `async with` it first)")
+        return dict(self._native.stats())
+
+    async def load(
+        self,
+        item: Decoded | PassThrough | dict[str, Any],
+        *,
+        output: Output = "pil",
+        device: str = "cpu",
+        mode: Mode = "RGB",
+    ) -> Any:
+        """One call for both switch settings: a decoded descriptor is read
+        over NIXL; a URL item is fetched with this reader's Fetcher (same
+        guard) and decoded here with the same decoder, in `mode`."""
+        if isinstance(item, PassThrough):
+            url: Any = item.url
+        else:
+            url = item.get("url") if isinstance(item, dict) else None
+        if url is None:
+            assert not isinstance(item, PassThrough)
+            return await self.read_decoded(item, output=output, device=device)
+        if not isinstance(url, str):
+            raise _native.DescriptorError("a pass-through item's url must be a string")
+        data = await self.fetcher.fetch(url)
+        pixels = await asyncio.to_thread(_native.decode_image, data, mode=mode)
+        return as_output(pixels, output, device)
+
+    async def read_decoded(
+        self,
+        desc: Decoded | dict[str, Any],
+        *,
+        output: Output = "pil",
+        device: str = "cpu",
+        shape: Any | None = None,
+    ) -> Any:
+        """Reads the pixels a descriptor names; returns a PIL image, a numpy
+        array (H, W, C) or a torch tensor (H, W, C), all owning their pixels."""
+        if output not in OUTPUTS:
+            raise ValueError(f"output must be 'pil', 'numpy' or 'torch', not {output!r}")
+        image = parse_descriptor(desc, shape)
+        image.check(self.max_pixels, time.time())
+        native = self._opened()
+        if device != "cpu":
+            if output != "torch":
+                raise ValueError("a CUDA destination needs output='torch'")
+            return await asyncio.to_thread(self._read_cuda, native, image, device)
+        flat = await asyncio.to_thread(
+            functools.partial(native.read, content_hash=image.content_hash, **image.native_fields())
+        )
+        if not isinstance(flat, np.ndarray):
+            # A receive slot lent zero-copy: the array keeps it until freed.
+            flat = np.frombuffer(memoryview(flat), dtype=np.uint8)
+        if image.layout == "RGBX":
+            h, w, _ = image.shape
+            if output == "pil":
+                return rgb_image_over(flat, w, h)
+            return as_output(np.ascontiguousarray(flat.reshape(h, w, 4)[:, :, :3]), output)
+        return as_output(flat.reshape(image.shape), output)
+
+    def _read_cuda(self, native: _native.NativeReader, image: RemoteImage, device: str) -> Any:
+        """READ into a registered CUDA staging buffer (one per device, grown
+        by replacing it), check the slot header, then copy out on the GPU.
+        A staging buffer a failed READ may still write is retired until the
+        transfer has surely ended."""
+        import torch
+
+        dev = torch.device(device)
+        index = dev.index if dev.index is not None else torch.cuda.current_device()
+        with self._cuda_lock:
+            now = time.monotonic()
+            for entry in [q for q in self._cuda_quarantine if q[0] <= now]:
+                native.deregister(entry[2])
+                self._cuda_quarantine.remove(entry)
+            staging = self._cuda_staging.get(index)
+            if staging is None or staging[0].numel() < image.size:
+                if staging is not None:
+                    native.deregister(staging[1])
+                size = max(image.size, self.region_bytes)
+                tensor = torch.empty(size, dtype=torch.uint8, device=torch.device("cuda", index))
+                registration = native.register(
+                    addr=tensor.data_ptr(), size=size, mem_type="Vram", device=index
+                )
+                staging = self._cuda_staging[index] = (tensor, registration)
+            tensor, registration = staging
+            try:
+                native.read_into(
+                    local_addr=tensor.data_ptr(), mem_type="Vram", device=index, **image.native_fields()
+                )
+            except _native.PixelwireError as error:
+                if getattr(error, "may_land", True):
+                    del self._cuda_staging[index]
+                    self._cuda_quarantine.append((time.monotonic() + 2 * self.timeout, tensor, registration))
+                raise
+            h, w, c = image.shape
+            pixels = tensor[: image.size].view(h, w, image.pixel_bytes)
+            return pixels[:, :, :c].clone(memory_format=torch.contiguous_format)

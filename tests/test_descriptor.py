@@ -1,0 +1,125 @@
+"""pixelwire.descriptor: the one schema; what parse_descriptor accepts, refuses
+and reports."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+import pixelwire
+from pixelwire.descriptor import Decoded, ResizeRecord, decoded_as, parse_descriptor
+
+
+def _decoded() -> Decoded:
+    return Decoded(
+        nixl_metadata="b64:AAAA",
+        addr=1 << 20,
+        size=4 * 6 * 4,
+        shape=(4, 6, 3),
+        format="PNG",
+        color_type="RGB",
+        content_hash="0123456789abcdef",
+        agent="pixelwire-frontend-1",
+        slot=3,
+        generation=7,
+        expires_at=1_900_000_000.5,
+        notification="pw1:3:7",
+        background=(0, 0, 0),
+        published_at=1_899_999_990.0,
+        source_sha256="ab" * 32,
+        metadata_version=2,
+        resize={"policy": "qwen2_vl:factor=28", "source": [8, 12]},
+        layout="RGBX",
+    )
+
+
+def test_what_decoded_writes_parse_descriptor_reads_back() -> None:
+    decoded = _decoded()
+    for desc in (decoded, decoded.to_dict()):
+        image = parse_descriptor(desc)
+        assert (image.addr, image.size, image.shape, image.layout) == (1 << 20, 96, (4, 6, 3), "RGBX")
+        assert (image.slot, image.generation, image.metadata_version) == (3, 7, 2)
+        assert image.notification == "pw1:3:7" and image.content_hash == "0123456789abcdef"
+        assert image.color_type == "RGB" and image.background == (0, 0, 0)
+        assert image.published_at == 1_899_999_990.0 and image.source_sha256 == "ab" * 32
+        assert image.resize == ResizeRecord("qwen2_vl:factor=28", (8, 12))
+        assert image.source_size == (8, 12) and image.pixel_bytes == 4
+        image.check(max_pixels=24, now=0.0)
+
+
+def test_the_notification_must_be_the_one_that_frees_this_slot() -> None:
+    """A notification for another slot (or generation) would free an image
+    some other request still needs; only the native rule's form is taken."""
+    for notification in ("pw1:4:7", "pw1:3:8", "pw1:3:7\n", "pw1:03:7", "pw1:3:7:1", "pw1:\u0663:7", 37):
+        desc = _decoded().to_dict()
+        desc["pixelwire"]["notification"] = notification
+        with pytest.raises(pixelwire.DescriptorError, match="notification"):
+            parse_descriptor(desc)
+
+
+def test_a_content_hash_has_the_native_form() -> None:
+    for content_hash in ("0123456789ABCDEF", "0123456789abcde", "0123456789abcdef\n", "", None):
+        desc = _decoded().to_dict()
+        desc["content_hash"] = content_hash
+        with pytest.raises(pixelwire.DescriptorError, match="content_hash"):
+            parse_descriptor(desc)
+
+
+@pytest.mark.parametrize(
+    ("where", "value", "message"),
+    [
+        ("background", [0, 0, 256], "background"),
+        ("background", [0, 0], "background"),
+        ("resize", {"policy": "p", "source": [0, 12]}, "resize.source"),
+        ("resize", {"policy": 1, "source": [8, 12]}, "resize"),
+    ],
+)
+def test_pixelwire_fields_are_checked(where: str, value: Any, message: str) -> None:
+    desc = _decoded().to_dict()
+    desc["pixelwire"][where] = value
+    with pytest.raises(pixelwire.DescriptorError, match=message):
+        parse_descriptor(desc)
+
+
+@pytest.mark.parametrize(
+    ("where", "value"),
+    [
+        ("background", "abc"),
+        ("resize", {"policy": "p", "source": [2**64, 1]}),
+        ("resize", {"policy": "p", "source": [True, True]}),
+    ],
+)
+def test_decoded_as_checks_the_frontends_settings_before_the_nixl_fields(where: str, value: Any) -> None:
+    """A frontend set up unlike its worker is reported as such, even on a
+    descriptor whose NIXL fields are missing too."""
+    desc: dict[str, Any] = {
+        "metadata": {"color_type": "RGB"},
+        "pixelwire": {"background": [255, 255, 255], where: value},
+    }
+    with pytest.raises(pixelwire.DescriptorError, match=f"pixelwire.{where}|{where}"):
+        decoded_as(desc)
+    with pytest.raises(pixelwire.DescriptorError, match=where):
+        parse_descriptor(desc)
+
+
+def test_optional_fields_that_are_malformed_are_left_out_not_trusted() -> None:
+    desc = _decoded().to_dict()
+    desc["pixelwire"].update(source_sha256="AB" * 32, published_at=float("nan"))
+    del desc["pixelwire"]["resize"]
+    image = parse_descriptor(desc)
+    assert image.source_sha256 is None and image.published_at is None and image.resize is None
+    assert image.source_size == (4, 6)
+
+
+def test_check_refuses_what_no_read_should_try() -> None:
+    image = parse_descriptor(_decoded())
+    with pytest.raises(pixelwire.DescriptorError, match="max_pixels=23"):
+        image.check(max_pixels=23, now=0.0)
+    with pytest.raises(pixelwire.DescriptorError, match="expired"):
+        image.check(max_pixels=24, now=1_900_000_001.0)
+    desc = copy.deepcopy(_decoded().to_dict())
+    desc["nixl_descriptor"]["size"] = 4 * 6 * 3  # RGBX is four bytes a pixel
+    with pytest.raises(pixelwire.DescriptorError, match="does not match size"):
+        parse_descriptor(desc).check(max_pixels=24, now=0.0)
