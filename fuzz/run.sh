@@ -3,7 +3,10 @@
 #   fuzz/run.sh SECONDS [TARGET...]        (default targets: decode wire resize)
 # Environment: FUZZ_SANITIZER (address; "none" if ASan builds fail),
 # FUZZ_NICE (19), FUZZ_EXTRA (more libFuzzer flags, e.g. -jobs=2 -workers=2),
-# SEED_EVERY / SEED_MAX_BYTES (seeds.sh sampling).
+# SEED_EVERY / SEED_MAX_BYTES (seeds.sh sampling), FUZZ_RUNS (stop after
+# this many executions, from a fixed FUZZ_SEED (1): what CI runs, so a run
+# finds the same things on any machine, however fast; SECONDS then only
+# bounds a stuck run).
 # Needs cargo-fuzz (`make fuzz` installs it). Stable Rust is enough:
 # RUSTC_BOOTSTRAP=1 lets it accept the -Z flags cargo-fuzz passes.
 set -uo pipefail
@@ -16,6 +19,8 @@ export RUSTC_BOOTSTRAP=1
 export PIXELWIRE_FUZZ_GUARDED_DIR="$PWD/fuzz/artifacts/guarded"
 san="${FUZZ_SANITIZER:-address}"
 nice_n="${FUZZ_NICE:-19}"
+budget=(-max_total_time="$secs")
+[ -z "${FUZZ_RUNS:-}" ] || budget+=(-runs="$FUZZ_RUNS" -seed="${FUZZ_SEED:-1}")
 
 max_len() {
   case "$1" in
@@ -39,7 +44,7 @@ for t in "${targets[@]}"; do
   # is replayed before fuzzing starts.
   # shellcheck disable=SC2086
   nice -n "$nice_n" cargo fuzz run --sanitizer "$san" "$t" "fuzz/corpus/$t" "fuzz/regressions/$t" -- \
-    -max_total_time="$secs" -max_len="$(max_len "$t")" -rss_limit_mb=2048 -timeout=30 \
+    "${budget[@]}" -max_len="$(max_len "$t")" -rss_limit_mb=2048 -timeout=30 \
     -print_final_stats=1 -artifact_prefix="fuzz/artifacts/$t/" ${FUZZ_EXTRA:-} >"$log" 2>&1
   rc=$?
   execs=$(grep -o 'stat::number_of_executed_units: [0-9]*' "$log" | awk '{s+=$2} END {print s+0}')
@@ -54,7 +59,7 @@ for t in "${targets[@]}"; do
   echo "$line"
   summary+=("$line")
 done
-echo "== fuzz summary (${secs}s per target)"
+echo "== fuzz summary (${FUZZ_RUNS:+${FUZZ_RUNS} runs, seed ${FUZZ_SEED:-1}, at most }${secs}s per target)"
 printf '%s\n' "${summary[@]}" | tee fuzz/artifacts/summary.txt
 if [ -d fuzz/artifacts/guarded ]; then
   echo "caught third-party decoder panics (turned into errors by decode::guard): $(find fuzz/artifacts/guarded -type f | wc -l) inputs under fuzz/artifacts/guarded"
