@@ -11,9 +11,20 @@ pub enum Error {
     /// The bytes are not an image format pixelwire decodes.
     #[error("{0}")]
     UnsupportedFormat(String),
-    /// The image (or one of its parts) is over a configured limit.
+    /// The image (or one of its parts) is too large to decode: a decoder's
+    /// own memory bound, or a size that does not fit in memory.
     #[error("{0}")]
     ImageTooLarge(String),
+    /// The image is over one of the caller's [`crate::decode::Limits`],
+    /// found from the header before any pixel memory is taken. `setting` is
+    /// the field of `Limits` (`max_bytes`, `max_pixels`, `max_side`).
+    #[error("{message}")]
+    OverLimit {
+        message: String,
+        setting: &'static str,
+        limit: u64,
+        actual: u64,
+    },
     /// A caller passed an argument that can never work (bad mode, ...).
     #[error("{0}")]
     InvalidArgument(String),

@@ -60,17 +60,37 @@ def test_unsupported_format_names_itself() -> None:
 
 
 @pytest.mark.parametrize(
-    ("limits", "message"),
+    ("limits", "message", "setting", "limit"),
     [
-        (pixelwire.Limits(max_bytes=100), "over the limit of 100 bytes"),
-        (pixelwire.Limits(max_side=100), "side 128 px is over the limit of 100 px"),
-        (pixelwire.Limits(max_pixels=1000), "16384 pixels, over the limit of 1000 pixels"),
+        (pixelwire.Limits(max_bytes=100), "over the limit of 100 bytes", "max_bytes", 100),
+        (pixelwire.Limits(max_side=100), "side 128 px is over the limit of 100 px", "max_side", 100),
+        (
+            pixelwire.Limits(max_pixels=1000),
+            "16384 pixels, over the limit of 1000 pixels",
+            "max_pixels",
+            1000,
+        ),
     ],
 )
-def test_limits_name_the_limit_and_the_value(limits: pixelwire.Limits, message: str) -> None:
+def test_limits_name_the_limit_and_the_value(
+    limits: pixelwire.Limits, message: str, setting: str, limit: int
+) -> None:
+    """The message says it, and the error carries it: which setting, its
+    value and the image's."""
     data = (CORPUS / "hopper.png").read_bytes()
-    with pytest.raises(pixelwire.ImageTooLarge, match=message):
+    with pytest.raises(pixelwire.ImageTooLarge, match=message) as caught:
         pixelwire.decode_image(data, limits=limits)
+    actual = {"max_bytes": len(data), "max_side": 128, "max_pixels": 128 * 128}[setting]
+    assert (caught.value.setting, caught.value.limit, caught.value.actual) == (setting, limit, actual)
+
+
+def test_data_carrying_errors_are_built_by_their_constructors() -> None:
+    error = pixelwire.ImageTooLarge("too big", setting="max_pixels", limit=10, actual=11)
+    assert (str(error), error.setting, error.limit, error.actual) == ("too big", "max_pixels", 10, 11)
+    plain = pixelwire.ImageTooLarge("a decoder's own memory bound")
+    assert (plain.setting, plain.limit, plain.actual) == (None, None, None)
+    fetch = pixelwire.BlockedURL("no", status=403, retryable=True)
+    assert (fetch.status, fetch.retryable) == (403, True)
 
 
 def test_limits_defaults() -> None:

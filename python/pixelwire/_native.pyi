@@ -15,7 +15,22 @@ class UnsupportedFormat(DecodeError):
     """The data is not in an image format pixelwire decodes."""
 
 class ImageTooLarge(DecodeError):
-    """The image is over a configured limit (bytes, pixels or side)."""
+    """The image is over a configured limit: ``setting`` names the field of
+    ``Limits`` (``max_bytes``, ``max_pixels``, ``max_side``), ``limit`` is
+    its value and ``actual`` the image's; all three are None when a
+    decoder's own memory bound refused it."""
+
+    setting: str | None
+    limit: int | None
+    actual: int | None
+    def __init__(
+        self,
+        message: str = "",
+        *args: object,
+        setting: str | None = None,
+        limit: int | None = None,
+        actual: int | None = None,
+    ) -> None: ...
 
 class FetchError(PixelwireError):
     """An image URL could not be fetched: ``status`` is the HTTP status (None

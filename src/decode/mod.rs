@@ -87,10 +87,15 @@ impl Default for Limits {
 impl Limits {
     pub fn check_encoded(&self, len: usize) -> Result<()> {
         if len > self.max_bytes {
-            return Err(Error::ImageTooLarge(format!(
-                "encoded image is {len} bytes, over the limit of {} bytes",
-                self.max_bytes
-            )));
+            return Err(Error::OverLimit {
+                message: format!(
+                    "encoded image is {len} bytes, over the limit of {} bytes",
+                    self.max_bytes
+                ),
+                setting: "max_bytes",
+                limit: self.max_bytes as u64,
+                actual: len as u64,
+            });
         }
         Ok(())
     }
@@ -104,17 +109,27 @@ impl Limits {
         }
         let side = width.max(height);
         if side > u64::from(self.max_side) {
-            return Err(Error::ImageTooLarge(format!(
-                "{name} image is {width}x{height}: side {side} px is over the limit of {} px",
-                self.max_side
-            )));
+            return Err(Error::OverLimit {
+                message: format!(
+                    "{name} image is {width}x{height}: side {side} px is over the limit of {} px",
+                    self.max_side
+                ),
+                setting: "max_side",
+                limit: u64::from(self.max_side),
+                actual: side,
+            });
         }
         let pixels = width * height;
         if pixels > self.max_pixels {
-            return Err(Error::ImageTooLarge(format!(
-                "{name} image is {width}x{height} = {pixels} pixels, over the limit of {} pixels",
-                self.max_pixels
-            )));
+            return Err(Error::OverLimit {
+                message: format!(
+                    "{name} image is {width}x{height} = {pixels} pixels, over the limit of {} pixels",
+                    self.max_pixels
+                ),
+                setting: "max_pixels",
+                limit: self.max_pixels,
+                actual: pixels,
+            });
         }
         Ok(())
     }

@@ -3,7 +3,7 @@
 use pyo3::create_exception;
 use pyo3::exceptions::{PyException, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::types::{IntoPyDict, PyDict};
 
 use crate::errors::Error;
 
@@ -29,7 +29,7 @@ create_exception!(
     pixelwire,
     ImageTooLarge,
     DecodeError,
-    "The image is over a configured limit (bytes, pixels or side)."
+    "The image is over a configured limit (attributes: setting, limit, actual)."
 );
 create_exception!(
     pixelwire,
@@ -68,6 +68,23 @@ impl From<Error> for PyErr {
             Error::Decode(m) => DecodeError::new_err(m),
             Error::UnsupportedFormat(m) => UnsupportedFormat::new_err(m),
             Error::ImageTooLarge(m) => ImageTooLarge::new_err(m),
+            Error::OverLimit {
+                message,
+                setting,
+                limit,
+                actual,
+            } => Python::attach(|py| {
+                let kwargs = [
+                    ("setting", setting.into_pyobject(py)?.into_any()),
+                    ("limit", limit.into_pyobject(py)?.into_any()),
+                    ("actual", actual.into_pyobject(py)?.into_any()),
+                ]
+                .into_py_dict(py)?;
+                py.get_type::<ImageTooLarge>()
+                    .call((message,), Some(&kwargs))
+                    .map(PyErr::from_value)
+            })
+            .unwrap_or_else(|err| err),
             Error::InvalidArgument(m) => PyValueError::new_err(m),
             Error::InvalidData(m) => FetchError::new_err(m),
             Error::Descriptor(m) => DescriptorError::new_err(m),
@@ -77,26 +94,38 @@ impl From<Error> for PyErr {
     }
 }
 
+/// Constructors for the exceptions that carry data, set for every subclass
+/// too. Plain Python, since the classes are made by `create_exception!`.
 /// `FetchError(message, *, status=None, retryable=False)`: the HTTP status
-/// (None when not HTTP) and whether a retry may succeed are set by the
-/// constructor, for every subclass too. Plain Python, since the class is
-/// made by `create_exception!`.
-const FETCH_ERROR_INIT: &std::ffi::CStr =
-    c"def __init__(self, message='', *args, status=None, retryable=False):
+/// (None when not HTTP) and whether a retry may succeed.
+/// `ImageTooLarge(message, *, setting=None, limit=None, actual=None)`: the
+/// `Limits` field the image is over, its value and the image's (None for a
+/// decoder's own memory bound).
+const DATA_CARRYING_INITS: &std::ffi::CStr =
+    c"def fetch_error_init(self, message='', *args, status=None, retryable=False):
     Exception.__init__(self, message, *args)
     self.status = status
     self.retryable = retryable
+
+def image_too_large_init(self, message='', *args, setting=None, limit=None, actual=None):
+    Exception.__init__(self, message, *args)
+    self.setting = setting
+    self.limit = limit
+    self.actual = actual
 ";
 
 /// Adds the exception classes to the native module.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     let scope = PyDict::new(py);
-    py.run(FETCH_ERROR_INIT, Some(&scope), None)?;
-    let init = scope
-        .get_item("__init__")?
-        .expect("the snippet defines __init__");
-    py.get_type::<FetchError>().setattr("__init__", init)?;
+    py.run(DATA_CARRYING_INITS, Some(&scope), None)?;
+    for (class, init) in [
+        (py.get_type::<FetchError>(), "fetch_error_init"),
+        (py.get_type::<ImageTooLarge>(), "image_too_large_init"),
+    ] {
+        let init = scope.get_item(init)?.expect("the snippet defines it");
+        class.setattr("__init__", init)?;
+    }
     m.add("PixelwireError", py.get_type::<PixelwireError>())?;
     m.add("DecodeError", py.get_type::<DecodeError>())?;
     m.add("UnsupportedFormat", py.get_type::<UnsupportedFormat>())?;
