@@ -1,9 +1,32 @@
-from typing import Literal, TypedDict, final
+from typing import Literal, Protocol, TypedDict, final
 
 import numpy as np
 import numpy.typing as npt
 
 __version__: str
+
+class RemoteSource(Protocol):
+    """What the native reader reads of a parsed descriptor
+    (``pixelwire.descriptor.RemoteImage``), by attribute."""
+
+    @property
+    def agent(self) -> str: ...
+    @property
+    def metadata(self) -> str: ...
+    @property
+    def addr(self) -> int: ...
+    @property
+    def size(self) -> int: ...
+    @property
+    def notification(self) -> str: ...
+    @property
+    def content_hash(self) -> str | None: ...
+    @property
+    def metadata_version(self) -> int | None: ...
+    @property
+    def slot(self) -> int | None: ...
+    @property
+    def generation(self) -> int | None: ...
 
 class PixelwireError(Exception):
     """Base class of every pixelwire error."""
@@ -178,36 +201,18 @@ class NativeReader:
     @property
     def remote_count(self) -> int: ...
     def stats(self) -> dict[str, int]: ...
-    def read(
-        self,
-        *,
-        agent: str,
-        metadata: str,
-        addr: int,
-        size: int,
-        notification: str,
-        content_hash: str | None = None,
-        metadata_version: int | None = None,
-        slot: int | None = None,
-        generation: int | None = None,
-    ) -> npt.NDArray[np.uint8] | PixelBuffer: ...
+    def read(self, image: RemoteSource) -> npt.NDArray[np.uint8] | PixelBuffer:
+        """READs the image into host memory: an array owning the pixels, or a
+        receive slot lent zero-copy. The content hash is checked when the
+        reader verifies and the descriptor has one; the slot header always."""
     def register(self, *, addr: int, size: int, mem_type: Literal["Dram", "Vram"], device: int) -> int: ...
     def deregister(self, id: int) -> bool: ...
     def read_into(
-        self,
-        *,
-        agent: str,
-        metadata: str,
-        addr: int,
-        size: int,
-        notification: str,
-        local_addr: int,
-        mem_type: Literal["Dram", "Vram"],
-        device: int,
-        metadata_version: int | None = None,
-        slot: int | None = None,
-        generation: int | None = None,
-    ) -> None: ...
+        self, image: RemoteSource, *, local_addr: int, mem_type: Literal["Dram", "Vram"], device: int
+    ) -> None:
+        """READs the image into registered caller memory, then checks the
+        slot header; a failure's ``may_land`` says whether the READ may still
+        write the destination."""
 
 @final
 class PixelBuffer:

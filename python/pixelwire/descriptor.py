@@ -145,19 +145,6 @@ class RemoteImage:
     color_type: str | None = None
     background: tuple[int, int, int] = BACKGROUND
 
-    def native_fields(self) -> dict[str, Any]:
-        """The keyword arguments the native reader takes for this image."""
-        return {
-            "agent": self.agent,
-            "metadata": self.metadata,
-            "addr": self.addr,
-            "size": self.size,
-            "notification": self.notification,
-            "metadata_version": self.metadata_version,
-            "slot": self.slot,
-            "generation": self.generation,
-        }
-
     @property
     def pixel_bytes(self) -> int:
         """Bytes a pixel takes in the remote buffer."""

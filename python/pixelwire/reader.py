@@ -5,7 +5,6 @@ as the caller asked; the READ's notification frees the frontend's slot."""
 from __future__ import annotations
 
 import asyncio
-import functools
 import threading
 import time
 from typing import TYPE_CHECKING, Any
@@ -168,9 +167,7 @@ class Reader:
             if output != "torch":
                 raise ValueError("a CUDA destination needs output='torch'")
             return await asyncio.to_thread(self._read_cuda, native, image, device)
-        flat = await asyncio.to_thread(
-            functools.partial(native.read, content_hash=image.content_hash, **image.native_fields())
-        )
+        flat = await asyncio.to_thread(native.read, image)
         if not isinstance(flat, np.ndarray):
             # A receive slot lent zero-copy: the array keeps it until freed.
             flat = np.frombuffer(memoryview(flat), dtype=np.uint8)
@@ -207,9 +204,7 @@ class Reader:
                 staging = self._cuda_staging[index] = (tensor, registration)
             tensor, registration = staging
             try:
-                native.read_into(
-                    local_addr=tensor.data_ptr(), mem_type="Vram", device=index, **image.native_fields()
-                )
+                native.read_into(image, local_addr=tensor.data_ptr(), mem_type="Vram", device=index)
             except _native.PixelwireError as error:
                 if getattr(error, "may_land", True):
                     del self._cuda_staging[index]

@@ -243,33 +243,9 @@ impl NativeReader {
 
     /// READs into host memory; returns a 1-D uint8 array owning the pixels,
     /// or a PixelBuffer over the receive slot (zero-copy) for numpy.frombuffer.
-    /// `slot`/`generation` (pixelwire descriptors) name the slot header
-    /// checked after the READ.
-    #[pyo3(signature = (*, agent, metadata, addr, size, notification, content_hash = None, metadata_version = None, slot = None, generation = None))]
-    #[allow(clippy::too_many_arguments)]
-    fn read<'py>(
-        &self,
-        py: Python<'py>,
-        agent: String,
-        metadata: String,
-        addr: usize,
-        size: usize,
-        notification: String,
-        content_hash: Option<String>,
-        metadata_version: Option<u64>,
-        slot: Option<u64>,
-        generation: Option<u64>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let source = Source {
-            agent,
-            metadata,
-            metadata_version,
-            addr,
-            len: size,
-            content_hash,
-            header: header(slot, generation, size),
-            notification,
-        };
+    /// `image` is the parsed descriptor (`pixelwire.descriptor.RemoteImage`).
+    fn read<'py>(&self, py: Python<'py>, image: RemoteImage) -> PyResult<Bound<'py, PyAny>> {
+        let source = image.into_source();
         match py.detach(|| self.inner.read(&source))? {
             Pixels::Owned(pixels) => Ok(PyArray1::from_vec(py, pixels).into_any()),
             Pixels::Leased(lease) => Ok(Bound::new(py, PixelBuffer { lease })?.into_any()),
@@ -293,38 +269,55 @@ impl NativeReader {
     }
 
     /// READs straight into registered caller memory, then checks the slot
-    /// header. A failure's exception has `may_land`: whether the transfer
-    /// may still write the destination.
-    #[pyo3(signature = (*, agent, metadata, addr, size, notification, local_addr, mem_type, device, metadata_version = None, slot = None, generation = None))]
-    #[allow(clippy::too_many_arguments)]
+    /// header (the content hash is not checked here). A failure's exception
+    /// has `may_land`: whether the transfer may still write the destination.
+    #[pyo3(signature = (image, *, local_addr, mem_type, device))]
     fn read_into(
         &self,
         py: Python<'_>,
-        agent: String,
-        metadata: String,
-        addr: usize,
-        size: usize,
-        notification: String,
+        image: RemoteImage,
         local_addr: usize,
         mem_type: &str,
         device: u64,
-        metadata_version: Option<u64>,
-        slot: Option<u64>,
-        generation: Option<u64>,
     ) -> PyResult<()> {
         let kind = self::mem_type(mem_type)?;
         let source = Source {
-            agent,
-            metadata,
-            metadata_version,
-            addr,
-            len: size,
             content_hash: None,
-            header: header(slot, generation, size),
-            notification,
+            ..image.into_source()
         };
         py.detach(|| self.inner.read_into(&source, (local_addr, kind, device)))
             .map_err(|e| read_error(py, e))
+    }
+}
+
+/// What the native reader needs of a parsed descriptor, read from the
+/// attributes of `pixelwire.descriptor.RemoteImage` (Python owns the
+/// descriptor's schema and checks; this side only reads the result).
+#[derive(FromPyObject)]
+struct RemoteImage {
+    agent: String,
+    metadata: String,
+    addr: usize,
+    size: usize,
+    notification: String,
+    content_hash: Option<String>,
+    metadata_version: Option<u64>,
+    slot: Option<u64>,
+    generation: Option<u64>,
+}
+
+impl RemoteImage {
+    fn into_source(self) -> Source {
+        Source {
+            header: header(self.slot, self.generation, self.size),
+            agent: self.agent,
+            metadata: self.metadata,
+            metadata_version: self.metadata_version,
+            addr: self.addr,
+            len: self.size,
+            content_hash: self.content_hash,
+            notification: self.notification,
+        }
     }
 }
 
