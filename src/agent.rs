@@ -63,6 +63,23 @@ unsafe impl Sync for HostRegion {}
 
 const PAGE: usize = 4096;
 
+/// Asks for transparent huge pages and touches every page of a fresh
+/// region once, so that no READ into it (nor a decode) pays page faults,
+/// and copies into it walk fewer page-table entries.
+fn prefault(ptr: *mut u8, len: usize) {
+    // SAFETY: `ptr..ptr+len` is one allocation of ours (page-aligned); the
+    // advice is only a hint and failure changes nothing.
+    unsafe {
+        libc::madvise(ptr.cast(), len, libc::MADV_HUGEPAGE);
+    }
+    let mut at = 0;
+    while at < len {
+        // SAFETY: in bounds; the byte is zero (alloc_zeroed) and stays zero.
+        unsafe { std::ptr::write_volatile(ptr.add(at), 0) };
+        at += PAGE;
+    }
+}
+
 impl HostRegion {
     pub fn new(len: usize) -> Result<HostRegion> {
         let layout = Layout::from_size_align(len.max(1), PAGE)
@@ -70,6 +87,7 @@ impl HostRegion {
         // SAFETY: non-zero size layout.
         let ptr = NonNull::new(unsafe { alloc_zeroed(layout) })
             .ok_or_else(|| Error::PoolExhausted(format!("cannot allocate a {len}-byte region")))?;
+        prefault(ptr.as_ptr(), len);
         Ok(HostRegion { ptr, len })
     }
 
@@ -192,6 +210,28 @@ impl NixlDescriptor for ForeignRegion {
     }
 }
 
+/// How an agent's UCX backend runs.
+#[derive(Clone, Debug)]
+pub struct AgentOptions {
+    /// NIXL's progress thread, polling the backend's workers every 1 ms. The
+    /// memory owner (the publisher) needs it; a reader that polls its own
+    /// transfers does not, and without it no second thread contends for the
+    /// worker's lock while a READ copies.
+    pub progress_thread: bool,
+    /// UCX backend threads that each post part of a multi-descriptor READ on
+    /// their own worker (NIXL's `num_threads`); 0: one worker, the caller's.
+    pub threads: usize,
+}
+
+impl Default for AgentOptions {
+    fn default() -> AgentOptions {
+        AgentOptions {
+            progress_thread: true,
+            threads: 0,
+        }
+    }
+}
+
 /// A NIXL agent with its UCX backend.
 pub struct Agent {
     inner: nixl_sys::Agent,
@@ -204,7 +244,7 @@ static AGENT_COUNTER: AtomicU64 = AtomicU64::new(0);
 impl Agent {
     /// Creates an agent named `pixelwire-{role}-{pid}-{n}-{nanos}`: unique per
     /// process start, so a restarted frontend is never mistaken for the old one.
-    pub fn new(role: &str) -> Result<Agent> {
+    pub fn new(role: &str, options: &AgentOptions) -> Result<Agent> {
         if !LIBRARY_LOADED.load(Ordering::SeqCst) {
             return Err(Error::Transfer(
                 "NIXL library not loaded (pixelwire loads it from the nixl wheel)".into(),
@@ -220,7 +260,7 @@ impl Agent {
             AGENT_COUNTER.fetch_add(1, Ordering::Relaxed)
         );
         let config = AgentConfig {
-            enable_prog_thread: true,
+            enable_prog_thread: options.progress_thread,
             enable_listen_thread: false,
             thread_sync: ThreadSync::Strict,
             // The progress thread polls with this timeout; 0 would spin a core.
@@ -236,6 +276,16 @@ impl Agent {
         params
             .set("ucx_error_handling_mode", "peer")
             .map_err(|e| nixl_err("UCX parameters", e))?;
+        if options.threads > 0 {
+            // Requests of two or more descriptors are split across the
+            // threads; single-descriptor ones stay on the caller's worker.
+            params
+                .set("num_threads", &options.threads.to_string())
+                .map_err(|e| nixl_err("UCX parameters", e))?;
+            params
+                .set("split_batch_size", "2")
+                .map_err(|e| nixl_err("UCX parameters", e))?;
+        }
         let backend = inner
             .create_backend("UCX", &params)
             .map_err(|e| nixl_err("UCX backend creation", e))?;
@@ -278,7 +328,8 @@ impl Agent {
         let _ = self.inner.invalidate_remote_md(name);
     }
 
-    /// READs `len` bytes at `remote_addr` of `remote` into `local_addr`,
+    /// READs `len` bytes at `remote_addr` of `remote` into `local_addr` as
+    /// `pieces` descriptors (which a threaded backend moves in parallel),
     /// attaching `notification` if any, and waits for completion (until
     /// `deadline`) without holding any Python lock. An error or timeout
     /// leaves the destination indeterminate: the caller must not hand it out,
@@ -289,6 +340,7 @@ impl Agent {
         local: (usize, MemType, u64),
         remote_addr: usize,
         len: usize,
+        pieces: usize,
         notification: Option<&[u8]>,
         deadline: Instant,
     ) -> std::result::Result<(), ReadError> {
@@ -299,10 +351,20 @@ impl Agent {
         let (local_addr, local_type, local_dev) = local;
         let mut local_list =
             XferDescList::new(local_type).map_err(|e| refused(nixl_err("descriptor list", e)))?;
-        local_list.add_desc(local_addr, len, local_dev);
         let mut remote_list = XferDescList::new(MemType::Dram)
             .map_err(|e| refused(nixl_err("descriptor list", e)))?;
-        remote_list.add_desc(remote_addr, len, 0);
+        // Pieces of whole pages (the last takes the rest).
+        let piece = len.div_ceil(pieces.max(1)).div_ceil(PAGE).max(1) * PAGE;
+        let mut at = 0;
+        loop {
+            let n = piece.min(len - at);
+            local_list.add_desc(local_addr + at, n, local_dev);
+            remote_list.add_desc(remote_addr + at, n, 0);
+            at += n;
+            if at >= len {
+                break;
+            }
+        }
         let mut opts = OptArgs::new().map_err(|e| refused(nixl_err("options", e)))?;
         opts.add_backend(&self.backend)
             .map_err(|e| refused(nixl_err("options", e)))?;

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use parking_lot::{Mutex, RwLock};
 
-use crate::agent::{Agent, RegisteredPool, SlotPool};
+use crate::agent::{Agent, AgentOptions, RegisteredPool, SlotPool};
 use crate::decode::{self, DecodeOptions, ImageInfo, Mode, OutputShape};
 use crate::errors::{Error, Result};
 use crate::pool::Slot;
@@ -103,7 +103,7 @@ impl Publisher {
                 config.lease.as_secs_f64()
             )));
         }
-        let agent = Agent::new("front")?;
+        let agent = Agent::new("front", &AgentOptions::default())?;
         let metadata = wire::pack_metadata(&agent.local_metadata()?);
         let shared = Arc::new(Shared {
             slots: SlotPool::new(config.pool_bytes, config.region_bytes),

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use nixl_sys::{MemType, RegistrationHandle};
 use parking_lot::{Mutex, RwLock};
 
-use crate::agent::{Agent, ForeignRegion, HostRegion, ReadError, SlotPool};
+use crate::agent::{Agent, AgentOptions, ForeignRegion, HostRegion, ReadError, SlotPool};
 use crate::errors::{Error, Result};
 use crate::pool::Slot;
 use crate::wire::{self, SlotHeader, SLOT_HEADER_BYTES};
@@ -33,6 +33,13 @@ pub struct ReaderConfig {
     pub region_bytes: usize,
     pub timeout: Duration,
     pub verify: bool,
+    /// NIXL's progress thread on the reader's agent (the reader polls its
+    /// own READs; the thread only contends for the worker's lock).
+    pub progress_thread: bool,
+    /// UCX backend threads a large READ is split across (0: one thread).
+    pub read_threads: usize,
+    /// READs of at least this many bytes are split across `read_threads`.
+    pub split_min_bytes: usize,
 }
 
 /// Where the pixels are and how to check them.
@@ -160,7 +167,13 @@ impl Reader {
             foreign: Mutex::new(HashMap::new()),
             next_foreign: AtomicU64::new(1),
             config,
-            agent: Agent::new("worker")?,
+            agent: Agent::new(
+                "worker",
+                &AgentOptions {
+                    progress_thread: config.progress_thread,
+                    threads: config.read_threads,
+                },
+            )?,
         })
     }
 
@@ -279,15 +292,31 @@ impl Reader {
         remote
     }
 
-    /// READs the source's pixels into `pixels_to`, then (pixelwire
-    /// descriptors) its slot header into host memory at `header_to` and
-    /// checks it; the notification rides on the last READ, so the frontend
-    /// frees the slot only after both.
-    fn transfer(
+    /// Descriptors a READ of `len` bytes is split into.
+    fn pieces(&self, len: usize) -> usize {
+        if self.config.read_threads > 0 && len >= self.config.split_min_bytes {
+            // The backend gives each thread two descriptors.
+            2 * self.config.read_threads
+        } else {
+            1
+        }
+    }
+
+    /// READs the source's pixels into `pixels_to`, in chunks of at most
+    /// `chunk` bytes one after the other, calling `on_chunk(offset, len)`
+    /// as each lands (the caller starts copying it on, e.g. to a GPU); then
+    /// (pixelwire descriptors) its slot header into host memory at
+    /// `header_to`, and checks it. The notification rides on the last READ,
+    /// so the frontend frees the slot only after all of them. Chunks handed
+    /// to `on_chunk` are not yet checked: only an `Ok` from here says the
+    /// pixels are the published ones.
+    fn transfer_chunked(
         &self,
         source: &Source,
         pixels_to: (usize, MemType, u64),
         header_to: usize,
+        chunk: usize,
+        on_chunk: &mut dyn FnMut(usize, usize) -> Result<()>,
     ) -> std::result::Result<(), ReadError> {
         let refused = |error: Error| ReadError {
             error,
@@ -297,29 +326,48 @@ impl Reader {
         let (name, remote) = self.remote(source).map_err(refused)?;
         let _shared = remote.gate.read();
         let notification = source.notification.as_bytes();
+        let (to, mem, dev) = pixels_to;
+        let chunk = chunk.max(1);
+        // The pixels, chunk by chunk; the last one carries the notification
+        // when there is no header to READ after it.
+        let mut pixels = || -> std::result::Result<(), ReadError> {
+            let mut at = 0;
+            loop {
+                let n = chunk.min(source.len - at);
+                let last = at + n >= source.len;
+                let note = (last && source.header.is_none()).then_some(notification);
+                self.agent.read(
+                    &name,
+                    (to + at, mem, dev),
+                    source.addr + at,
+                    n,
+                    self.pieces(n),
+                    note,
+                    deadline,
+                )?;
+                on_chunk(at, n).map_err(refused)?;
+                at += n;
+                if last {
+                    return Ok(());
+                }
+            }
+        };
         let outcome = match &source.header {
-            None => self.agent.read(
-                &name,
-                pixels_to,
-                source.addr,
-                source.len,
-                Some(notification),
-                deadline,
-            ),
+            None => pixels(),
             Some(header) => {
                 let header_at = source.addr.checked_sub(SLOT_HEADER_BYTES).ok_or_else(|| {
                     refused(Error::Descriptor(
                         "descriptor address has no room for its slot header".into(),
                     ))
                 })?;
-                self.agent
-                    .read(&name, pixels_to, source.addr, source.len, None, deadline)
+                pixels()
                     .and_then(|()| {
                         self.agent.read(
                             &name,
                             (header_to, MemType::Dram, 0),
                             header_at,
                             SLOT_HEADER_BYTES,
+                            1,
                             Some(notification),
                             deadline,
                         )
@@ -363,7 +411,8 @@ impl Reader {
         let (slot, region) = self.acquire(source.len + header_bytes)?;
         let base = region.addr() + slot.offset;
         let pixels_to = (base + header_bytes, MemType::Dram, 0);
-        if let Err(e) = self.transfer(source, pixels_to, base) {
+        let whole = source.len.max(1);
+        if let Err(e) = self.transfer_chunked(source, pixels_to, base, whole, &mut |_, _| Ok(())) {
             self.give_back(slot, e.may_land);
             return Err(e.error);
         }
@@ -426,20 +475,26 @@ impl Reader {
         }
     }
 
-    /// READs the source straight into registered caller memory. On error
-    /// the destination holds indeterminate bytes; `may_land` says whether a
-    /// transfer may still write it (do not reuse it for a while then).
+    /// READs the source straight into registered caller memory, in chunks
+    /// of at most `chunk` bytes, calling `on_chunk(offset, len)` as each
+    /// lands (see [`Reader::transfer_chunked`]: nothing is checked until
+    /// this returns `Ok`). On error the destination holds indeterminate
+    /// bytes; `may_land` says whether a transfer may still write it (do not
+    /// reuse it for a while then).
     pub fn read_into(
         &self,
         source: &Source,
         local: (usize, MemType, u64),
+        chunk: usize,
+        on_chunk: &mut dyn FnMut(usize, usize) -> Result<()>,
     ) -> std::result::Result<(), ReadError> {
         let refused = |error: Error| ReadError {
             error,
             may_land: false,
         };
         let (slot, region) = self.acquire(SLOT_HEADER_BYTES).map_err(refused)?;
-        let outcome = self.transfer(source, local, region.addr() + slot.offset);
+        let outcome =
+            self.transfer_chunked(source, local, region.addr() + slot.offset, chunk, on_chunk);
         self.give_back(slot, outcome.as_ref().is_err_and(|e| e.may_land));
         outcome
     }

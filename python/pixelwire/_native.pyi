@@ -1,3 +1,4 @@
+from collections.abc import Callable
 from typing import Literal, Protocol, TypedDict, final
 
 import numpy as np
@@ -195,7 +196,17 @@ class NativePublisher:
 
 @final
 class NativeReader:
-    def __new__(cls, *, pool_bytes: int, region_bytes: int, timeout: float, verify: bool) -> NativeReader: ...
+    def __new__(
+        cls,
+        *,
+        pool_bytes: int,
+        region_bytes: int,
+        timeout: float,
+        verify: bool,
+        progress_thread: bool = True,
+        read_threads: int = 0,
+        split_min_bytes: int = 0,
+    ) -> NativeReader: ...
     @property
     def agent_name(self) -> str: ...
     @property
@@ -208,11 +219,21 @@ class NativeReader:
     def register(self, *, addr: int, size: int, mem_type: Literal["Dram", "Vram"], device: int) -> int: ...
     def deregister(self, id: int) -> bool: ...
     def read_into(
-        self, image: RemoteSource, *, local_addr: int, mem_type: Literal["Dram", "Vram"], device: int
+        self,
+        image: RemoteSource,
+        *,
+        local_addr: int,
+        mem_type: Literal["Dram", "Vram"],
+        device: int,
+        chunk_bytes: int | None = None,
+        on_chunk: Callable[[int, int], object] | None = None,
     ) -> None:
         """READs the image into registered caller memory, then checks the
-        slot header; a failure's ``may_land`` says whether the READ may still
-        write the destination."""
+        slot header. With ``chunk_bytes`` the READ goes in chunks and
+        ``on_chunk(offset, length)`` is called as each lands (before the
+        check: only a normal return says the bytes are the published ones). A
+        failure's ``may_land`` says whether the READ may still write the
+        destination."""
 
 @final
 class PixelBuffer:

@@ -47,6 +47,22 @@ ACQUIRE_TIMEOUT = 10.0
 READ_TIMEOUT = 30.0
 # The largest image a reader accepts, in pixels: the decoder's own limit.
 MAX_PIXELS = Limits().max_pixels
+# How a worker READs (see docs/performance.md, "Transfers", for the sweep
+# these come from). NIXL's progress thread on a reader's agent: the reader
+# polls its own READs, and the thread would only contend for the UCX
+# worker's lock (spinning) while a READ copies.
+READER_PROGRESS_THREAD = False
+# UCX backend threads a large READ is split across (NIXL's num_threads, one
+# UCX worker each); 0 keeps every READ on the calling thread.
+READ_THREADS = 4
+# READs of at least this many bytes are split across those threads.
+READ_SPLIT_MIN_BYTES = 1 * MiB
+# A CUDA destination: READ into pinned, registered host memory and copy each
+# chunk to the device while the next one is READ ("pinned"), or READ straight
+# into registered device memory through UCX ("direct").
+CudaStaging = Literal["pinned", "direct"]
+CUDA_STAGING: CudaStaging = "pinned"
+CUDA_CHUNK_BYTES = 4 * MiB
 # What RGBA is composited onto for RGB (vLLM's rgba_background_color).
 BACKGROUND: tuple[int, int, int] = (255, 255, 255)
 
@@ -158,17 +174,38 @@ class ReaderSettings:
     max_pixels: int = MAX_PIXELS
     pool_bytes: int = POOL_BYTES
     region_bytes: int = REGION_BYTES
+    progress_thread: bool = READER_PROGRESS_THREAD
+    read_threads: int = READ_THREADS
+    split_min_bytes: int = READ_SPLIT_MIN_BYTES
+    cuda_staging: CudaStaging = CUDA_STAGING
+    cuda_chunk_bytes: int = CUDA_CHUNK_BYTES
 
     @classmethod
     def from_env(cls) -> ReaderSettings:
         """``PIXELWIRE_READ_TIMEOUT``, ``PIXELWIRE_VERIFY``,
-        ``PIXELWIRE_READER_POOL_BYTES``, ``PIXELWIRE_READER_REGION_BYTES``."""
+        ``PIXELWIRE_READER_POOL_BYTES``, ``PIXELWIRE_READER_REGION_BYTES``,
+        ``PIXELWIRE_READER_PROGRESS_THREAD``, ``PIXELWIRE_READ_THREADS``,
+        ``PIXELWIRE_READ_SPLIT_MIN_BYTES``, ``PIXELWIRE_CUDA_STAGING``,
+        ``PIXELWIRE_CUDA_CHUNK_BYTES``."""
         return cls(
             timeout=env_float("PIXELWIRE_READ_TIMEOUT", READ_TIMEOUT),
             verify=env_flag("PIXELWIRE_VERIFY", True),
             pool_bytes=env_int("PIXELWIRE_READER_POOL_BYTES", POOL_BYTES),
             region_bytes=env_int("PIXELWIRE_READER_REGION_BYTES", REGION_BYTES),
+            progress_thread=env_flag("PIXELWIRE_READER_PROGRESS_THREAD", READER_PROGRESS_THREAD),
+            read_threads=env_int("PIXELWIRE_READ_THREADS", READ_THREADS),
+            split_min_bytes=env_int("PIXELWIRE_READ_SPLIT_MIN_BYTES", READ_SPLIT_MIN_BYTES),
+            cuda_staging=cuda_staging(os.environ.get("PIXELWIRE_CUDA_STAGING")),
+            cuda_chunk_bytes=env_int("PIXELWIRE_CUDA_CHUNK_BYTES", CUDA_CHUNK_BYTES),
         )
+
+
+def cuda_staging(value: str | None) -> CudaStaging:
+    """``value`` (unset or empty: the default) as a CUDA staging choice."""
+    chosen = value or CUDA_STAGING
+    if chosen not in ("pinned", "direct"):
+        raise ValueError(f"cuda_staging must be 'pinned' or 'direct', not {chosen!r}")
+    return "pinned" if chosen == "pinned" else "direct"
 
 
 @dataclass

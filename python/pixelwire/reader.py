@@ -12,7 +12,21 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from pixelwire import _native
-from pixelwire.config import MAX_PIXELS, POOL_BYTES, READ_TIMEOUT, REGION_BYTES, Mode, Output
+from pixelwire.config import (
+    CUDA_CHUNK_BYTES,
+    CUDA_STAGING,
+    MAX_PIXELS,
+    POOL_BYTES,
+    READ_SPLIT_MIN_BYTES,
+    READ_THREADS,
+    READ_TIMEOUT,
+    READER_PROGRESS_THREAD,
+    REGION_BYTES,
+    CudaStaging,
+    Mode,
+    Output,
+    cuda_staging as check_cuda_staging,
+)
 from pixelwire.descriptor import Decoded, PassThrough, RemoteImage, parse_descriptor
 from pixelwire.nixl import ensure_nixl
 from pixelwire.outputs import OUTPUTS, as_output, rgb_image_over
@@ -38,6 +52,11 @@ class Reader:
         pool_bytes: int = POOL_BYTES,
         region_bytes: int = REGION_BYTES,
         fetcher: Fetcher | None = None,
+        progress_thread: bool = READER_PROGRESS_THREAD,
+        read_threads: int = READ_THREADS,
+        split_min_bytes: int = READ_SPLIT_MIN_BYTES,
+        cuda_staging: CudaStaging = CUDA_STAGING,
+        cuda_chunk_bytes: int = CUDA_CHUNK_BYTES,
     ) -> None:
         self._fetcher = fetcher
         self._own_fetcher = fetcher is None
@@ -46,10 +65,18 @@ class Reader:
         self.max_pixels = max_pixels
         self.pool_bytes = pool_bytes
         self.region_bytes = min(region_bytes, pool_bytes)
+        self.progress_thread = progress_thread
+        self.read_threads = read_threads
+        self.split_min_bytes = split_min_bytes
+        self.cuda_staging: CudaStaging = check_cuda_staging(cuda_staging)
+        self.cuda_chunk_bytes = max(1, cuda_chunk_bytes)
         self._native: _native.NativeReader | None = None
         self._cuda_lock = threading.Lock()
-        # device index -> (registered staging tensor, registration id)
+        # device index -> (registered staging tensor, registration id): pinned
+        # host memory ("pinned") or device memory ("direct")
         self._cuda_staging: dict[int, tuple[Any, int]] = {}
+        # device index -> the stream chunks are copied to the device on
+        self._cuda_streams: dict[int, Any] = {}
         # Staging a failed READ may still write: (until, tensor, registration id).
         self._cuda_quarantine: list[tuple[float, Any, int]] = []
 
@@ -70,6 +97,9 @@ class Reader:
                 region_bytes=self.region_bytes,
                 timeout=self.timeout,
                 verify=self.verify,
+                progress_thread=self.progress_thread,
+                read_threads=self.read_threads,
+                split_min_bytes=self.split_min_bytes,
             )
         return self
 
@@ -179,14 +209,19 @@ class Reader:
         return as_output(flat.reshape(image.shape), output)
 
     def _read_cuda(self, native: _native.NativeReader, image: RemoteImage, device: str) -> Any:
-        """READ into a registered CUDA staging buffer (one per device, grown
-        by replacing it), check the slot header, then copy out on the GPU.
-        A staging buffer a failed READ may still write is retired until the
+        """READ for a CUDA destination through a registered staging buffer
+        (one per device, grown by replacing it): pinned host memory whose
+        chunks are copied to the device while the next chunk is READ, or
+        device memory UCX writes directly. The slot header is checked after
+        the last chunk; pixels go out only if it holds, so a copy started
+        from a chunk is discarded with everything else when it does not. A
+        staging buffer a failed READ may still write is retired until the
         transfer has surely ended."""
         import torch
 
         dev = torch.device(device)
         index = dev.index if dev.index is not None else torch.cuda.current_device()
+        pinned = self.cuda_staging == "pinned"
         with self._cuda_lock:
             now = time.monotonic()
             for entry in [q for q in self._cuda_quarantine if q[0] <= now]:
@@ -197,19 +232,50 @@ class Reader:
                 if staging is not None:
                     native.deregister(staging[1])
                 size = max(image.size, self.region_bytes)
-                tensor = torch.empty(size, dtype=torch.uint8, device=torch.device("cuda", index))
-                registration = native.register(
-                    addr=tensor.data_ptr(), size=size, mem_type="Vram", device=index
-                )
+                if pinned:
+                    tensor = torch.empty(size, dtype=torch.uint8, pin_memory=True)
+                    registration = native.register(addr=tensor.data_ptr(), size=size, mem_type="Dram", device=0)
+                else:
+                    tensor = torch.empty(size, dtype=torch.uint8, device=torch.device("cuda", index))
+                    registration = native.register(
+                        addr=tensor.data_ptr(), size=size, mem_type="Vram", device=index
+                    )
                 staging = self._cuda_staging[index] = (tensor, registration)
             tensor, registration = staging
+            h, w, c = image.shape
+            if pinned:
+                stream = self._cuda_streams.get(index)
+                if stream is None:
+                    stream = self._cuda_streams[index] = torch.cuda.Stream(device=index)
+                out = torch.empty(image.size, dtype=torch.uint8, device=torch.device("cuda", index))
+
+                def on_chunk(offset: int, length: int) -> None:
+                    with torch.cuda.stream(stream):
+                        out[offset : offset + length].copy_(tensor[offset : offset + length], non_blocking=True)
+
+                fields: dict[str, Any] = {
+                    "mem_type": "Dram",
+                    "device": 0,
+                    "chunk_bytes": self.cuda_chunk_bytes,
+                    "on_chunk": on_chunk,
+                }
+            else:
+                fields = {"mem_type": "Vram", "device": index}
             try:
-                native.read_into(image, local_addr=tensor.data_ptr(), mem_type="Vram", device=index)
+                native.read_into(image, local_addr=tensor.data_ptr(), **fields)
             except _native.PixelwireError as error:
                 if getattr(error, "may_land", True):
                     del self._cuda_staging[index]
                     self._cuda_quarantine.append((time.monotonic() + 2 * self.timeout, tensor, registration))
                 raise
-            h, w, c = image.shape
+            finally:
+                if pinned:
+                    # The staging buffer is read by the copies: they end
+                    # before it is used again (or retired).
+                    stream.synchronize()
+            if pinned:
+                if image.pixel_bytes == c:
+                    return out.view(h, w, c)
+                return out.view(h, w, image.pixel_bytes)[:, :, :c].clone(memory_format=torch.contiguous_format)
             pixels = tensor[: image.size].view(h, w, image.pixel_bytes)
             return pixels[:, :, :c].clone(memory_format=torch.contiguous_format)

@@ -202,19 +202,26 @@ fn mem_type(name: &str) -> PyResult<nixl_sys::MemType> {
 #[pymethods]
 impl NativeReader {
     #[new]
-    #[pyo3(signature = (*, pool_bytes, region_bytes, timeout, verify))]
+    #[pyo3(signature = (*, pool_bytes, region_bytes, timeout, verify, progress_thread = true, read_threads = 0, split_min_bytes = 0))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         pool_bytes: usize,
         region_bytes: usize,
         timeout: f64,
         verify: bool,
+        progress_thread: bool,
+        read_threads: usize,
+        split_min_bytes: usize,
     ) -> PyResult<Self> {
         let config = ReaderConfig {
             pool_bytes,
             region_bytes: region_bytes.max(1),
             timeout: seconds(timeout, "timeout")?,
             verify,
+            progress_thread,
+            read_threads,
+            split_min_bytes,
         };
         Ok(NativeReader {
             inner: Arc::new(py.detach(|| Reader::new(config))?),
@@ -269,9 +276,12 @@ impl NativeReader {
     }
 
     /// READs straight into registered caller memory, then checks the slot
-    /// header (the content hash is not checked here). A failure's exception
-    /// has `may_land`: whether the transfer may still write the destination.
-    #[pyo3(signature = (image, *, local_addr, mem_type, device))]
+    /// header (the content hash is not checked here). With `chunk_bytes`,
+    /// the READ goes in chunks of that size and `on_chunk(offset, length)` is
+    /// called as each lands (before the check: only a normal return says the
+    /// bytes are the published ones). A failure's exception has `may_land`:
+    /// whether the transfer may still write the destination.
+    #[pyo3(signature = (image, *, local_addr, mem_type, device, chunk_bytes = None, on_chunk = None))]
     fn read_into(
         &self,
         py: Python<'_>,
@@ -279,14 +289,35 @@ impl NativeReader {
         local_addr: usize,
         mem_type: &str,
         device: u64,
+        chunk_bytes: Option<usize>,
+        on_chunk: Option<Bound<'_, PyAny>>,
     ) -> PyResult<()> {
         let kind = self::mem_type(mem_type)?;
+        let chunk = chunk_bytes.unwrap_or(image.size).max(1);
+        let on_chunk = on_chunk.map(Bound::unbind);
         let source = Source {
             content_hash: None,
             ..image.into_source()
         };
-        py.detach(|| self.inner.read_into(&source, (local_addr, kind, device)))
-            .map_err(|e| read_error(py, e))
+        // A callback's exception is kept to be raised as it is.
+        let mut raised: Option<PyErr> = None;
+        let mut call = |offset: usize, length: usize| -> crate::errors::Result<()> {
+            let Some(callback) = &on_chunk else {
+                return Ok(());
+            };
+            Python::attach(|py| callback.call1(py, (offset, length)).map(drop)).map_err(|e| {
+                raised = Some(e);
+                Error::Transfer("the on_chunk callback raised".into())
+            })
+        };
+        let outcome = py.detach(|| {
+            self.inner
+                .read_into(&source, (local_addr, kind, device), chunk, &mut call)
+        });
+        match (outcome, raised) {
+            (Err(_), Some(error)) => Err(error),
+            (outcome, _) => outcome.map_err(|e| read_error(py, e)),
+        }
     }
 }
 
