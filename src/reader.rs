@@ -40,6 +40,10 @@ pub struct ReaderConfig {
     pub read_threads: usize,
     /// READs of at least this many bytes are split across `read_threads`.
     pub split_min_bytes: usize,
+    /// Host READs with a content hash to check that are larger than this go
+    /// in chunks of this size, each hashed by a second thread while the next
+    /// one is READ.
+    pub chunk_bytes: usize,
 }
 
 /// Where the pixels are and how to check them.
@@ -410,12 +414,30 @@ impl Reader {
         };
         let (slot, region) = self.acquire(source.len + header_bytes)?;
         let base = region.addr() + slot.offset;
-        let pixels_to = (base + header_bytes, MemType::Dram, 0);
-        let whole = source.len.max(1);
-        if let Err(e) = self.transfer_chunked(source, pixels_to, base, whole, &mut |_, _| Ok(())) {
-            self.give_back(slot, e.may_land);
-            return Err(e.error);
-        }
+        let pixels_at = base + header_bytes;
+        let expected = source.content_hash.as_ref().filter(|_| self.config.verify);
+        let chunk = self.config.chunk_bytes.max(1);
+        let outcome = match expected {
+            Some(_) if source.len > chunk => self
+                .transfer_hashing(source, pixels_at, base, chunk)
+                .map(Some),
+            _ => self
+                .transfer_chunked(
+                    source,
+                    (pixels_at, MemType::Dram, 0),
+                    base,
+                    source.len.max(1),
+                    &mut |_, _| Ok(()),
+                )
+                .map(|()| None),
+        };
+        let digest = match outcome {
+            Ok(digest) => digest,
+            Err(e) => {
+                self.give_back(slot, e.may_land);
+                return Err(e.error);
+            }
+        };
         let lease = Lease {
             reader: Arc::clone(self),
             slot,
@@ -423,13 +445,12 @@ impl Reader {
             at: slot.offset + header_bytes,
             len: source.len,
         };
-        if self.config.verify {
-            if let Some(expected) = &source.content_hash {
-                if &wire::content_hash(lease.as_slice()) != expected {
-                    return Err(Error::Transfer(
-                        "the pixels read do not match the descriptor's content hash: the descriptor is wrong or the slot was overwritten".into(),
-                    ));
-                }
+        if let Some(expected) = expected {
+            let got = digest.unwrap_or_else(|| wire::content_hash(lease.as_slice()));
+            if &got != expected {
+                return Err(Error::Transfer(
+                    "the pixels read do not match the descriptor's content hash: the descriptor is wrong or the slot was overwritten".into(),
+                ));
             }
         }
         let held = self.slots.lock().pool.bytes_in_use();
@@ -438,6 +459,51 @@ impl Reader {
         } else {
             Ok(Pixels::Owned(lease.as_slice().to_vec()))
         }
+    }
+
+    /// [`Reader::transfer_chunked`] into host memory at `pixels_at`, with
+    /// each chunk hashed on a second thread while the next one is READ:
+    /// returns the content hash of all the pixels (meaningful only once the
+    /// slot header has been checked, which an `Ok` says it has).
+    fn transfer_hashing(
+        &self,
+        source: &Source,
+        pixels_at: usize,
+        header_to: usize,
+        chunk: usize,
+    ) -> std::result::Result<String, ReadError> {
+        std::thread::scope(|scope| {
+            let (landed, chunks) = std::sync::mpsc::channel::<(usize, usize)>();
+            let hasher = scope.spawn(move || {
+                let mut hasher = wire::ContentHasher::default();
+                for (at, len) in chunks {
+                    // SAFETY: this chunk of the caller's receive slot has
+                    // been READ; nothing writes it while the read holds the
+                    // slot (later chunks land in other bytes).
+                    hasher.update(unsafe {
+                        std::slice::from_raw_parts((pixels_at + at) as *const u8, len)
+                    });
+                }
+                hasher.finish()
+            });
+            let outcome = self.transfer_chunked(
+                source,
+                (pixels_at, MemType::Dram, 0),
+                header_to,
+                chunk,
+                &mut |at, len| {
+                    // The hasher only ends when `landed` is dropped.
+                    let _ = landed.send((at, len));
+                    Ok(())
+                },
+            );
+            drop(landed);
+            let digest = hasher.join().map_err(|_| ReadError {
+                error: Error::Transfer("the hashing thread panicked".into()),
+                may_land: false,
+            });
+            outcome.and(digest)
+        })
     }
 
     /// Registers caller-owned memory (a CUDA buffer) until

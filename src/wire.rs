@@ -179,6 +179,26 @@ pub fn content_hash(pixels: &[u8]) -> String {
     format!("{:016x}", xxhash_rust::xxh3::xxh3_64(pixels))
 }
 
+/// [`content_hash`] of bytes that arrive in pieces: the same digest as one
+/// call over all of them, in order.
+pub struct ContentHasher(xxhash_rust::xxh3::Xxh3);
+
+impl Default for ContentHasher {
+    fn default() -> ContentHasher {
+        ContentHasher(xxhash_rust::xxh3::Xxh3::new())
+    }
+}
+
+impl ContentHasher {
+    pub fn update(&mut self, piece: &[u8]) {
+        self.0.update(piece);
+    }
+
+    pub fn finish(&self) -> String {
+        format!("{:016x}", self.0.digest())
+    }
+}
+
 /// Whether `text` has the form [`content_hash`] gives: 16 lowercase hex digits.
 pub fn is_content_hash(text: &str) -> bool {
     text.len() == 16 && text.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
@@ -294,5 +314,19 @@ mod tests {
         let h = content_hash(b"abc");
         assert_eq!(h.len(), 16);
         assert_eq!(h, format!("{:016x}", xxhash_rust::xxh3::xxh3_64(b"abc")));
+    }
+
+    #[test]
+    fn a_hash_in_pieces_is_the_hash_of_the_whole() {
+        let bytes: Vec<u8> = (0..3_000_017u32)
+            .map(|i| (i * 2_654_435_761) as u8)
+            .collect();
+        for piece in [1, 4096, 65_537, 1 << 20, bytes.len()] {
+            let mut hasher = ContentHasher::default();
+            for part in bytes.chunks(piece) {
+                hasher.update(part);
+            }
+            assert_eq!(hasher.finish(), content_hash(&bytes), "pieces of {piece}");
+        }
     }
 }

@@ -17,6 +17,7 @@ import pytest
 from PIL import Image
 
 import pixelwire
+from pixelwire.benchmarks import ppm_of_size
 from pixelwire.frontend_process import FrontendProcess
 
 from reference import CORPUS, corpus_files
@@ -462,3 +463,71 @@ def test_rgbx_layout_maps_into_pil_and_unpacks_for_arrays(frontend: FrontendProc
                 await publisher.decode_and_publish((CORPUS / names[0]).read_bytes(), mode="L", layout="RGBX")
 
     run(main())
+
+
+@pytest.mark.parametrize("read_threads", [0, 3])
+def test_split_reads_deliver_every_byte(read_threads: int) -> None:
+    """A READ split across the UCX backend's threads (any split, odd sizes
+    and a tail shorter than a page) gives the same pixels as one READ, and
+    frees every slot by notification."""
+    frontend = Frontend(pool_bytes=128 * MiB)
+    try:
+        images = [ppm_of_size(n, seed=n) for n in (3, 3 * 4097, 3 * 1024 * 1025, 3 * 2000 * 2621)]
+
+        async def main() -> None:
+            reader = pixelwire.Reader(read_threads=read_threads, split_min_bytes=4096)
+            async with reader:
+                for data in images:
+                    desc = frontend.publish(data)["desc"]
+                    got = await reader.read_decoded(desc, output="numpy")
+                    np.testing.assert_array_equal(got, pixelwire.decode_image(data))
+
+        run(main())
+        assert _wait_for(lambda: frontend.stats()["freed_by_notification"] == len(images))
+    finally:
+        frontend.close()
+
+
+def test_chunked_read_into_calls_back_in_order_and_checks_the_slot_last() -> None:
+    """`read_into` with chunks: the callback sees each chunk in order as it
+    lands; the slot header is still checked after the last one, so a
+    reclaimed slot raises even though chunks were handed out, and an
+    exception from the callback comes back as it is."""
+    frontend = Frontend(lease=1.0)
+    native = pixelwire.Reader(timeout=10).open()._native  # the native reader is what is under test
+    assert native is not None
+    try:
+        data = ppm_of_size(3 * (1 << 20), seed=11)
+        expected = pixelwire.decode_image(data).reshape(-1)
+        buffer = np.zeros(expected.size, dtype=np.uint8)
+        registration = native.register(addr=buffer.ctypes.data, size=buffer.size, mem_type="Dram", device=0)
+        fields = {"local_addr": buffer.ctypes.data, "mem_type": "Dram", "device": 0, "chunk_bytes": 1 << 20}
+
+        def native_fields(desc: dict[str, Any]) -> dict[str, Any]:
+            image = pixelwire.descriptor.parse_descriptor(desc, None)
+            return image.native_fields()
+
+        seen: list[tuple[int, int]] = []
+        desc = frontend.publish(data)["desc"]
+        native.read_into(on_chunk=lambda at, n: seen.append((at, n)), **fields, **native_fields(desc))
+        assert seen == [(0, 1 << 20), (1 << 20, 1 << 20), (2 << 20, 1 << 20)]
+        np.testing.assert_array_equal(buffer, expected)
+
+        class Stop(Exception):
+            pass
+
+        def stop(at: int, n: int) -> None:
+            raise Stop(at)
+
+        with pytest.raises(Stop):
+            native.read_into(on_chunk=stop, **fields, **native_fields(frontend.publish(data)["desc"]))
+
+        stale = frontend.publish(data)["desc"]
+        assert _wait_for(lambda: frontend.stats()["reclaimed_by_lease"] >= 2, 10)
+        seen.clear()
+        with pytest.raises(pixelwire.TransferError, match="reclaimed or reused"):
+            native.read_into(on_chunk=lambda at, n: seen.append((at, n)), **fields, **native_fields(stale))
+        assert len(seen) == 3, "every chunk landed before the check refused them"
+        assert native.deregister(registration)
+    finally:
+        frontend.close()

@@ -19,8 +19,10 @@ torch = pytest.importorskip("torch")
 
 
 @pytest.mark.parametrize("layout", ["HWC", "RGBX"])
-@pytest.mark.parametrize("device", ["cpu", "cuda"])
-def test_torch_reads_equal_decode_image(device: str, layout: str) -> None:
+@pytest.mark.parametrize(("device", "staging"), [("cpu", "pinned"), ("cuda", "pinned"), ("cuda", "direct")])
+def test_torch_reads_equal_decode_image(device: str, staging: str, layout: str) -> None:
+    """Pinned staging (chunks copied on while the next is READ) and direct
+    device READs give decode_image's pixels."""
     if device == "cuda" and not torch.cuda.is_available():
         pytest.skip("no CUDA device")
     # Generated images (the corpus does not travel to the GPU machine);
@@ -30,7 +32,7 @@ def test_torch_reads_equal_decode_image(device: str, layout: str) -> None:
     try:
 
         async def main() -> None:
-            async with pixelwire.Reader() as reader:
+            async with pixelwire.Reader(cuda_staging=staging, cuda_chunk_bytes=1 << 20) as reader:  # type: ignore[arg-type]
                 for data in images:
                     desc = frontend.publish(data, layout=layout)["desc"]
                     got = await reader.read_decoded(desc, output="torch", device=device)

@@ -206,6 +206,7 @@ class NativeReader:
         progress_thread: bool = True,
         read_threads: int = 0,
         split_min_bytes: int = 0,
+        chunk_bytes: int = ...,
     ) -> NativeReader: ...
     @property
     def agent_name(self) -> str: ...

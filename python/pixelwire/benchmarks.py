@@ -2,15 +2,18 @@
 
 For each image size: per-image latency (p50/p99) and throughput of
 `Reader.read_decoded` (descriptor already in hand, as in serving), against
-(a) an in-process memcpy of the same bytes and (b) the same transfer done with
-the `nixl` Python API the naive way: a fresh registration and fresh agent
-metadata for every image.
+(a) an in-process memcpy of the same bytes (best of N, between touched
+buffers) and (b) the same transfer done with the `nixl` Python API the naive
+way: a fresh registration and fresh agent metadata for every image. Where
+torch sees a CUDA device, the same images are also READ into CUDA memory in
+the same run, beside the card's pinned host-to-device copy of as many bytes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import statistics
 import time
 from dataclasses import dataclass
@@ -19,6 +22,7 @@ from typing import Any
 import numpy as np
 
 import pixelwire
+from pixelwire.config import ReaderSettings
 from pixelwire.frontend_process import FrontendProcess, nixl_python_api
 
 KiB = 1024
@@ -48,21 +52,30 @@ class Row:
     memcpy_us: float
     memcpy_gbps: float
     naive_p50_us: float
+    # The same images READ into CUDA memory (nan without a CUDA device).
+    cuda_p50_us: float = float("nan")
+    cuda_p99_us: float = float("nan")
+    cuda_gbps: float = float("nan")
+    # The card's own pinned host-to-device copy of as many bytes, best of N.
+    h2d_gbps: float = float("nan")
 
     def line(self) -> str:
         mb = self.size / MiB
         return (
-            f"{mb:8.3f} {self.pixelwire_p50_us:10.1f} {self.pixelwire_p99_us:10.1f}"
-            f" {self.pixelwire_gbps:8.2f}"
-            f" {self.memcpy_gbps:8.2f} {self.pixelwire_gbps / self.memcpy_gbps:7.0%}"
-            f" {self.naive_p50_us:10.1f} {self.naive_p50_us / self.pixelwire_p50_us:7.1f}x"
-            f" {max(self.pixelwire_p50_us - self.memcpy_us, 0.0):10.1f}"
+            f"{mb:8.3f} {self.pixelwire_p50_us:9.1f} {self.pixelwire_p99_us:9.1f}"
+            f" {self.pixelwire_gbps:7.2f} {self.memcpy_gbps:7.2f} {self.pixelwire_gbps / self.memcpy_gbps:7.0%}"
+            f" {self.naive_p50_us:9.1f} {self.naive_p50_us / self.pixelwire_p50_us:6.1f}x"
+            f" {self.cuda_p50_us:9.1f} {self.cuda_gbps:7.2f} {self.cuda_gbps / self.pixelwire_gbps:6.2f}x"
+            f" {self.h2d_gbps:7.2f}"
         )
 
 
 HEADER = (
-    "      MB    p50 us     p99 us    GB/s  memcpy  %memcpy   naive us  speedup  overhead us\n"
-    "  (pixelwire: read_decoded, numpy output; naive: register + metadata per image)"
+    "      MB   cpu p50   cpu p99  cpu GB/s memcpy %memcpy  naive us  speedup  cuda p50 cuda GB/s"
+    " cuda/cpu  h2d GB/s\n"
+    "  (read_decoded with the descriptor in hand; cpu: numpy output; cuda: torch output on the device;\n"
+    "   memcpy: best of N between touched host buffers; naive: register + metadata per image;\n"
+    "   h2d: pinned host-to-device copy of the same bytes, best of N)"
 )
 
 
@@ -72,15 +85,34 @@ def _percentile(values: list[float], q: float) -> float:
 
 
 def _memcpy_seconds(size: int, repeats: int) -> float:
+    """Best of `repeats` copies between buffers that are already touched (no
+    page faults in the anchor)."""
     src = np.random.default_rng(1).integers(0, 256, size, dtype=np.uint8)
     dst = np.empty_like(src)
     np.copyto(dst, src)
     times = []
-    for _ in range(repeats):
+    for _ in range(max(repeats, 5)):
         start = time.perf_counter()
         np.copyto(dst, src)
         times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return min(times)
+
+
+def _h2d_seconds(size: int, repeats: int, device: str) -> float:
+    """Best of `repeats` pinned host-to-device copies of `size` bytes."""
+    import torch
+
+    host = torch.ones(size, dtype=torch.uint8).pin_memory()
+    dev = torch.empty(size, dtype=torch.uint8, device=device)
+    dev.copy_(host, non_blocking=True)
+    torch.cuda.synchronize(device)
+    times = []
+    for _ in range(max(repeats, 5)):
+        start = time.perf_counter()
+        dev.copy_(host, non_blocking=True)
+        torch.cuda.synchronize(device)
+        times.append(time.perf_counter() - start)
+    return min(times)
 
 
 def _naive_seconds(frontend: FrontendProcess, size: int, repeats: int) -> float:
@@ -135,36 +167,62 @@ async def _pixelwire_seconds(
     return times
 
 
+def cuda_devices() -> list[str]:
+    """["cuda"] when torch sees a CUDA device, else []."""
+    try:
+        import torch
+    except ImportError:
+        return []
+    return ["cuda"] if torch.cuda.is_available() else []
+
+
 def transfer(
-    sizes: list[int] | None = None, repeats: int = 50, naive: bool = True, device: str = "cpu"
+    sizes: list[int] | None = None,
+    repeats: int = 50,
+    naive: bool = True,
+    devices: list[str] | None = None,
+    reader: dict[str, Any] | None = None,
 ) -> list[Row]:
+    """Each size READ to every destination in `devices` (default: the CPU,
+    and CUDA where there is one) in one run, with the anchors beside them.
+    `reader` overrides the Reader's settings (default: from the environment,
+    as the plug-in reads them)."""
+    devices = devices or ["cpu", *cuda_devices()]
+    cuda = next((d for d in devices if d != "cpu"), None)
+    settings = {**dataclasses.asdict(ReaderSettings.from_env()), "pool_bytes": 512 * MiB, **(reader or {})}
     rows = []
     frontend = FrontendProcess(pool_bytes=1024 * MiB, lease=120)
     try:
 
         async def run() -> None:
-            async with pixelwire.Reader(pool_bytes=512 * MiB) as reader:
+            async with pixelwire.Reader(**settings) as reader:
                 for size in sizes or SIZES:
                     # Publish no more than the frontend's pool holds.
                     n = min(repeats if size <= 4 * MiB else max(10, repeats // 5), 1024 * MiB // size - 4)
-                    times = await _pixelwire_seconds(reader, frontend, size, n, device)
+                    times = await _pixelwire_seconds(reader, frontend, size, n, "cpu")
                     p50 = _percentile(times, 0.5)
                     memcpy = _memcpy_seconds(size, n)
                     naive_s = _naive_seconds(frontend, size, max(5, n // 5)) if naive else float("nan")
-                    rows.append(
-                        Row(
-                            size=size,
-                            pixelwire_p50_us=p50 * 1e6,
-                            pixelwire_p99_us=_percentile(times, 0.99) * 1e6,
-                            pixelwire_gbps=size / p50 / 1e9,
-                            memcpy_us=memcpy * 1e6,
-                            memcpy_gbps=size / memcpy / 1e9,
-                            naive_p50_us=naive_s * 1e6,
-                        )
+                    row = Row(
+                        size=size,
+                        pixelwire_p50_us=p50 * 1e6,
+                        pixelwire_p99_us=_percentile(times, 0.99) * 1e6,
+                        pixelwire_gbps=size / p50 / 1e9,
+                        memcpy_us=memcpy * 1e6,
+                        memcpy_gbps=size / memcpy / 1e9,
+                        naive_p50_us=naive_s * 1e6,
                     )
-                    print(rows[-1].line(), flush=True)
+                    if cuda is not None:
+                        times = await _pixelwire_seconds(reader, frontend, size, n, cuda)
+                        row.cuda_p50_us = _percentile(times, 0.5) * 1e6
+                        row.cuda_p99_us = _percentile(times, 0.99) * 1e6
+                        row.cuda_gbps = size / row.cuda_p50_us / 1e3
+                        row.h2d_gbps = size / _h2d_seconds(size, n, cuda) / 1e9
+                    rows.append(row)
+                    print(row.line(), flush=True)
 
-        print(HEADER + f"\n  destination: {device}", flush=True)
+        shown = {k: v for k, v in settings.items() if k not in ("pool_bytes", "region_bytes", "max_pixels")}
+        print(HEADER + f"\n  destinations: {', '.join(devices)}; reader: {shown}", flush=True)
         asyncio.run(run())
     finally:
         frontend.close()

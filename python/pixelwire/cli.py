@@ -81,7 +81,12 @@ def main(argv: list[str] | None = None) -> int:
     benches = bench.add_subparsers(dest="which", required=True)
     bench_transfer = benches.add_parser("transfer", help="frontend-to-worker NIXL transfer, two processes")
     bench_transfer.add_argument("--repeats", type=int, default=50)
-    bench_transfer.add_argument("--device", default="cpu")
+    bench_transfer.add_argument(
+        "--device",
+        default="auto",
+        help="read destinations, comma-separated (cpu, cuda[:N]); auto: cpu, and cuda where there is one",
+    )
+    bench_transfer.add_argument("--json", help="write the rows to this file")
     from pixelwire.bench import serve as bench_serve
 
     bench_serve.add_arguments(
@@ -206,9 +211,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "bench" and args.which == "serve":
         return bench_serve.run(args)
     if args.command == "bench":
-        from pixelwire.benchmarks import transfer
+        from pixelwire.benchmarks import as_dicts, transfer
 
-        transfer(repeats=args.repeats, device=args.device)
+        devices = None if args.device == "auto" else args.device.split(",")
+        rows = transfer(repeats=args.repeats, devices=devices)
+        if args.json:
+            Path(args.json).write_text(json.dumps(as_dicts(rows), indent=2))
         return 0
     return 2
 

@@ -57,12 +57,15 @@ READER_PROGRESS_THREAD = False
 READ_THREADS = 4
 # READs of at least this many bytes are split across those threads.
 READ_SPLIT_MIN_BYTES = 1 * MiB
+# Host READs whose content hash is checked go in chunks of this size when
+# larger, each hashed on a second thread while the next one is READ.
+READ_CHUNK_BYTES = 4 * MiB
 # A CUDA destination: READ into pinned, registered host memory and copy each
 # chunk to the device while the next one is READ ("pinned"), or READ straight
 # into registered device memory through UCX ("direct").
 CudaStaging = Literal["pinned", "direct"]
 CUDA_STAGING: CudaStaging = "pinned"
-CUDA_CHUNK_BYTES = 4 * MiB
+CUDA_CHUNK_BYTES = 8 * MiB
 # What RGBA is composited onto for RGB (vLLM's rgba_background_color).
 BACKGROUND: tuple[int, int, int] = (255, 255, 255)
 
@@ -177,6 +180,7 @@ class ReaderSettings:
     progress_thread: bool = READER_PROGRESS_THREAD
     read_threads: int = READ_THREADS
     split_min_bytes: int = READ_SPLIT_MIN_BYTES
+    chunk_bytes: int = READ_CHUNK_BYTES
     cuda_staging: CudaStaging = CUDA_STAGING
     cuda_chunk_bytes: int = CUDA_CHUNK_BYTES
 
@@ -185,7 +189,8 @@ class ReaderSettings:
         """``PIXELWIRE_READ_TIMEOUT``, ``PIXELWIRE_VERIFY``,
         ``PIXELWIRE_READER_POOL_BYTES``, ``PIXELWIRE_READER_REGION_BYTES``,
         ``PIXELWIRE_READER_PROGRESS_THREAD``, ``PIXELWIRE_READ_THREADS``,
-        ``PIXELWIRE_READ_SPLIT_MIN_BYTES``, ``PIXELWIRE_CUDA_STAGING``,
+        ``PIXELWIRE_READ_SPLIT_MIN_BYTES``, ``PIXELWIRE_READ_CHUNK_BYTES``,
+        ``PIXELWIRE_CUDA_STAGING``,
         ``PIXELWIRE_CUDA_CHUNK_BYTES``."""
         return cls(
             timeout=env_float("PIXELWIRE_READ_TIMEOUT", READ_TIMEOUT),
@@ -195,6 +200,7 @@ class ReaderSettings:
             progress_thread=env_flag("PIXELWIRE_READER_PROGRESS_THREAD", READER_PROGRESS_THREAD),
             read_threads=env_int("PIXELWIRE_READ_THREADS", READ_THREADS),
             split_min_bytes=env_int("PIXELWIRE_READ_SPLIT_MIN_BYTES", READ_SPLIT_MIN_BYTES),
+            chunk_bytes=env_int("PIXELWIRE_READ_CHUNK_BYTES", READ_CHUNK_BYTES),
             cuda_staging=cuda_staging(os.environ.get("PIXELWIRE_CUDA_STAGING")),
             cuda_chunk_bytes=env_int("PIXELWIRE_CUDA_CHUNK_BYTES", CUDA_CHUNK_BYTES),
         )

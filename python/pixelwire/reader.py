@@ -17,6 +17,7 @@ from pixelwire.config import (
     CUDA_STAGING,
     MAX_PIXELS,
     POOL_BYTES,
+    READ_CHUNK_BYTES,
     READ_SPLIT_MIN_BYTES,
     READ_THREADS,
     READ_TIMEOUT,
@@ -55,6 +56,7 @@ class Reader:
         progress_thread: bool = READER_PROGRESS_THREAD,
         read_threads: int = READ_THREADS,
         split_min_bytes: int = READ_SPLIT_MIN_BYTES,
+        chunk_bytes: int = READ_CHUNK_BYTES,
         cuda_staging: CudaStaging = CUDA_STAGING,
         cuda_chunk_bytes: int = CUDA_CHUNK_BYTES,
     ) -> None:
@@ -68,6 +70,7 @@ class Reader:
         self.progress_thread = progress_thread
         self.read_threads = read_threads
         self.split_min_bytes = split_min_bytes
+        self.chunk_bytes = max(1, chunk_bytes)
         self.cuda_staging: CudaStaging = check_cuda_staging(cuda_staging)
         self.cuda_chunk_bytes = max(1, cuda_chunk_bytes)
         self._native: _native.NativeReader | None = None
@@ -100,6 +103,7 @@ class Reader:
                 progress_thread=self.progress_thread,
                 read_threads=self.read_threads,
                 split_min_bytes=self.split_min_bytes,
+                chunk_bytes=self.chunk_bytes,
             )
         return self
 

@@ -202,7 +202,7 @@ fn mem_type(name: &str) -> PyResult<nixl_sys::MemType> {
 #[pymethods]
 impl NativeReader {
     #[new]
-    #[pyo3(signature = (*, pool_bytes, region_bytes, timeout, verify, progress_thread = true, read_threads = 0, split_min_bytes = 0))]
+    #[pyo3(signature = (*, pool_bytes, region_bytes, timeout, verify, progress_thread = true, read_threads = 0, split_min_bytes = 0, chunk_bytes = usize::MAX))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -213,6 +213,7 @@ impl NativeReader {
         progress_thread: bool,
         read_threads: usize,
         split_min_bytes: usize,
+        chunk_bytes: usize,
     ) -> PyResult<Self> {
         let config = ReaderConfig {
             pool_bytes,
@@ -222,6 +223,7 @@ impl NativeReader {
             progress_thread,
             read_threads,
             split_min_bytes,
+            chunk_bytes,
         };
         Ok(NativeReader {
             inner: Arc::new(py.detach(|| Reader::new(config))?),

@@ -1,0 +1,153 @@
+"""Sweep of the worker's READ settings (issue #13): `pixelwire bench transfer`
+once per variant, each in a fresh process (UCX reads its environment at
+start), plus a breakdown of one READ's time. Writes one JSON file.
+
+    python benches/transfer_sweep.py --out sweep.json [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import functools
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+# name -> environment; every variant sets every knob, so the defaults in
+# config.py never decide a row silently.
+BASE = {
+    "PIXELWIRE_READER_PROGRESS_THREAD": "0",
+    "PIXELWIRE_READ_THREADS": "4",
+    "PIXELWIRE_READ_SPLIT_MIN_BYTES": str(1 << 20),
+    "PIXELWIRE_READ_CHUNK_BYTES": str(4 << 20),
+    "PIXELWIRE_CUDA_STAGING": "pinned",
+    "PIXELWIRE_CUDA_CHUNK_BYTES": str(8 << 20),
+    "PIXELWIRE_VERIFY": "1",
+}
+VARIANTS: dict[str, dict[str, str]] = {
+    "before (progress thread, 1 thread, hash after, direct CUDA)": {
+        "PIXELWIRE_READER_PROGRESS_THREAD": "1",
+        "PIXELWIRE_READ_THREADS": "0",
+        "PIXELWIRE_READ_CHUNK_BYTES": str(1 << 40),
+        "PIXELWIRE_CUDA_STAGING": "direct",
+    },
+    "defaults": {},
+    "no hash": {"PIXELWIRE_VERIFY": "0"},
+    "hash after the READ (no pipeline)": {"PIXELWIRE_READ_CHUNK_BYTES": str(1 << 40)},
+    "1 thread": {"PIXELWIRE_READ_THREADS": "0"},
+    "threads 8": {"PIXELWIRE_READ_THREADS": "8"},
+    "threads 8, no hash": {"PIXELWIRE_READ_THREADS": "8", "PIXELWIRE_VERIFY": "0"},
+    "READ chunk 2 MiB": {"PIXELWIRE_READ_CHUNK_BYTES": str(2 << 20)},
+    "READ chunk 8 MiB": {"PIXELWIRE_READ_CHUNK_BYTES": str(8 << 20)},
+    "CUDA chunk 4 MiB": {"PIXELWIRE_CUDA_CHUNK_BYTES": str(4 << 20)},
+    "CUDA chunk 16 MiB": {"PIXELWIRE_CUDA_CHUNK_BYTES": str(16 << 20)},
+    "direct CUDA": {"PIXELWIRE_CUDA_STAGING": "direct"},
+}
+
+
+def bench(env: dict[str, str], repeats: int, sizes: str, naive: bool) -> list[dict[str, Any]]:
+    with tempfile.NamedTemporaryFile(suffix=".json") as out:
+        cmd = [sys.executable, os.path.join(os.path.dirname(__file__), "transfer.py")]
+        cmd += ["--repeats", str(repeats), "--json", out.name, "--sizes", sizes]
+        if not naive:
+            cmd.append("--no-naive")
+        subprocess.run(cmd, env={**os.environ, **env}, check=True, timeout=400)
+        rows: list[dict[str, Any]] = json.load(open(out.name))
+        return rows
+
+
+async def breakdown(sizes: list[int], n: int) -> list[dict[str, Any]]:
+    """Where one READ's time goes: the native call on this thread, the same
+    through asyncio.to_thread, and the whole read_decoded; hash on and off."""
+    import pixelwire
+    from pixelwire.benchmarks import ppm_of_size
+    from pixelwire.descriptor import parse_descriptor
+    from pixelwire.frontend_process import FrontendProcess
+
+    def med(x: list[float]) -> float:
+        return statistics.median(x[3:]) * 1e6
+
+    out = []
+    front = FrontendProcess(pool_bytes=2048 << 20, lease=120, region_bytes=256 << 20)
+    try:
+        for progress in (False, True):
+            for verify in (True, False):
+                async with pixelwire.Reader(pool_bytes=512 << 20, verify=verify, progress_thread=progress) as r:
+                    native = r._native
+                    assert native is not None
+                    for size in sizes:
+                        descs = front.publish_many(ppm_of_size(size), 3 * n)["descs"]
+                        direct, threaded, whole = [], [], []
+                        for d in descs[:n]:
+                            im = parse_descriptor(d, None)
+                            t = time.perf_counter()
+                            x = native.read(content_hash=im.content_hash, **im.native_fields())
+                            direct.append(time.perf_counter() - t)
+                            del x
+                        for d in descs[n : 2 * n]:
+                            im = parse_descriptor(d, None)
+                            call = functools.partial(native.read, content_hash=im.content_hash, **im.native_fields())
+                            t = time.perf_counter()
+                            x = await asyncio.to_thread(call)
+                            threaded.append(time.perf_counter() - t)
+                            del x
+                        for d in descs[2 * n :]:
+                            t = time.perf_counter()
+                            x = await r.read_decoded(d, output="numpy")
+                            whole.append(time.perf_counter() - t)
+                            del x
+                        row = {
+                            "size": size,
+                            "progress_thread": progress,
+                            "verify": verify,
+                            "native_us": med(direct),
+                            "to_thread_us": med(threaded),
+                            "read_decoded_us": med(whole),
+                        }
+                        print(row, flush=True)
+                        out.append(row)
+    finally:
+        front.close()
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--sizes", default="0.0625,0.25,1,4,16,24")
+    parser.add_argument("--only", help="variant names, |-separated")
+    args = parser.parse_args()
+    result: dict[str, Any] = {
+        "host": {"cpus": os.cpu_count(), "kernel": platform.release(), "python": platform.python_version()},
+        "variants": {},
+    }
+
+    def save() -> None:
+        with open(args.out, "w") as f:
+            json.dump(result, f, indent=1)
+
+    chosen = args.only.split("|") if args.only else list(VARIANTS)
+    for name in chosen:
+        env = {**BASE, **VARIANTS[name]}
+        print(f"== {name}: {env}", flush=True)
+        start = time.perf_counter()
+        try:
+            rows = bench(env, args.repeats, args.sizes, naive=name.startswith(("before", "defaults")))
+            result["variants"][name] = {"env": env, "rows": rows, "seconds": time.perf_counter() - start}
+        except (subprocess.SubprocessError, OSError) as error:
+            result["variants"][name] = {"env": env, "error": str(error)}
+        save()
+    result["breakdown"] = asyncio.run(breakdown([64 << 10, 16 << 20], 20))
+    save()
+
+
+if __name__ == "__main__":
+    main()
