@@ -79,7 +79,9 @@ async def breakdown(sizes: list[int], n: int) -> list[dict[str, Any]]:
     try:
         for progress in (False, True):
             for verify in (True, False):
-                async with pixelwire.Reader(pool_bytes=512 << 20, verify=verify, progress_thread=progress) as r:
+                async with pixelwire.Reader(
+                    pool_bytes=512 << 20, verify=verify, progress_thread=progress
+                ) as r:
                     native = r._native
                     assert native is not None
                     for size in sizes:
@@ -93,7 +95,9 @@ async def breakdown(sizes: list[int], n: int) -> list[dict[str, Any]]:
                             del x
                         for d in descs[n : 2 * n]:
                             im = parse_descriptor(d, None)
-                            call = functools.partial(native.read, content_hash=im.content_hash, **im.native_fields())
+                            call = functools.partial(
+                                native.read, content_hash=im.content_hash, **im.native_fields()
+                            )
                             t = time.perf_counter()
                             x = await asyncio.to_thread(call)
                             threaded.append(time.perf_counter() - t)

@@ -328,7 +328,7 @@ impl Agent {
         let _ = self.inner.invalidate_remote_md(name);
     }
 
-    /// READs `len` bytes at `remote_addr` of `remote` into `local_addr` as
+    /// READs `span` = (`remote_addr`, `len`) of `remote` into `local_addr` as
     /// `pieces` descriptors (which a threaded backend moves in parallel),
     /// attaching `notification` if any, and waits for completion (until
     /// `deadline`) without holding any Python lock. An error or timeout
@@ -338,12 +338,12 @@ impl Agent {
         &self,
         remote: &str,
         local: (usize, MemType, u64),
-        remote_addr: usize,
-        len: usize,
+        span: (usize, usize),
         pieces: usize,
         notification: Option<&[u8]>,
         deadline: Instant,
     ) -> std::result::Result<(), ReadError> {
+        let (remote_addr, len) = span;
         let refused = |error: Error| ReadError {
             error,
             may_land: false,

@@ -343,8 +343,7 @@ impl Reader {
                 self.agent.read(
                     &name,
                     (to + at, mem, dev),
-                    source.addr + at,
-                    n,
+                    (source.addr + at, n),
                     self.pieces(n),
                     note,
                     deadline,
@@ -369,8 +368,7 @@ impl Reader {
                         self.agent.read(
                             &name,
                             (header_to, MemType::Dram, 0),
-                            header_at,
-                            SLOT_HEADER_BYTES,
+                            (header_at, SLOT_HEADER_BYTES),
                             1,
                             Some(notification),
                             deadline,

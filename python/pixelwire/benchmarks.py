@@ -63,7 +63,8 @@ class Row:
         mb = self.size / MiB
         return (
             f"{mb:8.3f} {self.pixelwire_p50_us:9.1f} {self.pixelwire_p99_us:9.1f}"
-            f" {self.pixelwire_gbps:7.2f} {self.memcpy_gbps:7.2f} {self.pixelwire_gbps / self.memcpy_gbps:7.0%}"
+            f" {self.pixelwire_gbps:7.2f} {self.memcpy_gbps:7.2f}"
+            f" {self.pixelwire_gbps / self.memcpy_gbps:7.0%}"
             f" {self.naive_p50_us:9.1f} {self.naive_p50_us / self.pixelwire_p50_us:6.1f}x"
             f" {self.cuda_p50_us:9.1f} {self.cuda_gbps:7.2f} {self.cuda_gbps / self.pixelwire_gbps:6.2f}x"
             f" {self.h2d_gbps:7.2f}"

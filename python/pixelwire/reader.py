@@ -26,8 +26,8 @@ from pixelwire.config import (
     CudaStaging,
     Mode,
     Output,
-    cuda_staging as check_cuda_staging,
 )
+from pixelwire.config import cuda_staging as check_cuda_staging
 from pixelwire.descriptor import Decoded, PassThrough, RemoteImage, parse_descriptor
 from pixelwire.nixl import ensure_nixl
 from pixelwire.outputs import OUTPUTS, as_output, rgb_image_over
@@ -238,7 +238,9 @@ class Reader:
                 size = max(image.size, self.region_bytes)
                 if pinned:
                     tensor = torch.empty(size, dtype=torch.uint8, pin_memory=True)
-                    registration = native.register(addr=tensor.data_ptr(), size=size, mem_type="Dram", device=0)
+                    registration = native.register(
+                        addr=tensor.data_ptr(), size=size, mem_type="Dram", device=0
+                    )
                 else:
                     tensor = torch.empty(size, dtype=torch.uint8, device=torch.device("cuda", index))
                     registration = native.register(
@@ -247,6 +249,7 @@ class Reader:
                 staging = self._cuda_staging[index] = (tensor, registration)
             tensor, registration = staging
             h, w, c = image.shape
+            stream: Any = None
             if pinned:
                 stream = self._cuda_streams.get(index)
                 if stream is None:
@@ -255,7 +258,9 @@ class Reader:
 
                 def on_chunk(offset: int, length: int) -> None:
                     with torch.cuda.stream(stream):
-                        out[offset : offset + length].copy_(tensor[offset : offset + length], non_blocking=True)
+                        out[offset : offset + length].copy_(
+                            tensor[offset : offset + length], non_blocking=True
+                        )
 
                 fields: dict[str, Any] = {
                     "mem_type": "Dram",
@@ -273,13 +278,15 @@ class Reader:
                     self._cuda_quarantine.append((time.monotonic() + 2 * self.timeout, tensor, registration))
                 raise
             finally:
-                if pinned:
+                if stream is not None:
                     # The staging buffer is read by the copies: they end
                     # before it is used again (or retired).
                     stream.synchronize()
             if pinned:
                 if image.pixel_bytes == c:
                     return out.view(h, w, c)
-                return out.view(h, w, image.pixel_bytes)[:, :, :c].clone(memory_format=torch.contiguous_format)
+                return out.view(h, w, image.pixel_bytes)[:, :, :c].clone(
+                    memory_format=torch.contiguous_format
+                )
             pixels = tensor[: image.size].view(h, w, image.pixel_bytes)
             return pixels[:, :, :c].clone(memory_format=torch.contiguous_format)
