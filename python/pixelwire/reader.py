@@ -120,6 +120,7 @@ class Reader:
                     native.deregister(registration)
             self._cuda_staging.clear()
             self._cuda_quarantine.clear()
+            self._cuda_streams.clear()
         if self._own_fetcher and self._fetcher is not None:
             await self._fetcher.close()
             self._fetcher = None
