@@ -23,7 +23,7 @@ from typing import Any
 # name -> environment; every variant sets every knob, so the defaults in
 # config.py never decide a row silently.
 BASE = {
-    "PIXELWIRE_READER_PROGRESS_THREAD": "0",
+    "PIXELWIRE_READER_PROGRESS_THREAD": "1",
     "PIXELWIRE_READ_THREADS": "4",
     "PIXELWIRE_READ_SPLIT_MIN_BYTES": str(1 << 20),
     "PIXELWIRE_READ_CHUNK_BYTES": str(4 << 20),
@@ -33,12 +33,12 @@ BASE = {
 }
 VARIANTS: dict[str, dict[str, str]] = {
     "before (progress thread, 1 thread, hash after, direct CUDA)": {
-        "PIXELWIRE_READER_PROGRESS_THREAD": "1",
         "PIXELWIRE_READ_THREADS": "0",
         "PIXELWIRE_READ_CHUNK_BYTES": str(1 << 40),
         "PIXELWIRE_CUDA_STAGING": "direct",
     },
     "defaults": {},
+    "no progress thread": {"PIXELWIRE_READER_PROGRESS_THREAD": "0"},
     "no hash": {"PIXELWIRE_VERIFY": "0"},
     "hash after the READ (no pipeline)": {"PIXELWIRE_READ_CHUNK_BYTES": str(1 << 40)},
     "1 thread": {"PIXELWIRE_READ_THREADS": "0"},

@@ -48,10 +48,11 @@ READ_TIMEOUT = 30.0
 # The largest image a reader accepts, in pixels: the decoder's own limit.
 MAX_PIXELS = Limits().max_pixels
 # How a worker READs (see docs/performance.md, "Transfers", for the sweep
-# these come from). NIXL's progress thread on a reader's agent: the reader
-# polls its own READs, and the thread would only contend for the UCX
-# worker's lock (spinning) while a READ copies.
-READER_PROGRESS_THREAD = False
+# these come from). NIXL's progress thread on a reader's agent: without it
+# nothing progresses the UCX worker between reads, and after a link outage
+# the reader could not connect to the same frontend again (tests/faults);
+# with the READ split across backend threads it costs nothing measurable.
+READER_PROGRESS_THREAD = True
 # UCX backend threads a large READ is split across (NIXL's num_threads, one
 # UCX worker each); 0 keeps every READ on the calling thread.
 READ_THREADS = 4
