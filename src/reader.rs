@@ -26,6 +26,8 @@ use crate::wire::{self, SlotHeader, SLOT_HEADER_BYTES};
 const MAX_METADATA: usize = 1 << 20;
 /// Frontends remembered at once; the least recently used idle one goes first.
 const MAX_REMOTES: usize = 256;
+/// How long a reconnect to a frontend that failed a transfer is retried.
+const RECONNECT_FOR: Duration = Duration::from_secs(2);
 
 #[derive(Clone, Copy, Debug)]
 pub struct ReaderConfig {
@@ -207,7 +209,7 @@ impl Reader {
 
     /// The frontend `source` names, loaded with metadata at least as new as
     /// the source's. Fails before any transfer (nothing to quarantine).
-    fn remote(&self, source: &Source) -> Result<(String, Arc<Remote>)> {
+    fn remote(&self, source: &Source, deadline: Instant) -> Result<(String, Arc<Remote>)> {
         let raw = || wire::unpack_metadata(&source.metadata, MAX_METADATA);
         let name = if source.agent.is_empty() {
             wire::metadata_agent_name(&raw()?)?
@@ -238,17 +240,34 @@ impl Reader {
                     "descriptor names agent {name:?} but its metadata belongs to {named:?}"
                 )));
             }
-            if state.loaded {
+            let reload = state.loaded;
+            if reload {
                 self.agent.forget_remote(&name);
                 state.loaded = false;
             }
-            self.agent.load_remote(&bytes)?;
+            self.load(&bytes, reload, deadline)?;
             *state = RemoteState {
                 loaded: true,
                 healthy: true,
                 version,
                 metadata,
             };
+        }
+    }
+
+    /// Loads a frontend's metadata (connects to it). A reload after a
+    /// failed transfer is tried again for up to [`RECONNECT_FOR`] (within
+    /// the read's deadline): the UCX backend's threads tear their old
+    /// endpoints down in the background, and a connect right after a link
+    /// came back can fail until they have.
+    fn load(&self, metadata: &[u8], reload: bool, deadline: Instant) -> Result<()> {
+        let until = deadline.min(Instant::now() + RECONNECT_FOR);
+        loop {
+            match self.agent.load_remote(metadata) {
+                Ok(_) => return Ok(()),
+                Err(e) if !reload || Instant::now() >= until => return Err(e),
+                Err(_) => std::thread::sleep(Duration::from_millis(50)),
+            }
         }
     }
 
@@ -327,7 +346,7 @@ impl Reader {
             may_land: false,
         };
         let deadline = Instant::now() + self.config.timeout;
-        let (name, remote) = self.remote(source).map_err(refused)?;
+        let (name, remote) = self.remote(source, deadline).map_err(refused)?;
         let _shared = remote.gate.read();
         let notification = source.notification.as_bytes();
         let (to, mem, dev) = pixels_to;
