@@ -284,6 +284,7 @@ impl NativeReader {
     /// bytes are the published ones). A failure's exception has `may_land`:
     /// whether the transfer may still write the destination.
     #[pyo3(signature = (image, *, local_addr, mem_type, device, chunk_bytes = None, on_chunk = None))]
+    #[allow(clippy::too_many_arguments)] // keyword options of the Python API
     fn read_into(
         &self,
         py: Python<'_>,
