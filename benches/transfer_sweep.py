@@ -67,6 +67,8 @@ async def breakdown(sizes: list[int], n: int) -> list[dict[str, Any]]:
     """Where one READ's time goes: the native call on this thread, the same
     through asyncio.to_thread, and the whole read_decoded; hash on and off."""
     import pixelwire
+    from pixelwire import config
+    from pixelwire._native import NativeReader
     from pixelwire.benchmarks import ppm_of_size
     from pixelwire.descriptor import parse_descriptor
     from pixelwire.frontend_process import FrontendProcess
@@ -82,22 +84,26 @@ async def breakdown(sizes: list[int], n: int) -> list[dict[str, Any]]:
                 async with pixelwire.Reader(
                     pool_bytes=512 << 20, verify=verify, progress_thread=progress
                 ) as r:
-                    native = r._native
-                    assert native is not None
+                    # The native reader alone (what read_decoded adds is the third column).
+                    native = NativeReader(
+                        pool_bytes=512 << 20,
+                        region_bytes=config.REGION_BYTES,
+                        timeout=config.READ_TIMEOUT,
+                        verify=verify,
+                        progress_thread=progress,
+                    )
                     for size in sizes:
                         descs = front.publish_many(ppm_of_size(size), 3 * n)["descs"]
                         direct, threaded, whole = [], [], []
                         for d in descs[:n]:
                             im = parse_descriptor(d, None)
                             t = time.perf_counter()
-                            x = native.read(content_hash=im.content_hash, **im.native_fields())
+                            x = native.read(im)
                             direct.append(time.perf_counter() - t)
                             del x
                         for d in descs[n : 2 * n]:
                             im = parse_descriptor(d, None)
-                            call = functools.partial(
-                                native.read, content_hash=im.content_hash, **im.native_fields()
-                            )
+                            call = functools.partial(native.read, im)
                             t = time.perf_counter()
                             x = await asyncio.to_thread(call)
                             threaded.append(time.perf_counter() - t)

@@ -494,8 +494,15 @@ def test_chunked_read_into_calls_back_in_order_and_checks_the_slot_last() -> Non
     reclaimed slot raises even though chunks were handed out, and an
     exception from the callback comes back as it is."""
     frontend = Frontend(lease=1.0)
-    native = pixelwire.Reader(timeout=10).open()._native  # the native reader is what is under test
-    assert native is not None
+    from pixelwire import config
+    from pixelwire._native import NativeReader
+    from pixelwire.nixl import ensure_nixl
+
+    ensure_nixl()
+    # The native reader is what is under test.
+    native = NativeReader(
+        pool_bytes=config.POOL_BYTES, region_bytes=config.REGION_BYTES, timeout=10, verify=True
+    )
     try:
         data = ppm_of_size(3 * (1 << 20), seed=11)
         expected = pixelwire.decode_image(data).reshape(-1)
@@ -503,13 +510,12 @@ def test_chunked_read_into_calls_back_in_order_and_checks_the_slot_last() -> Non
         registration = native.register(addr=buffer.ctypes.data, size=buffer.size, mem_type="Dram", device=0)
         fields = {"local_addr": buffer.ctypes.data, "mem_type": "Dram", "device": 0, "chunk_bytes": 1 << 20}
 
-        def native_fields(desc: dict[str, Any]) -> dict[str, Any]:
-            image = pixelwire.descriptor.parse_descriptor(desc, None)
-            return image.native_fields()
+        def parsed(desc: dict[str, Any]) -> pixelwire.descriptor.RemoteImage:
+            return pixelwire.descriptor.parse_descriptor(desc, None)
 
         seen: list[tuple[int, int]] = []
         desc = frontend.publish(data)["desc"]
-        native.read_into(on_chunk=lambda at, n: seen.append((at, n)), **fields, **native_fields(desc))
+        native.read_into(parsed(desc), on_chunk=lambda at, n: seen.append((at, n)), **fields)
         assert seen == [(0, 1 << 20), (1 << 20, 1 << 20), (2 << 20, 1 << 20)]
         np.testing.assert_array_equal(buffer, expected)
 
@@ -520,13 +526,13 @@ def test_chunked_read_into_calls_back_in_order_and_checks_the_slot_last() -> Non
             raise Stop(at)
 
         with pytest.raises(Stop):
-            native.read_into(on_chunk=stop, **fields, **native_fields(frontend.publish(data)["desc"]))
+            native.read_into(parsed(frontend.publish(data)["desc"]), on_chunk=stop, **fields)
 
         stale = frontend.publish(data)["desc"]
         assert _wait_for(lambda: frontend.stats()["reclaimed_by_lease"] >= 2, 10)
         seen.clear()
         with pytest.raises(pixelwire.TransferError, match="reclaimed or reused"):
-            native.read_into(on_chunk=lambda at, n: seen.append((at, n)), **fields, **native_fields(stale))
+            native.read_into(parsed(stale), on_chunk=lambda at, n: seen.append((at, n)), **fields)
         assert len(seen) == 3, "every chunk landed before the check refused them"
         assert native.deregister(registration)
     finally:
