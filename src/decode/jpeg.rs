@@ -11,6 +11,7 @@ use std::ffi::CStr;
 use turbojpeg_sys as tj;
 
 use super::convert::{self, Raster};
+use super::fresh::Fresh;
 use super::{Format, ImageInfo, Limits, Mode, Target};
 use crate::errors::{Error, Result};
 
@@ -150,17 +151,120 @@ impl Handle {
         // SAFETY: `out` holds `height` rows of `pitch` bytes (checked by the
         // caller), which is what tj3Decompress8 writes for this header and
         // pixel format.
+        unsafe { self.decompress_to(data, out.as_mut_ptr(), pitch, format) }
+    }
+
+    /// tj3Decompress8 into `dst`; its return code.
+    ///
+    /// # Safety
+    /// `dst` is valid for writes of JPEGHEIGHT rows of `pitch` bytes, and
+    /// `pitch` is at least JPEGWIDTH pixels of `format`.
+    unsafe fn decompress_to(
+        &self,
+        data: &[u8],
+        dst: *mut u8,
+        pitch: usize,
+        format: tj::TJPF,
+    ) -> i32 {
+        // SAFETY: the handle is valid, `data` describes the input, and the
+        // caller vouches for `dst`.
         unsafe {
             tj::tj3Decompress8(
                 self.0,
                 data.as_ptr(),
                 data.len() as _,
-                out.as_mut_ptr(),
+                dst,
                 pitch as i32,
                 format,
             )
         }
     }
+
+    /// Decodes into a new buffer of `height` rows of `width` pixels of
+    /// `format`, not zero-filled first.
+    fn decompress_fresh(
+        &self,
+        data: &[u8],
+        (width, height): (u32, u32),
+        format: tj::TJPF,
+        channels: usize,
+    ) -> Result<Vec<u8>> {
+        let pitch = width as usize * channels;
+        let (w, h) = (
+            self.get(tj::TJPARAM_TJPARAM_JPEGWIDTH),
+            self.get(tj::TJPARAM_TJPARAM_JPEGHEIGHT),
+        );
+        if w as u32 != width || h as u32 != height {
+            return Err(Error::decode(
+                "JPEG: output buffer does not match the header",
+            ));
+        }
+        let mut fresh = Fresh::new(pitch * height as usize);
+        // SAFETY: the buffer holds `height` rows of `pitch` bytes, the size
+        // the header (checked just above) gives for this format.
+        let rc = unsafe { self.decompress_to(data, fresh.as_mut_ptr(), pitch, format) };
+        if rc == 0 {
+            // SAFETY: every byte was written. tj3Decompress8 returns 0 only
+            // when neither an error nor a warning was raised (any warning
+            // makes it return -1), and it returns only once it has read
+            // scanlines until `output_scanline == output_height`, one row
+            // pointer per row, `pitch` apart. Each scanline is `width` whole
+            // pixels of `format` (libjpeg-turbo's colour converters write
+            // the X/alpha byte of RGBA as 0xFF), and `pitch` is exactly
+            // `width * channels`, so the rows tile the buffer with no gap.
+            // No cropping or scaling is set on this handle.
+            return Ok(unsafe { fresh.assume_filled() });
+        }
+        if !(self.only_warned() && reaches_end_of_image(data)) {
+            return Err(self.error());
+        }
+        // libjpeg-turbo recovered from damage and may have left bytes
+        // unwritten: start over from zeros on the checked path, which accepts
+        // only an output that does not depend on the buffer's old bytes.
+        let mut out = fresh.zeroed();
+        self.decompress(data, &mut out, width, format, channels)?;
+        Ok(out)
+    }
+}
+
+/// Source and target modes that libjpeg-turbo converts itself, with the
+/// pixel format it writes: Pillow's own conversions of L and RGB to RGB or
+/// RGBA are the same (grey copied to each channel, alpha 255).
+fn direct_format(color_type: &str, mode: Mode) -> Option<(tj::TJPF, usize)> {
+    match (color_type, mode) {
+        ("L", Mode::L) => Some((tj::TJPF_TJPF_GRAY, 1)),
+        ("L" | "RGB", Mode::Rgb) => Some((tj::TJPF_TJPF_RGB, 3)),
+        ("L" | "RGB", Mode::Rgba) => Some((tj::TJPF_TJPF_RGBA, 4)),
+        _ => None,
+    }
+}
+
+/// Pillow refuses truncated files where libjpeg-turbo would fill in grey.
+fn check_complete(data: &[u8]) -> Result<()> {
+    if !reaches_end_of_image(data) {
+        return Err(Error::decode(
+            "JPEG: image file is truncated (the scan data never reaches an end-of-image marker)",
+        ));
+    }
+    Ok(())
+}
+
+/// Decodes into a new, not zero-filled buffer when libjpeg-turbo writes the
+/// requested layout itself; `None` when the image needs a conversion.
+pub fn decode_fresh(
+    data: &[u8],
+    info: &ImageInfo,
+    limits: &Limits,
+    target: Target,
+) -> Result<Option<Vec<u8>>> {
+    let Some((format, channels)) = direct_format(info.color_type, target.mode) else {
+        return Ok(None);
+    };
+    check_complete(data)?;
+    let h = Handle::new(limits)?;
+    let (width, height, _) = h.read_header(data)?;
+    h.decompress_fresh(data, (width, height), format, channels)
+        .map(Some)
 }
 
 fn pillow_mode(colorspace: i32) -> Result<&'static str> {
@@ -195,36 +299,22 @@ pub fn decode(
     target: Target,
     out: &mut [u8],
 ) -> Result<()> {
-    if !reaches_end_of_image(data) {
-        return Err(Error::decode(
-            "JPEG: image file is truncated (the scan data never reaches an end-of-image marker)",
-        ));
-    }
+    check_complete(data)?;
     let h = Handle::new(limits)?;
     let (width, height, _) = h.read_header(data)?;
-    let pixels = width as usize * height as usize;
     // Direct paths: libjpeg-turbo writes the output layout itself.
-    let direct = match (info.color_type, target.mode) {
-        ("L", Mode::L) => Some((tj::TJPF_TJPF_GRAY, 1)),
-        ("L" | "RGB", Mode::Rgb) => Some((tj::TJPF_TJPF_RGB, 3)),
-        ("L" | "RGB", Mode::Rgba) => Some((tj::TJPF_TJPF_RGBA, 4)),
-        _ => None,
-    };
-    if let Some((format, channels)) = direct {
+    if let Some((format, channels)) = direct_format(info.color_type, target.mode) {
         return h.decompress(data, out, width, format, channels);
     }
     let raster = if info.color_type == "CMYK" {
-        let mut cmyk = vec![0u8; pixels * 4];
-        h.decompress(data, &mut cmyk, width, tj::TJPF_TJPF_CMYK, 4)?;
+        let mut cmyk = h.decompress_fresh(data, (width, height), tj::TJPF_TJPF_CMYK, 4)?;
         // Adobe files store CMYK inverted; Pillow reads them as "CMYK;I".
         if has_adobe_marker(data) {
             cmyk.iter_mut().for_each(|v| *v = 255 - *v);
         }
         Raster::Cmyk(cmyk)
     } else {
-        let mut rgb = vec![0u8; pixels * 3];
-        h.decompress(data, &mut rgb, width, tj::TJPF_TJPF_RGB, 3)?;
-        Raster::Rgb(rgb)
+        Raster::Rgb(h.decompress_fresh(data, (width, height), tj::TJPF_TJPF_RGB, 3)?)
     };
     convert::write(&raster, target, out)
 }

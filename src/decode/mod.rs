@@ -8,6 +8,9 @@
 
 mod convert;
 pub use convert::expand_rgb_to_rgbx;
+mod fresh;
+#[cfg(any(test, fuzzing))]
+pub use fresh::poison;
 mod generic;
 mod gif;
 mod jpeg;
@@ -310,21 +313,9 @@ pub fn decode_into(
         )));
     }
     let transform = opts.apply_exif_orientation && info.orientation != 1;
-    let target = Target {
-        mode: opts.mode,
-        background: opts.background,
-    };
     guard(info.format, || {
-        let decode_to = |buf: &mut [u8]| match info.format {
-            Format::Jpeg => jpeg::decode(data, info, &opts.limits, target, buf),
-            Format::Png => png::decode(data, info, &opts.limits, target, buf),
-            Format::Gif => gif::decode(data, info, &opts.limits, target, buf),
-            Format::WebP => webp::decode(data, info, &opts.limits, target, buf),
-            _ => generic::decode(data, info, &opts.limits, target, buf),
-        };
         if transform {
-            let mut stored = vec![0u8; out.len()];
-            decode_to(&mut stored)?;
+            let stored = decode_stored(data, info, opts)?;
             orient::apply(
                 info.orientation,
                 &stored,
@@ -335,8 +326,90 @@ pub fn decode_into(
             );
             Ok(())
         } else {
-            decode_to(out)
+            decode_to(data, info, opts, out)
         }
+    })
+}
+
+/// Decodes the image as stored (no orientation applied) into `out`.
+fn decode_to(data: &[u8], info: &ImageInfo, opts: &DecodeOptions, out: &mut [u8]) -> Result<()> {
+    let target = Target {
+        mode: opts.mode,
+        background: opts.background,
+    };
+    match info.format {
+        Format::Jpeg => jpeg::decode(data, info, &opts.limits, target, out),
+        Format::Png => png::decode(data, info, &opts.limits, target, out),
+        Format::Gif => gif::decode(data, info, &opts.limits, target, out),
+        Format::WebP => webp::decode(data, info, &opts.limits, target, out),
+        _ => generic::decode(data, info, &opts.limits, target, out),
+    }
+}
+
+/// The image as stored (no orientation applied), in a new buffer. JPEG and
+/// still WebP in the layouts their C decoders write themselves skip the
+/// zero-fill (see `fresh`); the Rust decoders write through `&mut [u8]`, so
+/// their buffers stay zero-initialised.
+fn decode_stored(data: &[u8], info: &ImageInfo, opts: &DecodeOptions) -> Result<Vec<u8>> {
+    let target = Target {
+        mode: opts.mode,
+        background: opts.background,
+    };
+    let len = info.width as usize * info.height as usize * opts.mode.channels();
+    let direct = match info.format {
+        Format::Jpeg => jpeg::decode_fresh(data, info, &opts.limits, target)?,
+        Format::WebP => webp::decode_fresh(data, info, &opts.limits, target)?,
+        _ => None,
+    };
+    if let Some(pixels) = direct {
+        if pixels.len() != len {
+            return Err(Error::decode(format!(
+                "{}: decoded {} bytes where the header promises {len}",
+                info.format.name(),
+                pixels.len()
+            )));
+        }
+        return Ok(pixels);
+    }
+    let mut out = vec![0u8; len];
+    decode_to(data, info, opts, &mut out)?;
+    Ok(out)
+}
+
+/// Decodes into a new buffer at `resize`'s size (or the oriented size
+/// without one); `info` must come from [`probe`] on the same `data`. Like
+/// [`decode_resized_into`], but the full-size output of JPEG and still WebP
+/// is not zero-filled first.
+pub fn decode_resized(
+    data: &[u8],
+    info: &ImageInfo,
+    opts: &DecodeOptions,
+    resize: Option<&crate::resize::Target>,
+) -> Result<Vec<u8>> {
+    let shape = info.output_shape(opts);
+    if resize.is_some_and(|t| (t.height, t.width) != (shape.height, shape.width)) {
+        // Resized outputs are model-input sized, written by Rust code through
+        // `&mut [u8]`: zero-initialised.
+        let mut out = vec![0u8; resized_shape(shape, resize).len()];
+        decode_resized_into(data, info, opts, resize, &mut out)?;
+        return Ok(out);
+    }
+    guard(info.format, || {
+        let stored = decode_stored(data, info, opts)?;
+        if !(opts.apply_exif_orientation && info.orientation != 1) {
+            return Ok(stored);
+        }
+        let mut upright = fresh::Fresh::new(stored.len());
+        orient::apply_uninit(
+            info.orientation,
+            &stored,
+            info.width as usize,
+            info.height as usize,
+            shape.channels,
+            upright.as_uninit(),
+        );
+        // SAFETY: `apply_uninit` writes every byte of its output.
+        Ok(unsafe { upright.assume_filled() })
     })
 }
 
@@ -403,8 +476,7 @@ pub fn resized_shape(shape: OutputShape, resize: Option<&crate::resize::Target>)
 /// Probes, allocates and decodes in one call.
 pub fn decode(data: &[u8], opts: &DecodeOptions) -> Result<(ImageInfo, Vec<u8>)> {
     let info = probe(data, &opts.limits)?;
-    let mut out = vec![0u8; info.output_shape(opts).len()];
-    decode_into(data, &info, opts, &mut out)?;
+    let out = decode_resized(data, &info, opts, None)?;
     Ok((info, out))
 }
 
@@ -493,11 +565,93 @@ mod tests {
             if a.is_ok() {
                 assert!(zeros == marked, "output depends on the buffer's old bytes");
             }
+            assert_fresh_buffers_fully_written(image, &opts, a.ok().map(|()| &zeros[..]));
             checked += 1;
         }
         assert!(
             checked > 0,
             "no regression input was decodable far enough to check"
         );
+    }
+
+    /// `decode` (whose JPEG and still-WebP buffers are not zero-filled)
+    /// gives the same result over two different fills of its new buffers,
+    /// and the same as `decode_into` (`expected`, when that succeeded).
+    fn assert_fresh_buffers_fully_written(
+        image: &[u8],
+        opts: &DecodeOptions,
+        expected: Option<&[u8]>,
+    ) {
+        poison::set(0x00);
+        let a = decode(image, opts);
+        poison::set(0xFF);
+        let b = decode(image, opts);
+        poison::set(0xA5);
+        assert_eq!(a.is_ok(), b.is_ok(), "decode is not deterministic");
+        if let (Ok((_, a)), Ok((_, b))) = (&a, &b) {
+            assert!(a == b, "decode left bytes of a new buffer unwritten");
+        }
+        if let Some(expected) = expected {
+            let (_, pixels) = a.expect("decode fails where decode_into succeeds");
+            assert!(pixels == expected, "decode and decode_into differ");
+        }
+    }
+
+    /// Every JPEG and WebP of the corpus, whole, truncated and with bytes
+    /// flipped (recoverable damage takes libjpeg-turbo's warning path), in
+    /// every mode, with and without orientation: no byte of a new buffer
+    /// is left as it was allocated.
+    #[test]
+    fn fresh_buffers_are_fully_written() {
+        let folder = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/corpus/pillow");
+        let Ok(entries) = std::fs::read_dir(folder) else {
+            eprintln!("no corpus at {folder}; skipped");
+            return;
+        };
+        let mut checked = 0;
+        for entry in entries {
+            let path = entry.unwrap().path();
+            let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
+            if !matches!(ext, "jpg" | "jpeg" | "webp") {
+                continue;
+            }
+            let data = std::fs::read(&path).unwrap();
+            let mut variants = vec![data.clone()];
+            for cut in [
+                data.len() / 2,
+                data.len() * 9 / 10,
+                data.len().saturating_sub(2),
+            ] {
+                variants.push(data[..cut].to_vec());
+            }
+            for at in [data.len() / 3, data.len() / 2, data.len() * 3 / 4] {
+                let mut flipped = data.clone();
+                flipped[at] ^= 0x5A;
+                variants.push(flipped);
+            }
+            for image in &variants {
+                for mode in [Mode::L, Mode::Rgb, Mode::Rgba] {
+                    for apply_exif_orientation in [false, true] {
+                        let opts = DecodeOptions {
+                            mode,
+                            apply_exif_orientation,
+                            ..DecodeOptions::default()
+                        };
+                        let Ok(info) = probe(image, &opts.limits) else {
+                            continue;
+                        };
+                        let mut zeros = vec![0u8; info.output_shape(&opts).len()];
+                        let expected = decode_into(image, &info, &opts, &mut zeros);
+                        assert_fresh_buffers_fully_written(
+                            image,
+                            &opts,
+                            expected.ok().map(|()| &zeros[..]),
+                        );
+                        checked += 1;
+                    }
+                }
+            }
+        }
+        assert!(checked > 100, "only {checked} decodes checked");
     }
 }

@@ -1,5 +1,7 @@
 //! EXIF orientation, applied as `PIL.ImageOps.exif_transpose` does.
 
+use std::mem::MaybeUninit;
+
 use image::metadata::Orientation;
 
 /// The EXIF tag value (1..=8) of an orientation.
@@ -59,6 +61,27 @@ pub fn swaps_axes(orientation: u8) -> bool {
 
 /// Writes the upright image into `out`. `src` is `w`x`h` as stored.
 pub fn apply(orientation: u8, src: &[u8], w: usize, h: usize, channels: usize, out: &mut [u8]) {
+    // SAFETY: `apply_uninit` stores only initialised bytes, so `out` stays
+    // initialised throughout.
+    let out = unsafe { &mut *(out as *mut [u8] as *mut [MaybeUninit<u8>]) };
+    apply_uninit(orientation, src, w, h, channels, out);
+}
+
+/// Writes the upright image into `out`, which need not be initialised: every
+/// byte of it is written (the output pixels are a permutation of the
+/// source's, and `out` is checked to be exactly that size).
+pub fn apply_uninit(
+    orientation: u8,
+    src: &[u8],
+    w: usize,
+    h: usize,
+    channels: usize,
+    out: &mut [MaybeUninit<u8>],
+) {
+    assert!(
+        src.len() == w * h * channels && out.len() == src.len(),
+        "orientation buffers do not match the image"
+    );
     let (ow, oh) = if swaps_axes(orientation) {
         (h, w)
     } else {
@@ -79,7 +102,9 @@ pub fn apply(orientation: u8, src: &[u8], w: usize, h: usize, channels: usize, o
             };
             let s = (sy * w + sx) * channels;
             let o = (oy * ow + ox) * channels;
-            out[o..o + channels].copy_from_slice(&src[s..s + channels]);
+            for (dst, &v) in out[o..o + channels].iter_mut().zip(&src[s..s + channels]) {
+                *dst = MaybeUninit::new(v);
+            }
         }
     }
 }

@@ -146,8 +146,7 @@ fn decode_image<'py>(
     let (shape, pixels) = py.detach(|| {
         let info = decode::probe(bytes, &opts.limits)?;
         let shape = decode::resized_shape(info.output_shape(&opts), target.as_ref());
-        let mut out = vec![0u8; shape.len()];
-        decode::decode_resized_into(bytes, &info, &opts, target.as_ref(), &mut out)?;
+        let out = decode::decode_resized(bytes, &info, &opts, target.as_ref())?;
         Ok::<_, crate::errors::Error>((shape, out))
     })?;
     let array = PyArray1::from_vec(py, pixels);
