@@ -41,6 +41,10 @@ pub enum Error {
     /// No pool slot became free within the acquire timeout.
     #[error("{0}")]
     PoolExhausted(String),
+    /// Input `index` of a batch failed with `error`; the Python class is
+    /// `error`'s, with the index as an attribute.
+    #[error("image {index}: {error}")]
+    Batch { index: usize, error: Box<Error> },
 }
 
 pub type Result<T> = std::result::Result<T, Error>;

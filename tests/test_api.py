@@ -139,3 +139,77 @@ def test_gil_is_released_while_decoding() -> None:
             break
     print(f"\nthe other thread ran in the decode's first half: {orders}")
     assert any(orders), "the other Python thread only ran after the decode: the GIL was held"
+
+
+def _batch() -> list[bytes]:
+    """Inputs of every main format, sizes and layouts, some EXIF-rotated."""
+    names = [
+        "hopper.png",
+        "flower2.jpg",
+        "flower.webp",
+        "transparent.gif",
+        "pil_sample_cmyk.jpg",
+        "hopper_orientation_8.jpg",
+        "hopper_orientation_6.webp",
+        "transparent.webp",
+        "anim_frame1.webp",
+        "hopper.webp",
+        "rgb32rle.tga",
+    ]
+    return [(CORPUS / n).read_bytes() for n in names if (CORPUS / n).exists()]
+
+
+@pytest.mark.parametrize("mode", ["RGB", "RGBA", "L"])
+def test_decode_many_equals_decode_image_in_order(mode: str) -> None:
+    inputs = _batch() * 3
+    arrays = pixelwire.decode_many(inputs, mode=mode, threads=4)  # type: ignore[arg-type]
+    assert len(arrays) == len(inputs)
+    for data, got in zip(inputs, arrays, strict=True):
+        want = pixelwire.decode_image(data, mode=mode)  # type: ignore[arg-type]
+        assert got.dtype == np.uint8 and got.flags.c_contiguous
+        np.testing.assert_array_equal(got, want)
+
+
+def test_decode_many_takes_decode_image_options() -> None:
+    inputs = _batch()
+    options = {"background": (1, 2, 3), "apply_exif_orientation": False, "resize": (40, 30)}
+    arrays = pixelwire.decode_many([bytearray(d) for d in inputs], **options)  # type: ignore[arg-type]
+    for data, got in zip(inputs, arrays, strict=True):
+        np.testing.assert_array_equal(got, pixelwire.decode_image(data, **options))  # type: ignore[arg-type]
+    assert pixelwire.decode_many([]) == []
+
+
+def test_decode_many_names_the_first_input_that_fails() -> None:
+    good = (CORPUS / "hopper.png").read_bytes()
+    truncated = (CORPUS / "flower2.jpg").read_bytes()[:2000]
+    inputs = [good] * 5 + [b"not an image"] + [good] * 3 + [truncated] + [good] * 20
+    with pytest.raises(pixelwire.UnsupportedFormat, match=r"^image 5: ") as caught:
+        pixelwire.decode_many(inputs, threads=3)
+    assert caught.value.index == 5
+    with pytest.raises(pixelwire.DecodeError, match=r"^image 9: JPEG") as caught:
+        pixelwire.decode_many([good] * 9 + [truncated] + [good] * 5)
+    assert caught.value.index == 9
+    # Outside a batch there is no index.
+    with pytest.raises(pixelwire.DecodeError) as single:
+        pixelwire.decode_image(truncated)
+    assert single.value.index is None
+
+
+def test_decode_many_applies_limits_to_each_image() -> None:
+    small = _png(10, 10)
+    big = (CORPUS / "hopper.png").read_bytes()
+    limits = pixelwire.Limits(max_pixels=1000)
+    assert len(pixelwire.decode_many([small, small], limits=limits)) == 2
+    with pytest.raises(pixelwire.ImageTooLarge, match=r"^image 2: .*over the limit of 1000 pixels") as caught:
+        pixelwire.decode_many([small, small, big, small], limits=limits)
+    assert caught.value.index == 2
+
+
+def test_decode_many_bad_arguments() -> None:
+    data = (CORPUS / "hopper.png").read_bytes()
+    with pytest.raises(ValueError, match="threads"):
+        pixelwire.decode_many([data], threads=0)
+    with pytest.raises(ValueError, match="mode"):
+        pixelwire.decode_many([data], mode="CMYK")  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        pixelwire.decode_many(["not bytes"])  # type: ignore[list-item]

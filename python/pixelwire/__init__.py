@@ -17,6 +17,7 @@ from pixelwire._native import (
     content_hash,
     decode_data_url,
     decode_image,
+    decode_many,
     probe_image,
 )
 from pixelwire.descriptor import Decoded, PassThrough
@@ -58,6 +59,7 @@ __all__ = [
     "decode_and_publish",
     "decode_data_url",
     "decode_image",
+    "decode_many",
     "load_image",
     "probe_image",
     "read_decoded",

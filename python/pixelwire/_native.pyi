@@ -1,4 +1,4 @@
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Literal, Protocol, TypedDict, final
 
 import numpy as np
@@ -33,7 +33,12 @@ class PixelwireError(Exception):
     """Base class of every pixelwire error."""
 
 class DecodeError(PixelwireError):
-    """The image data is corrupt, truncated or cannot be decoded."""
+    """The image data is corrupt, truncated or cannot be decoded: ``index``
+    is the position of the failed input in a :func:`decode_many` batch (None
+    outside one)."""
+
+    index: int | None
+    def __init__(self, message: str = "", *args: object, index: int | None = None) -> None: ...
 
 class UnsupportedFormat(DecodeError):
     """The data is not in an image format pixelwire decodes."""
@@ -51,6 +56,7 @@ class ImageTooLarge(DecodeError):
         self,
         message: str = "",
         *args: object,
+        index: int | None = None,
         setting: str | None = None,
         limit: int | None = None,
         actual: int | None = None,
@@ -123,6 +129,28 @@ def decode_image(
     RGBA composited onto ``background`` for RGB); with ``resize=(height,
     width)``, resized right after decoding with the named processor
     arithmetic. The GIL is released while it decodes."""
+
+def decode_many(
+    inputs: Sequence[Buffer],
+    *,
+    mode: Literal["RGB", "RGBA", "L"] = "RGB",
+    background: tuple[int, int, int] = (255, 255, 255),
+    limits: Limits | None = None,
+    apply_exif_orientation: bool = True,
+    resize: tuple[int, int] | None = None,
+    resize_kernel: Literal["torchvision", "pillow"] = "torchvision",
+    resize_filter: Literal["bicubic", "bilinear"] = "bicubic",
+    threads: int | None = None,
+) -> list[npt.NDArray[np.uint8]]:
+    """Decodes every image of ``inputs`` as :func:`decode_image` would with
+    the same options, on a pool of ``threads`` native threads (every core
+    when None; pools are kept for the next call) with the GIL released
+    throughout. Returns the arrays in input order. The first input (lowest
+    index) that fails raises its error (:class:`DecodeError` or a subclass)
+    with ``index`` set to its position and the message prefixed with
+    ``image <index>:``; inputs after it may be left undecoded. ``limits``
+    apply to each image. ``bytes`` inputs are read in place, other buffers
+    copied first."""
 
 def probe_image(data: Buffer, *, limits: Limits | None = None) -> ProbeResult:
     """Reads the header only: format, stored size, source mode, EXIF

@@ -6,6 +6,8 @@
 //! the requested mode, or through one scratch raster and a Pillow-exact
 //! conversion otherwise.
 
+mod batch;
+pub use batch::{decode_many, thread_pool, Decoded};
 mod convert;
 pub use convert::expand_rgb_to_rgbx;
 mod fresh;

@@ -65,6 +65,7 @@ create_exception!(
 impl From<Error> for PyErr {
     fn from(err: Error) -> PyErr {
         match err {
+            Error::Batch { index, error } => batch_error(index, *error),
             Error::Decode(m) => DecodeError::new_err(m),
             Error::UnsupportedFormat(m) => UnsupportedFormat::new_err(m),
             Error::ImageTooLarge(m) => ImageTooLarge::new_err(m),
@@ -94,8 +95,55 @@ impl From<Error> for PyErr {
     }
 }
 
+/// The exception of input `index` of a batch: the class its own error maps
+/// to, with the position in the message and, for the `DecodeError` family,
+/// as the `index` its constructor sets (any other class gets the attribute
+/// set afterwards).
+fn batch_error(index: usize, error: Error) -> PyErr {
+    let message = format!("image {index}: {error}");
+    Python::attach(|py| {
+        let kwargs = PyDict::new(py);
+        let class = match &error {
+            Error::Decode(_) => py.get_type::<DecodeError>(),
+            Error::UnsupportedFormat(_) => py.get_type::<UnsupportedFormat>(),
+            Error::ImageTooLarge(_) => py.get_type::<ImageTooLarge>(),
+            Error::OverLimit {
+                setting,
+                limit,
+                actual,
+                ..
+            } => {
+                let filled = kwargs
+                    .set_item("setting", *setting)
+                    .and_then(|()| kwargs.set_item("limit", *limit))
+                    .and_then(|()| kwargs.set_item("actual", *actual));
+                if let Err(failed) = filled {
+                    return failed;
+                }
+                py.get_type::<ImageTooLarge>()
+            }
+            _ => {
+                let err = PyErr::from(error);
+                return match err.value(py).setattr("index", index) {
+                    Ok(()) => err,
+                    Err(failed) => failed,
+                };
+            }
+        };
+        let made = kwargs
+            .set_item("index", index)
+            .and_then(|()| class.call((message,), Some(&kwargs)));
+        match made {
+            Ok(value) => PyErr::from_value(value),
+            Err(failed) => failed,
+        }
+    })
+}
+
 /// Constructors for the exceptions that carry data, set for every subclass
 /// too. Plain Python, since the classes are made by `create_exception!`.
+/// `DecodeError(message, *, index=None)`: `index` is the position of the
+/// failed input in a `decode_many` batch (None outside one).
 /// `FetchError(message, *, status=None, retryable=False)`: the HTTP status
 /// (None when not HTTP) and whether a retry may succeed.
 /// `ImageTooLarge(message, *, setting=None, limit=None, actual=None)`: the
@@ -107,8 +155,13 @@ const DATA_CARRYING_INITS: &std::ffi::CStr =
     self.status = status
     self.retryable = retryable
 
-def image_too_large_init(self, message='', *args, setting=None, limit=None, actual=None):
+def decode_error_init(self, message='', *args, index=None):
     Exception.__init__(self, message, *args)
+    self.index = index
+
+def image_too_large_init(self, message='', *args, index=None, setting=None, limit=None, actual=None):
+    Exception.__init__(self, message, *args)
+    self.index = index
     self.setting = setting
     self.limit = limit
     self.actual = actual
@@ -121,6 +174,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     py.run(DATA_CARRYING_INITS, Some(&scope), None)?;
     for (class, init) in [
         (py.get_type::<FetchError>(), "fetch_error_init"),
+        (py.get_type::<DecodeError>(), "decode_error_init"),
         (py.get_type::<ImageTooLarge>(), "image_too_large_init"),
     ] {
         let init = scope.get_item(init)?.expect("the snippet defines it");

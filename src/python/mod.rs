@@ -5,6 +5,7 @@ use numpy::{PyArray1, PyArrayMethods};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
+mod batch;
 mod errors;
 mod transfer;
 
@@ -218,6 +219,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(notification_for, m)?)?;
     m.add_class::<PyLimits>()?;
     m.add_function(wrap_pyfunction!(decode_image, m)?)?;
+    m.add_function(wrap_pyfunction!(batch::decode_many, m)?)?;
     m.add_function(wrap_pyfunction!(probe_image, m)?)?;
     Ok(())
 }
