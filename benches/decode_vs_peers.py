@@ -17,10 +17,16 @@ Decoders timed, each producing an (H, W, 3) uint8 numpy array:
   accurate settings Pillow uses (``fastdct=False, fastupsample=False``);
   JPEG only.
 
-Throughput is megapixels a second from the median of several timed runs after
-a warm-up. A second part decodes two 1080p images on two threads and compares
-with decoding them one after the other on one thread; a decoder that releases
-the GIL for the whole decode approaches 2x on two free cores.
+Single images: megapixels a second from the median of several timed runs
+after a warm-up (one thread). Throughput: a batch of images (four per thread)
+decoded by 1, 4 and all-cores threads, images a second from the median of
+several runs; each decoder runs on a ``ThreadPoolExecutor`` of that many
+Python threads, and ``pixelwire.decode_many`` (one call, native threads,
+``threads=N``) is timed beside them. The threaded runs drop each array as
+it comes, as a server streaming images would; ``pixelwire kept`` keeps the
+whole batch until it is done, as ``decode_many`` must, so that the two
+compare like for like (fresh output memory costs page faults; the minor
+faults per image are recorded in the JSON).
 
 Usage::
 
@@ -30,6 +36,8 @@ Usage::
 from __future__ import annotations
 
 import json
+import os
+import resource
 import sys
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -42,13 +50,23 @@ import simplejpeg  # type: ignore[import-untyped]
 
 import pixelwire
 
-from bench_common import QUALITY, bench_parser, encoded_photos, environment, median_seconds, pillow_decode
+from bench_common import (
+    QUALITY,
+    bench_parser,
+    encoded_photos,
+    environment,
+    median_seconds,
+    pillow_decode,
+)
 
 Pixels = npt.NDArray[np.uint8]
 Decoder = Callable[[bytes], Pixels]
 
 SIZES: tuple[tuple[int, int], ...] = ((512, 512), (1920, 1080), (3840, 2160))
-THREADS = 2
+#: Thread counts of the throughput part: 1, 4 and every core (once each).
+THREADS: tuple[int, ...] = tuple(sorted({1, 4, os.cpu_count() or 1}))
+#: Images a batch holds per thread.
+PER_THREAD = 4
 
 
 def decode_pixelwire(data: bytes) -> Pixels:
@@ -103,21 +121,31 @@ class ThreadRow:
     format: str
     size: str
     decoder: str
-    sequential_ms: float
-    threaded_ms: float
+    threads: int
+    images: int
+    median_ms: float
+    minor_faults_per_image: float
 
     @property
-    def speedup(self) -> float:
-        return self.sequential_ms / self.threaded_ms
+    def images_per_s(self) -> float:
+        return self.images / (self.median_ms / 1e3)
 
 
 def make_inputs(source: Path) -> list[Input]:
-    formats = [("JPEG", {"quality": QUALITY}), ("PNG", {}), ("WEBP", {"quality": QUALITY, "lossless": False})]
-    return [Input(fmt, w, h, data) for fmt, w, h, data in encoded_photos(source, SIZES, formats)]
+    formats = [
+        ("JPEG", {"quality": QUALITY}),
+        ("PNG", {}),
+        ("WEBP", {"quality": QUALITY, "lossless": False}),
+    ]
+    inputs = [Input(fmt, w, h, data) for fmt, w, h, data in encoded_photos(source, SIZES, formats)]
+    # The heaviest common JPEG: 4K, no chroma subsampling, high quality.
+    ((_, w, h, data),) = encoded_photos(source, [(3840, 2160)], [("JPEG", {"quality": 95, "subsampling": 0})])
+    inputs.append(Input("JPEG444", w, h, data))
+    return inputs
 
 
 def decoders_for(fmt: str) -> list[str]:
-    return ["pixelwire", "pillow", "simplejpeg"] if fmt == "JPEG" else ["pixelwire", "pillow"]
+    return ["pixelwire", "pillow", "simplejpeg"] if fmt.startswith("JPEG") else ["pixelwire", "pillow"]
 
 
 def reps_for(megapixels: float, quick: bool) -> int:
@@ -153,26 +181,70 @@ def run_single(inputs: list[Input], quick: bool) -> list[Row]:
     return rows
 
 
+def timed_batch(fn: Callable[[], object], reps: int, images: int) -> tuple[float, float]:
+    """Median seconds of ``fn`` and the minor page faults an image it took."""
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    seconds = median_seconds(fn, reps, warmup=1)
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+    return seconds, faults / ((reps + 1) * images)
+
+
 def run_threads(inputs: list[Input], quick: bool) -> list[ThreadRow]:
+    """Images a second for a batch of ``PER_THREAD * threads`` copies of
+    each input, per decoder and thread count; ``decode_many`` is the same
+    batch in one call on ``threads`` native threads."""
     rows: list[ThreadRow] = []
-    reps = 5 if quick else 15
-    targets = [i for i in inputs if (i.width, i.height) == (1920, 1080) and i.format != "WEBP"]
-    with ThreadPoolExecutor(max_workers=THREADS) as pool:
-        for item in targets:
-            batch = [item.data] * THREADS
-            for name in decoders_for(item.format):
-                fn = DECODERS[name]
+    reps = 3 if quick else 7
+    targets = [i for i in inputs if (i.format, i.width) in (("JPEG", 1920), ("JPEG", 3840), ("WEBP", 1920))]
+    for threads in THREADS:
+        with ThreadPoolExecutor(max_workers=threads) as pool:
+            for item in targets:
+                batch = [item.data] * (PER_THREAD * threads)
 
-                def sequential(fn: Decoder = fn, batch: list[bytes] = batch) -> None:
-                    for data in batch:
-                        fn(data)
+                def record(
+                    name: str,
+                    fn: Callable[[], object],
+                    item: Input = item,
+                    n: int = len(batch),
+                    threads: int = threads,
+                ) -> None:
+                    seconds, faults = timed_batch(fn, reps, n)
+                    rows.append(
+                        ThreadRow(
+                            item.format,
+                            item.label,
+                            name,
+                            threads,
+                            n,
+                            seconds * 1e3,
+                            faults,
+                        )
+                    )
 
-                def threaded(fn: Decoder = fn, batch: list[bytes] = batch) -> None:
-                    list(pool.map(fn, batch))
+                for name in decoders_for(item.format):
+                    fn = DECODERS[name]
 
-                seq = median_seconds(sequential, reps, warmup=2)
-                par = median_seconds(threaded, reps, warmup=2)
-                rows.append(ThreadRow(item.format, item.label, name, seq * 1e3, par * 1e3))
+                    def threaded(fn: Decoder = fn, batch: list[bytes] = batch) -> None:
+                        # Each array is dropped as it comes, as a server streaming images would.
+                        for _ in pool.map(fn, batch):
+                            pass
+
+                    record(name, threaded)
+
+                def kept(batch: list[bytes] = batch) -> None:
+                    # The whole batch alive at the end, as decode_many returns it.
+                    list(pool.map(decode_pixelwire, batch))
+
+                def many(batch: list[bytes] = batch, threads: int = threads) -> None:
+                    pixelwire.decode_many(batch, threads=threads)
+
+                record("pixelwire kept", kept)
+                record("decode_many", many)
+                print(
+                    f"  measured {item.format} {item.label} on {threads} threads",
+                    file=sys.stderr,
+                    flush=True,
+                )
     return rows
 
 
@@ -202,18 +274,35 @@ def print_tables(rows: list[Row], thread_rows: list[ThreadRow]) -> None:
             f"{ratio(row, 'pixelwire', 'pillow'):>9} {ratio(row, 'pixelwire', 'simplejpeg'):>7} | "
             f"{diffs}"
         )
-    print(f"\n{THREADS} images on {THREADS} threads vs one after the other on one thread")
+    print("\nThroughput, images/s (median; a batch of 4 images a thread; higher is better)")
+    names = ["pixelwire", "pixelwire kept", "decode_many", "simplejpeg", "pillow"]
     header = (
-        f"{'format':<6} {'size':>9} {'decoder':<10} | {'sequential ms':>13} "
-        f"{'threaded ms':>11} | {'speedup':>7}"
+        f"{'format':<6} {'size':>9} {'threads':>7} | "
+        + " ".join(f"{n:>14}" for n in names)
+        + f" | {'pw/sj':>6} {'many/pw':>7} {'many/kept':>9} {'pw/pillow':>9}"
     )
     print(header)
     print("-" * len(header))
-    for t in thread_rows:
-        print(
-            f"{t.format:<6} {t.size:>9} {t.decoder:<10} | {t.sequential_ms:>13.2f} "
-            f"{t.threaded_ms:>11.2f} | {t.speedup:>6.2f}x"
+    keys = sorted(
+        {(t.format, t.size, t.threads) for t in thread_rows},
+        key=lambda k: (k[0], k[1], k[2]),
+    )
+    for fmt, size, threads in keys:
+        by = {
+            t.decoder: t.images_per_s
+            for t in thread_rows
+            if (t.format, t.size, t.threads) == (fmt, size, threads)
+        }
+
+        def rel(a: str, b: str, by: dict[str, float] = by) -> str:
+            return f"{by[a] / by[b]:.2f}x" if a in by and b in by else "-"
+
+        cells = " ".join(f"{by[n]:>14.1f}" if n in by else f"{'-':>14}" for n in names)
+        ratios = (
+            f"{rel('pixelwire', 'simplejpeg'):>6} {rel('decode_many', 'pixelwire'):>7} "
+            f"{rel('decode_many', 'pixelwire kept'):>9} {rel('pixelwire', 'pillow'):>9}"
         )
+        print(f"{fmt:<6} {size:>9} {threads:>7} | {cells} | {ratios}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -223,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
         f"pixelwire {env['pixelwire']}, Pillow {env['pillow']} "
         f"(libjpeg-turbo {env['pillow_libjpeg_turbo']}, libwebp {env['pillow_webp']}, "
         f"zlib {env['pillow_zlib']}), simplejpeg {env['simplejpeg']}, numpy {env['numpy']}, "
-        f"{env['cpu_count']} CPUs"
+        f"{env['cpu_count']} CPUs, threads {list(THREADS)}"
     )
     print(f"source photo: {args.source}")
     inputs = make_inputs(args.source)
@@ -236,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
             "environment": env,
             "quick": args.quick,
             "decode": [asdict(r) for r in rows],
-            "threads": [asdict(t) | {"speedup": t.speedup, "threads": THREADS} for t in thread_rows],
+            "threads": [asdict(t) | {"images_per_s": t.images_per_s} for t in thread_rows],
         }
         args.json.write_text(json.dumps(payload, indent=2) + "\n")
         print(f"\nwrote {args.json}")
