@@ -383,7 +383,10 @@ fn reaches_end_of_image(data: &[u8]) -> bool {
         }
         if marker == 0xDA {
             loop {
-                let Some(off) = data[i..].iter().position(|&b| b == 0xFF) else {
+                // The entropy-coded data is most of the file (1 MB for a 4K
+                // q95 photo): memchr scans it with SIMD, where a byte loop
+                // cost 2 % of the decode's instructions.
+                let Some(off) = memchr::memchr(0xFF, &data[i..]) else {
                     return false;
                 };
                 let j = i + off;
