@@ -203,6 +203,8 @@ def test_decode_many_applies_limits_to_each_image() -> None:
     with pytest.raises(pixelwire.ImageTooLarge, match=r"^image 2: .*over the limit of 1000 pixels") as caught:
         pixelwire.decode_many([small, small, big, small], limits=limits)
     assert caught.value.index == 2
+    # The limit it is over comes with it, as from decode_image.
+    assert (caught.value.setting, caught.value.limit, caught.value.actual) == ("max_pixels", 1000, 128 * 128)
 
 
 def test_decode_many_bad_arguments() -> None:
