@@ -4,8 +4,8 @@ use numpy::{PyArray1, PyArrayMethods};
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 
-use super::{limits_or_default, resize_target, Encoded, PyLimits};
-use crate::decode::{self, DecodeOptions, Mode};
+use super::{decode_options, resize_target, Encoded, PyLimits};
+use crate::decode;
 
 /// Decodes every image of `inputs` with `decode_image`'s options on a pool
 /// of `threads` native threads (all cores by default) with the GIL
@@ -26,12 +26,7 @@ pub fn decode_many<'py>(
     resize_filter: &str,
     threads: Option<usize>,
 ) -> PyResult<Bound<'py, PyList>> {
-    let opts = DecodeOptions {
-        mode: Mode::parse(mode)?,
-        background: [background.0, background.1, background.2],
-        limits: limits_or_default(limits.as_deref()),
-        apply_exif_orientation,
-    };
+    let opts = decode_options(mode, background, limits.as_deref(), apply_exif_orientation)?;
     let target = resize_target(resize, resize_kernel, resize_filter)?;
     let pool = decode::thread_pool(threads)?;
     let slices: Vec<&[u8]> = inputs.iter().map(Encoded::as_slice).collect();

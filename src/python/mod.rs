@@ -95,6 +95,21 @@ pub fn limits_or_default(limits: Option<&PyLimits>) -> decode::Limits {
     limits.map(|l| l.inner).unwrap_or_default()
 }
 
+/// `decode_image`'s keyword options (shared with `decode_many`), checked.
+pub fn decode_options(
+    mode: &str,
+    background: (u8, u8, u8),
+    limits: Option<&PyLimits>,
+    apply_exif_orientation: bool,
+) -> PyResult<DecodeOptions> {
+    Ok(DecodeOptions {
+        mode: Mode::parse(mode)?,
+        background: [background.0, background.1, background.2],
+        limits: limits_or_default(limits),
+        apply_exif_orientation,
+    })
+}
+
 /// `resize=(height, width)` with its kernel and filter names, checked.
 pub fn resize_target(
     size: Option<(usize, usize)>,
@@ -136,12 +151,7 @@ fn decode_image<'py>(
     resize_kernel: &str,
     resize_filter: &str,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let opts = DecodeOptions {
-        mode: Mode::parse(mode)?,
-        background: [background.0, background.1, background.2],
-        limits: limits_or_default(limits.as_deref()),
-        apply_exif_orientation,
-    };
+    let opts = decode_options(mode, background, limits.as_deref(), apply_exif_orientation)?;
     let target = resize_target(resize, resize_kernel, resize_filter)?;
     let bytes = data.as_slice();
     let (shape, pixels) = py.detach(|| {
