@@ -5,6 +5,7 @@
 //! wrappers and this file only wires the `pixelwire._native` module.
 
 pub mod agent;
+pub mod background;
 pub mod decode;
 pub mod errors;
 pub mod pool;

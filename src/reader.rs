@@ -18,6 +18,7 @@ use nixl_sys::{MemType, RegistrationHandle};
 use parking_lot::{Mutex, RwLock};
 
 use crate::agent::{Agent, AgentOptions, ForeignRegion, HostRegion, ReadError, SlotPool};
+use crate::background::{Background, Ticket};
 use crate::errors::{Error, Result};
 use crate::pool::Slot;
 use crate::wire::{self, SlotHeader, SLOT_HEADER_BYTES};
@@ -28,6 +29,10 @@ const MAX_METADATA: usize = 1 << 20;
 const MAX_REMOTES: usize = 256;
 /// How long a reconnect to a frontend that failed a transfer is retried.
 const RECONNECT_FOR: Duration = Duration::from_secs(2);
+/// Background threads for [`Reader::read_soon`]: one per read in flight
+/// (a READ from a stuck frontend holds its thread until the timeout), so
+/// this bounds concurrent reads that way, not the pool.
+const MAX_READ_THREADS: usize = 64;
 
 #[derive(Clone, Copy, Debug)]
 pub struct ReaderConfig {
@@ -161,6 +166,7 @@ pub struct Reader {
     foreign: Mutex<HashMap<u64, RegistrationHandle>>,
     next_foreign: AtomicU64,
     config: ReaderConfig,
+    background: Background,
     agent: Agent,
 }
 
@@ -173,6 +179,7 @@ impl Reader {
             foreign: Mutex::new(HashMap::new()),
             next_foreign: AtomicU64::new(1),
             config,
+            background: Background::new("pixelwire-read", MAX_READ_THREADS),
             agent: Agent::new(
                 "worker",
                 &AgentOptions {
@@ -476,6 +483,16 @@ impl Reader {
         } else {
             Ok(Pixels::Owned(lease.as_slice().to_vec()))
         }
+    }
+
+    /// [`Reader::read`] on one of the reader's background threads, started
+    /// now: the caller may wait for the ticket a few microseconds in place
+    /// (a small READ finishes in that time) before it waits elsewhere. A
+    /// ticket dropped untaken still ends its read, and its pixels go back
+    /// to the pool.
+    pub fn read_soon(self: &Arc<Self>, source: Source) -> Ticket<Result<Pixels>> {
+        let reader = Arc::clone(self);
+        self.background.submit(move || reader.read(&source))
     }
 
     /// [`Reader::transfer_chunked`] into host memory at `pixels_at`, with

@@ -537,3 +537,65 @@ def test_chunked_read_into_calls_back_in_order_and_checks_the_slot_last() -> Non
         assert native.deregister(registration)
     finally:
         frontend.close()
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [{}, {"inline_wait": 0.0}, {"inline_bytes": 0}],
+    ids=["waited-in-place", "never-in-place", "all-off-the-loop"],
+)
+def test_small_reads_give_the_same_pixels_in_place_or_off_the_loop(settings: dict[str, Any]) -> None:
+    """Small host reads run on a native thread that the loop waits for in
+    place up to `inline_wait`, else off the loop; either way the pixels are
+    the image's and every slot is freed by notification. The first read
+    (which connects) and a read larger than `inline_bytes` are in the mix."""
+    frontend = Frontend()
+    try:
+        images = [_png(16 + 7 * i, 9 + 5 * i, seed=i) for i in range(12)] + [_png(400, 300, seed=99)]
+
+        async def main() -> None:
+            async with pixelwire.Reader(**settings) as reader:
+                for data in images:
+                    desc = frontend.publish(data)["desc"]
+                    got = await reader.read_decoded(desc, output="numpy")
+                    np.testing.assert_array_equal(got, pixelwire.decode_image(data))
+                    del got  # zero-copy: the array holds its receive slot
+                assert reader.stats()["bytes_in_use"] == 0
+
+        run(main())
+        assert _wait_for(lambda: frontend.stats()["freed_by_notification"] == len(images))
+    finally:
+        frontend.close()
+
+
+def test_a_started_read_is_taken_once(frontend: FrontendProcess) -> None:
+    """`start_read` returns at once; its ticket gives the pixels when the
+    read ends (or None while it has not, within a zero wait), then refuses
+    to give them a second time; a ticket's error is the read's error."""
+    from pixelwire import config
+    from pixelwire._native import NativeReader
+    from pixelwire.nixl import ensure_nixl
+
+    ensure_nixl()
+    native = NativeReader(
+        pool_bytes=config.POOL_BYTES, region_bytes=config.REGION_BYTES, timeout=10, verify=True
+    )
+    data = _png(33, 21, seed=5)
+    image = pixelwire.descriptor.parse_descriptor(frontend.publish(data)["desc"], None)
+    ticket = native.start_read(image)
+    early = ticket.wait(0.0)
+    pixels = early if early is not None else ticket.wait()
+    assert ticket.done
+    np.testing.assert_array_equal(
+        np.frombuffer(memoryview(pixels), dtype=np.uint8), pixelwire.decode_image(data).reshape(-1)
+    )
+    with pytest.raises(ValueError, match="already taken"):
+        ticket.wait()
+    with pytest.raises(ValueError, match="already taken"):
+        ticket.wait(0.001)
+    del pixels, early
+    # A read that fails (its slot already freed by the first read's
+    # notification) raises through the ticket as `read` raises.
+    assert _wait_for(lambda: frontend.stats()["freed_by_notification"] == 1)
+    with pytest.raises(pixelwire.TransferError):
+        native.start_read(image).wait()

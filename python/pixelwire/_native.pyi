@@ -245,6 +245,8 @@ class NativeReader:
         """READs the image into host memory: an array owning the pixels, or a
         receive slot lent zero-copy. The content hash is checked when the
         reader verifies and the descriptor has one; the slot header always."""
+    def start_read(self, image: RemoteSource) -> ReadTicket:
+        """Starts :meth:`read` on a native background thread; returns at once."""
     def register(self, *, addr: int, size: int, mem_type: Literal["Dram", "Vram"], device: int) -> int: ...
     def deregister(self, id: int) -> bool: ...
     def read_into(
@@ -263,6 +265,19 @@ class NativeReader:
         check: only a normal return says the bytes are the published ones). A
         failure's ``may_land`` says whether the READ may still write the
         destination."""
+
+@final
+class ReadTicket:
+    """A read started by :meth:`NativeReader.start_read`; its result is taken once."""
+
+    def wait(self, timeout: float | None = None) -> npt.NDArray[np.uint8] | PixelBuffer | None:
+        """What :meth:`NativeReader.read` returns (or raises), once the read
+        has finished: waited for up to ``timeout`` seconds without sleeping,
+        or as long as it takes when ``timeout`` is None; None if it has not
+        finished within ``timeout``. The GIL is released while waiting."""
+    @property
+    def done(self) -> bool:
+        """Whether the read has finished."""
 
 @final
 class PixelBuffer:

@@ -61,6 +61,14 @@ READ_SPLIT_MIN_BYTES = 1 * MiB
 # Host READs whose content hash is checked go in chunks of this size when
 # larger, each hashed on a second thread while the next one is READ.
 READ_CHUNK_BYTES = 4 * MiB
+# Host READs of images up to this size run on a native background thread
+# that the event loop waits for in place (GIL released, without sleeping) for
+# up to READ_INLINE_WAIT seconds: such a READ takes tens of microseconds, less
+# than a hand-off to a Python thread and back. Not done by then (a slow or
+# stuck frontend, a first connection), the read is awaited off the loop as
+# any other. 0 bytes: every read goes off the loop.
+READ_INLINE_BYTES = 256 * 1024
+READ_INLINE_WAIT = 0.0003
 # A CUDA destination: READ into pinned, registered host memory and copy each
 # chunk to the device while the next one is READ ("pinned"), or READ straight
 # into registered device memory through UCX ("direct").
@@ -182,6 +190,8 @@ class ReaderSettings:
     read_threads: int = READ_THREADS
     split_min_bytes: int = READ_SPLIT_MIN_BYTES
     chunk_bytes: int = READ_CHUNK_BYTES
+    inline_bytes: int = READ_INLINE_BYTES
+    inline_wait: float = READ_INLINE_WAIT
     cuda_staging: CudaStaging = CUDA_STAGING
     cuda_chunk_bytes: int = CUDA_CHUNK_BYTES
 
@@ -191,6 +201,7 @@ class ReaderSettings:
         ``PIXELWIRE_READER_POOL_BYTES``, ``PIXELWIRE_READER_REGION_BYTES``,
         ``PIXELWIRE_READER_PROGRESS_THREAD``, ``PIXELWIRE_READ_THREADS``,
         ``PIXELWIRE_READ_SPLIT_MIN_BYTES``, ``PIXELWIRE_READ_CHUNK_BYTES``,
+        ``PIXELWIRE_READ_INLINE_BYTES``, ``PIXELWIRE_READ_INLINE_WAIT``,
         ``PIXELWIRE_CUDA_STAGING``,
         ``PIXELWIRE_CUDA_CHUNK_BYTES``."""
         return cls(
@@ -202,6 +213,8 @@ class ReaderSettings:
             read_threads=env_int("PIXELWIRE_READ_THREADS", READ_THREADS),
             split_min_bytes=env_int("PIXELWIRE_READ_SPLIT_MIN_BYTES", READ_SPLIT_MIN_BYTES),
             chunk_bytes=env_int("PIXELWIRE_READ_CHUNK_BYTES", READ_CHUNK_BYTES),
+            inline_bytes=env_int("PIXELWIRE_READ_INLINE_BYTES", READ_INLINE_BYTES),
+            inline_wait=env_float("PIXELWIRE_READ_INLINE_WAIT", READ_INLINE_WAIT),
             cuda_staging=cuda_staging(os.environ.get("PIXELWIRE_CUDA_STAGING")),
             cuda_chunk_bytes=env_int("PIXELWIRE_CUDA_CHUNK_BYTES", CUDA_CHUNK_BYTES),
         )

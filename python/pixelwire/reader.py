@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -18,6 +19,8 @@ from pixelwire.config import (
     MAX_PIXELS,
     POOL_BYTES,
     READ_CHUNK_BYTES,
+    READ_INLINE_BYTES,
+    READ_INLINE_WAIT,
     READ_SPLIT_MIN_BYTES,
     READ_THREADS,
     READ_TIMEOUT,
@@ -35,6 +38,15 @@ from pixelwire.publisher import default_fetcher
 
 if TYPE_CHECKING:
     from pixelwire.fetch import Fetcher
+
+
+async def _in_thread(fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` in a worker thread. The result comes back in a list that
+    is emptied here: the future asyncio resolves is kept by the loop until the
+    awaiting task next waits, and must not keep a receive slot lent that long
+    (reads in place do not wait at all)."""
+    box = await asyncio.to_thread(lambda: [fn(*args)])
+    return box.pop()
 
 
 class Reader:
@@ -57,6 +69,8 @@ class Reader:
         read_threads: int = READ_THREADS,
         split_min_bytes: int = READ_SPLIT_MIN_BYTES,
         chunk_bytes: int = READ_CHUNK_BYTES,
+        inline_bytes: int = READ_INLINE_BYTES,
+        inline_wait: float = READ_INLINE_WAIT,
         cuda_staging: CudaStaging = CUDA_STAGING,
         cuda_chunk_bytes: int = CUDA_CHUNK_BYTES,
     ) -> None:
@@ -71,6 +85,10 @@ class Reader:
         self.read_threads = read_threads
         self.split_min_bytes = split_min_bytes
         self.chunk_bytes = max(1, chunk_bytes)
+        self.inline_bytes = max(0, inline_bytes)
+        if not inline_wait >= 0:
+            raise ValueError(f"inline_wait must be a non-negative number of seconds, not {inline_wait!r}")
+        self.inline_wait = inline_wait
         self.cuda_staging: CudaStaging = check_cuda_staging(cuda_staging)
         self.cuda_chunk_bytes = max(1, cuda_chunk_bytes)
         self._native: _native.NativeReader | None = None
@@ -202,7 +220,7 @@ class Reader:
             if output != "torch":
                 raise ValueError("a CUDA destination needs output='torch'")
             return await asyncio.to_thread(self._read_cuda, native, image, device)
-        flat = await asyncio.to_thread(native.read, image)
+        flat = await self._read_host(native, image)
         if not isinstance(flat, np.ndarray):
             # A receive slot lent zero-copy: the array keeps it until freed.
             flat = np.frombuffer(memoryview(flat), dtype=np.uint8)
@@ -212,6 +230,18 @@ class Reader:
                 return rgb_image_over(flat, w, h)
             return as_output(np.ascontiguousarray(flat.reshape(h, w, 4)[:, :, :3]), output)
         return as_output(flat.reshape(image.shape), output)
+
+    async def _read_host(self, native: _native.NativeReader, image: RemoteImage) -> Any:
+        """The pixels in host memory: small images waited for in place up to
+        ``inline_wait`` (see ``config.READ_INLINE_BYTES``), the rest and
+        anything slower off the loop."""
+        if image.size > self.inline_bytes:
+            return await _in_thread(native.read, image)
+        ticket = native.start_read(image)
+        flat = ticket.wait(self.inline_wait)
+        if flat is None:
+            flat = await _in_thread(ticket.wait)
+        return flat
 
     def _read_cuda(self, native: _native.NativeReader, image: RemoteImage, device: str) -> Any:
         """READ for a CUDA destination through a registered staging buffer

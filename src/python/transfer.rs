@@ -11,6 +11,7 @@ use pyo3::types::PyDict;
 
 use super::{limits_or_default, resize_target, Encoded, PyLimits};
 use crate::agent::ReadError;
+use crate::background::{Taken, Ticket};
 use crate::decode::{DecodeOptions, Mode};
 use crate::errors::Error;
 use crate::publisher::{Publisher, PublisherConfig};
@@ -188,6 +189,58 @@ impl PixelBuffer {
     }
 }
 
+fn pixels_for_python(py: Python<'_>, pixels: Pixels) -> PyResult<Bound<'_, PyAny>> {
+    match pixels {
+        Pixels::Owned(pixels) => Ok(PyArray1::from_vec(py, pixels).into_any()),
+        Pixels::Leased(lease) => Ok(Bound::new(py, PixelBuffer { lease })?.into_any()),
+    }
+}
+
+/// A read started by `NativeReader.start_read`; its result is taken once.
+#[pyclass(module = "pixelwire._native", frozen)]
+pub struct ReadTicket {
+    inner: Ticket<crate::errors::Result<Pixels>>,
+}
+
+#[pymethods]
+impl ReadTicket {
+    /// What `read` would return (or raise), once the read has finished:
+    /// waited for up to `timeout` seconds without sleeping (a budget of
+    /// microseconds, for the caller's own thread), or as long as the read
+    /// takes when `timeout` is None. Returns None if the read has not
+    /// finished within `timeout`. The GIL is released while waiting.
+    #[pyo3(signature = (timeout = None))]
+    fn wait<'py>(
+        &self,
+        py: Python<'py>,
+        timeout: Option<f64>,
+    ) -> PyResult<Option<Bound<'py, PyAny>>> {
+        let outcome = match timeout {
+            Some(budget) => {
+                let budget = seconds(budget, "timeout")?;
+                match py.detach(|| self.inner.take_within(budget)) {
+                    Taken::Value(outcome) => Some(outcome),
+                    Taken::NotFinished => return Ok(None),
+                    Taken::AlreadyTaken => None,
+                }
+            }
+            None => py.detach(|| self.inner.take()),
+        };
+        match outcome {
+            Some(outcome) => Ok(Some(pixels_for_python(py, outcome?)?)),
+            None => {
+                Err(Error::InvalidArgument("this read's result was already taken".into()).into())
+            }
+        }
+    }
+
+    /// Whether the read has finished.
+    #[getter]
+    fn done(&self) -> bool {
+        self.inner.is_done()
+    }
+}
+
 fn mem_type(name: &str) -> PyResult<nixl_sys::MemType> {
     match name {
         "Dram" => Ok(nixl_sys::MemType::Dram),
@@ -255,9 +308,15 @@ impl NativeReader {
     /// `image` is the parsed descriptor (`pixelwire.descriptor.RemoteImage`).
     fn read<'py>(&self, py: Python<'py>, image: RemoteImage) -> PyResult<Bound<'py, PyAny>> {
         let source = image.into_source();
-        match py.detach(|| self.inner.read(&source))? {
-            Pixels::Owned(pixels) => Ok(PyArray1::from_vec(py, pixels).into_any()),
-            Pixels::Leased(lease) => Ok(Bound::new(py, PixelBuffer { lease })?.into_any()),
+        let pixels = py.detach(|| self.inner.read(&source))?;
+        pixels_for_python(py, pixels)
+    }
+
+    /// Starts `read(image)` on a native background thread and returns its
+    /// ticket at once (nothing blocks here).
+    fn start_read(&self, image: RemoteImage) -> ReadTicket {
+        ReadTicket {
+            inner: self.inner.read_soon(image.into_source()),
         }
     }
 
@@ -372,5 +431,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<NativePublisher>()?;
     m.add_class::<NativeReader>()?;
     m.add_class::<PixelBuffer>()?;
+    m.add_class::<ReadTicket>()?;
     Ok(())
 }

@@ -1,0 +1,312 @@
+//! Native threads that run blocking jobs, and tickets to wait for a job's
+//! result for a bounded time.
+//!
+//! A small READ takes tens of microseconds, less than handing it to a Python
+//! thread and back costs (a thread wake-up and several GIL hand-offs each
+//! way). A job given to these threads needs no GIL; its caller can wait for
+//! it a short, bounded while (GIL released) and take the result in place,
+//! and only if it is not ready by then wait for it elsewhere. A worker that
+//! finishes a job spins a little before it sleeps, so a caller that submits
+//! jobs one after another does not pay a wake-up for each.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+
+type Job = Box<dyn FnOnce() + Send + 'static>;
+
+/// How long a worker looks for new work before it sleeps.
+const SPIN: Duration = Duration::from_micros(100);
+/// How long a worker sleeps without work before it exits.
+const IDLE_EXIT: Duration = Duration::from_secs(10);
+
+#[derive(Default)]
+struct Queue {
+    jobs: VecDeque<Job>,
+    threads: usize,
+    /// Workers looking for work without sleeping: they will see a new job.
+    spinning: usize,
+    /// Workers asleep on `ready`.
+    sleeping: usize,
+}
+
+struct Shared {
+    queue: Mutex<Queue>,
+    ready: Condvar,
+    /// Jobs queued, readable without the lock by spinning workers.
+    queued: AtomicUsize,
+    max_threads: usize,
+    name: String,
+}
+
+/// Up to `max_threads` worker threads, started when work arrives and gone
+/// after [`IDLE_EXIT`] without any. Past `max_threads` busy workers, jobs
+/// wait in order (a job that blocks for long holds only its own thread).
+pub struct Background {
+    shared: Arc<Shared>,
+}
+
+impl Background {
+    pub fn new(name: &str, max_threads: usize) -> Background {
+        Background {
+            shared: Arc::new(Shared {
+                queue: Mutex::new(Queue::default()),
+                ready: Condvar::new(),
+                queued: AtomicUsize::new(0),
+                max_threads: max_threads.max(1),
+                name: name.to_string(),
+            }),
+        }
+    }
+
+    /// Runs `work` on a worker; the ticket gives its result.
+    pub fn submit<T: Send + 'static>(
+        &self,
+        work: impl FnOnce() -> T + Send + 'static,
+    ) -> Ticket<T> {
+        let ticket = Ticket::new();
+        let done = ticket.clone();
+        self.push(Box::new(move || done.complete(work())));
+        ticket
+    }
+
+    fn push(&self, job: Job) {
+        let shared = &self.shared;
+        let mut queue = shared.queue.lock();
+        queue.jobs.push_back(job);
+        shared.queued.fetch_add(1, Ordering::Release);
+        if queue.spinning >= queue.jobs.len() {
+            // Spinning workers take every queued job; waking a sleeper too
+            // would only cost a wake-up.
+            return;
+        }
+        if queue.sleeping > 0 && shared.ready.notify_one() {
+            // Counted out here, once: the woken worker does not.
+            queue.sleeping -= 1;
+            return;
+        }
+        if queue.threads < shared.max_threads {
+            let worker = Arc::clone(shared);
+            let spawned = std::thread::Builder::new()
+                .name(shared.name.clone())
+                .spawn(move || worker.work());
+            if spawned.is_ok() {
+                queue.threads += 1;
+                queue.spinning += 1;
+            }
+        }
+        // Otherwise every worker is busy: the job waits for the first to
+        // finish (and if a spawn failed with no worker at all, the next
+        // submit tries again).
+    }
+
+    /// Worker threads now running (for tests).
+    pub fn threads(&self) -> usize {
+        self.shared.queue.lock().threads
+    }
+}
+
+impl Shared {
+    /// A worker's life: spinning (counted in `spinning`, sees every new
+    /// job), busy with a job (not counted), or asleep (counted in
+    /// `sleeping` until a push wakes it or it times out). It starts
+    /// spinning.
+    fn work(&self) {
+        while let Some(job) = self.next_job() {
+            job();
+            self.queue.lock().spinning += 1;
+        }
+    }
+
+    /// The next job, for a spinning worker: looked for without sleeping for
+    /// [`SPIN`], then asleep; `None` after [`IDLE_EXIT`] without work (the
+    /// worker has been counted out).
+    fn next_job(&self) -> Option<Job> {
+        let spin_until = Instant::now() + SPIN;
+        loop {
+            if self.queued.load(Ordering::Acquire) > 0 {
+                let mut queue = self.queue.lock();
+                if let Some(job) = self.pop(&mut queue) {
+                    queue.spinning -= 1;
+                    return Some(job);
+                }
+            }
+            if Instant::now() >= spin_until {
+                break;
+            }
+            std::thread::yield_now();
+        }
+        let mut queue = self.queue.lock();
+        queue.spinning -= 1;
+        loop {
+            if let Some(job) = self.pop(&mut queue) {
+                return Some(job);
+            }
+            queue.sleeping += 1;
+            if self.ready.wait_for(&mut queue, IDLE_EXIT).timed_out() {
+                // Not woken by a push, so still counted: count out here.
+                queue.sleeping -= 1;
+                if queue.jobs.is_empty() {
+                    queue.threads -= 1;
+                    return None;
+                }
+            }
+        }
+    }
+
+    fn pop(&self, queue: &mut Queue) -> Option<Job> {
+        let job = queue.jobs.pop_front()?;
+        self.queued.fetch_sub(1, Ordering::Release);
+        Some(job)
+    }
+}
+
+struct Slot<T> {
+    done: AtomicBool,
+    value: Mutex<Option<T>>,
+    finished: Condvar,
+}
+
+/// What [`Ticket::take_within`] found.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Taken<T> {
+    Value(T),
+    NotFinished,
+    AlreadyTaken,
+}
+
+/// The result of a submitted job, taken once.
+pub struct Ticket<T> {
+    slot: Arc<Slot<T>>,
+}
+
+impl<T> Clone for Ticket<T> {
+    fn clone(&self) -> Self {
+        Ticket {
+            slot: Arc::clone(&self.slot),
+        }
+    }
+}
+
+impl<T> Ticket<T> {
+    fn new() -> Ticket<T> {
+        Ticket {
+            slot: Arc::new(Slot {
+                done: AtomicBool::new(false),
+                value: Mutex::new(None),
+                finished: Condvar::new(),
+            }),
+        }
+    }
+
+    fn complete(&self, value: T) {
+        let mut held = self.slot.value.lock();
+        *held = Some(value);
+        self.slot.done.store(true, Ordering::Release);
+        self.slot.finished.notify_all();
+    }
+
+    /// Whether the job has finished (its result may have been taken).
+    pub fn is_done(&self) -> bool {
+        self.slot.done.load(Ordering::Acquire)
+    }
+
+    /// The result if the job finishes within `budget` (waited for without
+    /// sleeping: budgets are microseconds).
+    pub fn take_within(&self, budget: Duration) -> Taken<T> {
+        let until = Instant::now() + budget;
+        while !self.is_done() {
+            if Instant::now() >= until {
+                return Taken::NotFinished;
+            }
+            std::thread::yield_now();
+        }
+        match self.slot.value.lock().take() {
+            Some(value) => Taken::Value(value),
+            None => Taken::AlreadyTaken,
+        }
+    }
+
+    /// The result, waiting as long as the job takes; `None` if it was
+    /// already taken.
+    pub fn take(&self) -> Option<T> {
+        let mut held = self.slot.value.lock();
+        while !self.is_done() {
+            self.slot.finished.wait(&mut held);
+        }
+        held.take()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_job_runs_once_and_its_ticket_gives_its_result() {
+        let pool = Background::new("test", 3);
+        let tickets: Vec<_> = (0..200u64)
+            .map(|i| {
+                pool.submit(move || {
+                    if i % 17 == 0 {
+                        std::thread::sleep(Duration::from_millis(2));
+                    }
+                    i * i
+                })
+            })
+            .collect();
+        for (i, ticket) in tickets.iter().enumerate() {
+            assert_eq!(ticket.take(), Some(i as u64 * i as u64));
+            assert_eq!(ticket.take(), None, "a result is taken once");
+        }
+        assert!(pool.threads() <= 3);
+    }
+
+    #[test]
+    fn a_short_wait_gives_up_and_the_result_is_still_there() {
+        let pool = Background::new("test", 2);
+        let gate = Arc::new(Mutex::new(()));
+        let held = gate.lock();
+        let blocked = Arc::clone(&gate);
+        let ticket = pool.submit(move || {
+            let _open = blocked.lock();
+            7
+        });
+        assert_eq!(
+            ticket.take_within(Duration::from_micros(200)),
+            Taken::NotFinished
+        );
+        assert!(!ticket.is_done());
+        drop(held);
+        assert_eq!(ticket.take_within(Duration::from_secs(5)), Taken::Value(7));
+        assert_eq!(ticket.take_within(Duration::ZERO), Taken::AlreadyTaken);
+        assert_eq!(ticket.take(), None);
+    }
+
+    #[test]
+    fn a_blocked_job_holds_only_its_own_thread() {
+        let pool = Background::new("test", 4);
+        let gate = Arc::new(Mutex::new(()));
+        let held = gate.lock();
+        let blocked = Arc::clone(&gate);
+        let stuck = pool.submit(move || drop(blocked.lock()));
+        let quick = pool.submit(|| 1);
+        assert_eq!(quick.take(), Some(1));
+        assert!(!stuck.is_done());
+        drop(held);
+        assert_eq!(stuck.take(), Some(()));
+    }
+
+    #[test]
+    fn a_dropped_ticket_still_lets_its_job_finish() {
+        let pool = Background::new("test", 1);
+        let ran = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&ran);
+        drop(pool.submit(move || flag.store(true, Ordering::SeqCst)));
+        assert_eq!(pool.submit(|| 2).take(), Some(2));
+        assert!(ran.load(Ordering::SeqCst));
+    }
+}
