@@ -17,12 +17,13 @@ Decoders timed, each producing an (H, W, 3) uint8 numpy array:
   accurate settings Pillow uses (``fastdct=False, fastupsample=False``);
   JPEG only.
 
-Single images: megapixels a second from the median of several timed runs
-after a warm-up (one thread). Throughput: a batch of images (four per thread)
-decoded by 1, 4 and all-cores threads, images a second from the median of
-several runs; each decoder runs on a ``ThreadPoolExecutor`` of that many
-Python threads, and ``pixelwire.decode_many`` (one call, native threads,
-``threads=N``) is timed beside them. The threaded runs drop each array as
+Single images: megapixels a second from the median of several rounds (each
+decoder once a round, the order rotating) after a warm-up (one thread).
+Throughput: a batch of images (four per thread) decoded by 1, 4 and
+all-cores threads, images a second from the median of several runs; each
+decoder runs on a ``ThreadPoolExecutor`` of that many Python threads, and
+``pixelwire.decode_many`` (one call, native threads, ``threads=N``) is
+timed beside them. The threaded runs drop each array as
 it comes, as a server streaming images would; ``pixelwire kept`` keeps the
 whole batch until it is done, as ``decode_many`` must, so that the two
 compare like for like (fresh output memory costs page faults; the minor
@@ -38,7 +39,9 @@ from __future__ import annotations
 import json
 import os
 import resource
+import statistics
 import sys
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -148,10 +151,10 @@ def decoders_for(fmt: str) -> list[str]:
     return ["pixelwire", "pillow", "simplejpeg"] if fmt.startswith("JPEG") else ["pixelwire", "pillow"]
 
 
-def reps_for(megapixels: float, quick: bool) -> int:
+def rounds_for(megapixels: float, quick: bool) -> int:
     if quick:
         return 3
-    return 25 if megapixels < 1 else 11 if megapixels < 4 else 7
+    return 25 if megapixels < 1 else 15
 
 
 def max_abs_diff(a: Pixels, b: Pixels) -> int:
@@ -161,19 +164,30 @@ def max_abs_diff(a: Pixels, b: Pixels) -> int:
 
 
 def run_single(inputs: list[Input], quick: bool) -> list[Row]:
+    """Each decoder once per round, the order rotating from round to round,
+    so that no decoder always runs first or right after another (CPU clock
+    and cache state drift over a run; timing each decoder in its own block
+    moved the 4K ratio between 0.89 and 0.99 on the H200 box)."""
     rows: list[Row] = []
     warmup = 1 if quick else 2
     for item in inputs:
         row = Row(item.format, item.label, len(item.data))
         reference = decode_pillow(item.data)
-        for name in decoders_for(item.format):
+        names = decoders_for(item.format)
+        for name in names:
             fn = DECODERS[name]
             row.max_abs_diff_vs_pillow[name] = max_abs_diff(fn(item.data), reference)
-
-            def once(fn: Decoder = fn, data: bytes = item.data) -> None:
-                fn(data)
-
-            seconds = median_seconds(once, reps_for(item.megapixels, quick), warmup)
+            for _ in range(warmup):
+                fn(item.data)
+        times: dict[str, list[float]] = {name: [] for name in names}
+        for round_ in range(rounds_for(item.megapixels, quick)):
+            for name in names[round_ % len(names) :] + names[: round_ % len(names)]:
+                fn = DECODERS[name]
+                start = time.perf_counter()
+                fn(item.data)
+                times[name].append(time.perf_counter() - start)
+        for name in names:
+            seconds = statistics.median(times[name])
             row.median_ms[name] = seconds * 1e3
             row.mp_per_s[name] = item.megapixels / seconds
         rows.append(row)
