@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use nixl_sys::{
     AgentConfig, Backend, MemType, MemoryRegion, NixlDescriptor, NotificationMap, OptArgs,
-    RegistrationHandle, ThreadSync, XferDescList, XferOp, XferStatus,
+    RegistrationHandle, ThreadSync, XferDescList, XferOp, XferRequest, XferStatus,
 };
 
 use std::sync::Arc;
@@ -63,10 +63,10 @@ unsafe impl Sync for HostRegion {}
 
 const PAGE: usize = 4096;
 
-/// How a READ is waited for: polled between yields for this long (at
-/// 5-10 GB/s a 24 MB image takes 2.5-5 ms), then between sleeps that grow
-/// from `SLEEP_FIRST` to `SLEEP_MAX` (a stuck READ costs little CPU, and a
-/// slow one is found done at most `SLEEP_MAX` late).
+/// How READs are waited for ([`Waiting`]): polled between yields for this
+/// long (at 5-10 GB/s a 24 MB image takes 2.5-5 ms), then between sleeps
+/// that grow from `SLEEP_FIRST` to `SLEEP_MAX` (a stuck READ costs little
+/// CPU, and a slow one is found done at most `SLEEP_MAX` late).
 const SPIN_FOR: Duration = Duration::from_millis(5);
 const SLEEP_FIRST: Duration = Duration::from_micros(50);
 const SLEEP_MAX: Duration = Duration::from_micros(500);
@@ -336,7 +336,8 @@ impl Agent {
         let _ = self.inner.invalidate_remote_md(name);
     }
 
-    /// READs `span` = (`remote_addr`, `len`) of `remote` into `local_addr` as
+    /// READs `span` = (remote address, length) of `remote`'s registered
+    /// memory into `local` = (address, memory type, device), split into
     /// `pieces` descriptors (which a threaded backend moves in parallel),
     /// attaching `notification` if any, and waits for completion (until
     /// `deadline`) without holding any Python lock. An error or timeout
@@ -351,6 +352,21 @@ impl Agent {
         notification: Option<&[u8]>,
         deadline: Instant,
     ) -> std::result::Result<(), ReadError> {
+        let mut posted = self.post_read(remote, local, span, pieces, notification)?;
+        self.wait_read(&mut posted, deadline)
+    }
+
+    /// [`Agent::read`] without the wait: the READ is posted (bytes may land
+    /// from here on) and [`Agent::poll_read`] or [`Agent::wait_read`] says
+    /// when it is done. Several may be in flight at once.
+    pub fn post_read(
+        &self,
+        remote: &str,
+        local: (usize, MemType, u64),
+        span: (usize, usize),
+        pieces: usize,
+        notification: Option<&[u8]>,
+    ) -> std::result::Result<PostedRead, ReadError> {
         let (remote_addr, len) = span;
         let refused = |error: Error| ReadError {
             error,
@@ -390,43 +406,50 @@ impl Agent {
                     "NIXL refused the READ of {len} bytes at {remote_addr:#x} from {remote}: {e} (address outside the frontend's registered memory, or the frontend is gone)"
                 )))
             })?;
-        // From here on bytes may move into the destination.
-        let failed = |error: Error| ReadError {
-            error,
-            may_land: true,
-        };
-        let start = Instant::now();
-        let mut pending = self
+        let started = Instant::now();
+        let pending = self
             .inner
             .post_xfer_req(&request, None)
-            .map_err(|e| failed(nixl_err("READ", e)))?;
-        let mut pause = SLEEP_FIRST;
-        while pending {
+            .map_err(|e| ReadError {
+                error: nixl_err("READ", e),
+                may_land: true,
+            })?;
+        Ok(PostedRead {
+            request,
+            remote: remote.to_string(),
+            len,
+            started,
+            done: !pending,
+        })
+    }
+
+    /// Whether a posted READ has completed (one status check, no wait).
+    pub fn poll_read(&self, posted: &mut PostedRead) -> std::result::Result<bool, ReadError> {
+        if !posted.done {
             match self
                 .inner
-                .get_xfer_status(&request)
-                .map_err(|e| failed(nixl_err("READ", e)))?
+                .get_xfer_status(&posted.request)
+                .map_err(|e| posted.failed(nixl_err("READ", e)))?
             {
-                XferStatus::Success => pending = false,
-                XferStatus::InProgress => {
-                    let waited = start.elapsed();
-                    if Instant::now() > deadline {
-                        return Err(failed(Error::Transfer(format!(
-                            "READ of {len} bytes from {remote} timed out after {waited:?}"
-                        ))));
-                    }
-                    // A sleep costs ~50 us of timer slack and a wake-up, and
-                    // a READ's end found late is time lost: yield while a
-                    // READ of this size (tens of MB) may still be running
-                    // at full speed, sleep only after that.
-                    if waited < SPIN_FOR {
-                        std::thread::yield_now();
-                    } else {
-                        std::thread::sleep(pause);
-                        pause = (pause * 2).min(SLEEP_MAX);
-                    }
-                }
+                XferStatus::Success => posted.done = true,
+                XferStatus::InProgress => {}
             }
+        }
+        Ok(posted.done)
+    }
+
+    /// Waits for a posted READ until `deadline`.
+    pub fn wait_read(
+        &self,
+        posted: &mut PostedRead,
+        deadline: Instant,
+    ) -> std::result::Result<(), ReadError> {
+        let mut waiting = Waiting::new();
+        while !self.poll_read(posted)? {
+            if Instant::now() > deadline {
+                return Err(posted.timed_out());
+            }
+            waiting.pause();
         }
         Ok(())
     }
@@ -449,6 +472,67 @@ impl Agent {
             }
         }
         Ok(out)
+    }
+}
+
+/// A READ posted with [`Agent::post_read`].
+pub struct PostedRead {
+    request: XferRequest,
+    remote: String,
+    len: usize,
+    started: Instant,
+    done: bool,
+}
+
+impl PostedRead {
+    fn failed(&self, error: Error) -> ReadError {
+        ReadError {
+            error,
+            may_land: true,
+        }
+    }
+
+    /// The error for a READ still running at its deadline.
+    pub fn timed_out(&self) -> ReadError {
+        self.failed(Error::Transfer(format!(
+            "READ of {} bytes from {} timed out after {:?}",
+            self.len,
+            self.remote,
+            self.started.elapsed()
+        )))
+    }
+}
+
+/// How a thread waits for READs between status checks: a sleep costs ~50 us
+/// of timer slack and a wake-up, and a READ's end found late is time lost,
+/// so it yields while a READ of tens of MB may still be running at full
+/// speed, and only then sleeps, longer each time.
+pub struct Waiting {
+    since: Instant,
+    sleep: Duration,
+}
+
+impl Waiting {
+    pub fn new() -> Waiting {
+        Waiting {
+            since: Instant::now(),
+            sleep: SLEEP_FIRST,
+        }
+    }
+
+    pub fn pause(&mut self) {
+        if self.since.elapsed() < SPIN_FOR {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(self.sleep);
+            self.sleep = (self.sleep * 2).min(SLEEP_MAX);
+        }
+    }
+}
+
+impl Default for Waiting {
+    fn default() -> Waiting {
+        Waiting::new()
     }
 }
 
