@@ -9,7 +9,7 @@
 //! of the slot header: if the frontend freed or reused the slot meanwhile,
 //! the header says so and the pixels are refused (a seqlock over NIXL).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -17,7 +17,9 @@ use std::time::{Duration, Instant};
 use nixl_sys::{MemType, RegistrationHandle};
 use parking_lot::{Mutex, RwLock};
 
-use crate::agent::{Agent, AgentOptions, ForeignRegion, HostRegion, ReadError, SlotPool};
+use crate::agent::{
+    Agent, AgentOptions, ForeignRegion, HostRegion, PostedRead, ReadError, SlotPool,
+};
 use crate::background::{Background, Ticket};
 use crate::errors::{Error, Result};
 use crate::pool::Slot;
@@ -47,10 +49,13 @@ pub struct ReaderConfig {
     pub read_threads: usize,
     /// READs of at least this many bytes are split across `read_threads`.
     pub split_min_bytes: usize,
-    /// Host READs with a content hash to check that are larger than this go
-    /// in chunks of this size, each hashed by a second thread while the next
-    /// one is READ.
+    /// Host READs with a content hash to check go in chunks of this size
+    /// (rounded up to whole hash pieces), all in flight at once when the
+    /// descriptor has a slot header; each chunk's pieces are hashed as it
+    /// lands, while the rest are READ.
     pub chunk_bytes: usize,
+    /// Threads that hash the pieces of verified reads.
+    pub hash_threads: usize,
 }
 
 /// Where the pixels are and how to check them.
@@ -143,6 +148,15 @@ impl RemoteState {
     }
 }
 
+/// `error`, marked as one after which bytes may still land if other READs
+/// into the same destination were in flight when it happened.
+fn landing_if(error: ReadError, others_in_flight: bool) -> ReadError {
+    ReadError {
+        may_land: error.may_land || others_in_flight,
+        ..error
+    }
+}
+
 /// One frontend: reads hold `gate` shared for their whole transfer; a
 /// (re)load holds it exclusively.
 struct Remote {
@@ -167,6 +181,7 @@ pub struct Reader {
     next_foreign: AtomicU64,
     config: ReaderConfig,
     background: Background,
+    hashers: rayon::ThreadPool,
     agent: Agent,
 }
 
@@ -180,6 +195,11 @@ impl Reader {
             next_foreign: AtomicU64::new(1),
             config,
             background: Background::new("pixelwire-read", MAX_READ_THREADS),
+            hashers: rayon::ThreadPoolBuilder::new()
+                .num_threads(config.hash_threads.max(1))
+                .thread_name(|i| format!("pixelwire-hash-{i}"))
+                .build()
+                .map_err(|e| Error::Transfer(format!("cannot start the hashing threads: {e}")))?,
             agent: Agent::new(
                 "worker",
                 &AgentOptions {
@@ -333,13 +353,16 @@ impl Reader {
     }
 
     /// READs the source's pixels into `pixels_to`, in chunks of at most
-    /// `chunk` bytes one after the other, calling `on_chunk(offset, len)`
-    /// as each lands (the caller starts copying it on, e.g. to a GPU); then
+    /// `chunk` bytes, calling `on_chunk(offset, len)` in order as each lands
+    /// (the caller starts hashing it, or copying it on to a GPU); then
     /// (pixelwire descriptors) its slot header into host memory at
-    /// `header_to`, and checks it. The notification rides on the last READ,
-    /// so the frontend frees the slot only after all of them. Chunks handed
-    /// to `on_chunk` are not yet checked: only an `Ok` from here says the
-    /// pixels are the published ones.
+    /// `header_to`, and checks it. With a slot header all the chunks are in
+    /// flight at once and the notification rides on the header's READ,
+    /// posted once every chunk has landed; without one the chunks go one
+    /// after the other and the last carries it. Either way the frontend
+    /// frees the slot only after every READ. Chunks handed to `on_chunk` are
+    /// not yet checked: only an `Ok` from here says the pixels are the
+    /// published ones.
     fn transfer_chunked(
         &self,
         source: &Source,
@@ -358,27 +381,40 @@ impl Reader {
         let notification = source.notification.as_bytes();
         let (to, mem, dev) = pixels_to;
         let chunk = chunk.max(1);
-        // The pixels, chunk by chunk; the last one carries the notification
-        // when there is no header to READ after it.
+        let in_flight_max = if source.header.is_some() {
+            usize::MAX
+        } else {
+            1
+        };
         let mut pixels = || -> std::result::Result<(), ReadError> {
-            let mut at = 0;
+            let mut in_flight: VecDeque<(usize, usize, PostedRead)> = VecDeque::new();
+            let mut next = 0;
             loop {
-                let n = chunk.min(source.len - at);
-                let last = at + n >= source.len;
-                let note = (last && source.header.is_none()).then_some(notification);
-                self.agent.read(
-                    &name,
-                    (to + at, mem, dev),
-                    (source.addr + at, n),
-                    self.pieces(n),
-                    note,
-                    deadline,
-                )?;
-                on_chunk(at, n).map_err(refused)?;
-                at += n;
-                if last {
-                    return Ok(());
+                while next < source.len && in_flight.len() < in_flight_max {
+                    let n = chunk.min(source.len - next);
+                    let last = next + n >= source.len;
+                    let note = (last && source.header.is_none()).then_some(notification);
+                    let posted = self
+                        .agent
+                        .post_read(
+                            &name,
+                            (to + next, mem, dev),
+                            (source.addr + next, n),
+                            self.pieces(n),
+                            note,
+                        )
+                        .map_err(|e| landing_if(e, !in_flight.is_empty()))?;
+                    in_flight.push_back((next, n, posted));
+                    next += n;
                 }
+                let Some((at, n, mut posted)) = in_flight.pop_front() else {
+                    return Ok(());
+                };
+                let others = !in_flight.is_empty();
+                self.agent
+                    .wait_read(&mut posted, deadline)
+                    .map_err(|e| landing_if(e, others))?;
+                on_chunk(at, n).map_err(|e| landing_if(refused(e), others))?;
             }
         };
         let outcome = match &source.header {
@@ -440,12 +476,9 @@ impl Reader {
         let base = region.addr() + slot.offset;
         let pixels_at = base + header_bytes;
         let expected = source.content_hash.as_ref().filter(|_| self.config.verify);
-        let chunk = self.config.chunk_bytes.max(1);
         let outcome = match expected {
-            Some(_) if source.len > chunk => self
-                .transfer_hashing(source, pixels_at, base, chunk)
-                .map(Some),
-            _ => self
+            Some(_) => self.transfer_hashing(source, pixels_at, base).map(Some),
+            None => self
                 .transfer_chunked(
                     source,
                     (pixels_at, MemType::Dram, 0),
@@ -469,8 +502,7 @@ impl Reader {
             at: slot.offset + header_bytes,
             len: source.len,
         };
-        if let Some(expected) = expected {
-            let got = digest.unwrap_or_else(|| wire::content_hash(lease.as_slice()));
+        if let (Some(expected), Some(got)) = (expected, digest) {
             if &got != expected {
                 return Err(Error::Transfer(
                     "the pixels read do not match the descriptor's content hash: the descriptor is wrong or the slot was overwritten".into(),
@@ -495,48 +527,61 @@ impl Reader {
         self.background.submit(move || reader.read(&source))
     }
 
-    /// [`Reader::transfer_chunked`] into host memory at `pixels_at`, with
-    /// each chunk hashed on a second thread while the next one is READ:
-    /// returns the content hash of all the pixels (meaningful only once the
-    /// slot header has been checked, which an `Ok` says it has).
+    /// [`Reader::transfer_chunked`] into host memory at `pixels_at`, in
+    /// chunks of whole hash pieces, each chunk's pieces hashed on the
+    /// hashing threads as it lands: returns the content hash of all the
+    /// pixels (meaningful only once the slot header has been checked, which
+    /// an `Ok` says it has).
     fn transfer_hashing(
         &self,
         source: &Source,
         pixels_at: usize,
         header_to: usize,
-        chunk: usize,
     ) -> std::result::Result<String, ReadError> {
-        std::thread::scope(|scope| {
-            let (landed, chunks) = std::sync::mpsc::channel::<(usize, usize)>();
-            let hasher = scope.spawn(move || {
-                let mut hasher = wire::ContentHasher::default();
-                for (at, len) in chunks {
-                    // SAFETY: this chunk of the caller's receive slot has
-                    // been READ; nothing writes it while the read holds the
-                    // slot (later chunks land in other bytes).
-                    hasher.update(unsafe {
-                        std::slice::from_raw_parts((pixels_at + at) as *const u8, len)
-                    });
-                }
-                hasher.finish()
-            });
-            let outcome = self.transfer_chunked(
+        let piece = wire::HASH_PIECE_BYTES;
+        // Whole pieces (no piece spans two chunks), and no overflow for a
+        // chunk setting of "everything at once".
+        let chunk = self
+            .config
+            .chunk_bytes
+            .clamp(1, source.len.max(1))
+            .div_ceil(piece)
+            * piece;
+        let digests: Vec<AtomicU64> = (0..source.len.div_ceil(piece))
+            .map(|_| AtomicU64::new(0))
+            .collect();
+        let digests = &digests;
+        let outcome = self.hashers.in_place_scope(|scope| {
+            self.transfer_chunked(
                 source,
                 (pixels_at, MemType::Dram, 0),
                 header_to,
                 chunk,
                 &mut |at, len| {
-                    // The hasher only ends when `landed` is dropped.
-                    let _ = landed.send((at, len));
+                    debug_assert_eq!(at % piece, 0);
+                    for start in (at..at + len).step_by(piece) {
+                        let n = piece.min(at + len - start);
+                        scope.spawn(move |_| {
+                            // SAFETY: this piece of the caller's receive
+                            // slot has been READ; nothing writes it while the
+                            // read holds the slot (later chunks land in
+                            // other bytes), and the scope ends before the
+                            // slot can be released.
+                            let bytes = unsafe {
+                                std::slice::from_raw_parts((pixels_at + start) as *const u8, n)
+                            };
+                            digests[start / piece]
+                                .store(wire::piece_digest(bytes), Ordering::Relaxed);
+                        });
+                    }
                     Ok(())
                 },
-            );
-            drop(landed);
-            let digest = hasher.join().map_err(|_| ReadError {
-                error: Error::Transfer("the hashing thread panicked".into()),
-                may_land: false,
-            });
-            outcome.and(digest)
+            )
+        });
+        // The scope has joined every hashing task.
+        outcome.map(|()| {
+            let digests: Vec<u64> = digests.iter().map(|d| d.load(Ordering::Relaxed)).collect();
+            wire::combine_piece_digests(&digests)
         })
     }
 

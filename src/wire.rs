@@ -174,34 +174,45 @@ pub fn metadata_agent_name(raw: &[u8]) -> Result<String> {
     String::from_utf8(name.to_vec()).map_err(|_| bad())
 }
 
-/// xxh3-64 of the pixels as 16 lowercase hex digits.
+/// The content hash covers the pixels in pieces of this many bytes (the
+/// last may be shorter), each hashed on its own, so that both sides can
+/// hash pieces on several threads, and a reader as each lands.
+pub const HASH_PIECE_BYTES: usize = 256 * 1024;
+/// What a content hash starts with: the function and the piece size.
+const HASH_FORM: &str = "xxh3-256k:";
+
+/// One piece's digest (xxh3-64).
+pub fn piece_digest(piece: &[u8]) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(piece)
+}
+
+/// The content hash from the pieces' digests in order: `xxh3-256k:` and
+/// the xxh3-64 of their little-endian bytes, as 16 lowercase hex digits.
+pub fn combine_piece_digests(digests: &[u64]) -> String {
+    let bytes: Vec<u8> = digests.iter().flat_map(|d| d.to_le_bytes()).collect();
+    format!("{HASH_FORM}{:016x}", xxhash_rust::xxh3::xxh3_64(&bytes))
+}
+
+/// The content hash of all the pixels, its pieces hashed in parallel (on
+/// the current rayon pool).
 pub fn content_hash(pixels: &[u8]) -> String {
-    format!("{:016x}", xxhash_rust::xxh3::xxh3_64(pixels))
+    use rayon::prelude::*;
+    let digests: Vec<u64> = if pixels.len() > HASH_PIECE_BYTES {
+        pixels
+            .par_chunks(HASH_PIECE_BYTES)
+            .map(piece_digest)
+            .collect()
+    } else {
+        pixels.chunks(HASH_PIECE_BYTES).map(piece_digest).collect()
+    };
+    combine_piece_digests(&digests)
 }
 
-/// [`content_hash`] of bytes that arrive in pieces: the same digest as one
-/// call over all of them, in order.
-pub struct ContentHasher(xxhash_rust::xxh3::Xxh3);
-
-impl Default for ContentHasher {
-    fn default() -> ContentHasher {
-        ContentHasher(xxhash_rust::xxh3::Xxh3::new())
-    }
-}
-
-impl ContentHasher {
-    pub fn update(&mut self, piece: &[u8]) {
-        self.0.update(piece);
-    }
-
-    pub fn finish(&self) -> String {
-        format!("{:016x}", self.0.digest())
-    }
-}
-
-/// Whether `text` has the form [`content_hash`] gives: 16 lowercase hex digits.
+/// Whether `text` has the form [`content_hash`] gives (ASCII only).
 pub fn is_content_hash(text: &str) -> bool {
-    text.len() == 16 && text.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    text.strip_prefix(HASH_FORM).is_some_and(|hex| {
+        hex.len() == 16 && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    })
 }
 
 #[cfg(test)]
@@ -211,17 +222,21 @@ mod tests {
     #[test]
     fn content_hashes_have_one_form() {
         assert!(is_content_hash(&content_hash(b"pixels")));
+        assert!(is_content_hash(&content_hash(b"")));
         for bad in [
             "",
-            "0123456789abcde",
-            "0123456789abcdef0",
-            "0123456789ABCDEF",
-            "0123456789abcdeg",
+            "0123456789abcdef",
+            "xxh3-256k:0123456789abcde",
+            "xxh3-256k:0123456789abcdef0",
+            "xxh3-256k:0123456789ABCDEF",
+            "xxh3-256k:0123456789abcdeg",
+            "xxh3-1m:0123456789abcdef",
+            "XXH3-256K:0123456789abcdef",
         ] {
             assert!(!is_content_hash(bad), "{bad}");
         }
         // Not ASCII digits only in name: a Unicode digit is refused too.
-        assert!(!is_content_hash("0123456789abcd\u{0663}"));
+        assert!(!is_content_hash("xxh3-256k:0123456789abcd\u{0663}"));
     }
 
     #[test]
@@ -310,23 +325,60 @@ mod tests {
     }
 
     #[test]
-    fn hash_is_16_hex_digits() {
+    fn the_hash_is_of_the_pieces_digests_in_order() {
         let h = content_hash(b"abc");
-        assert_eq!(h.len(), 16);
-        assert_eq!(h, format!("{:016x}", xxhash_rust::xxh3::xxh3_64(b"abc")));
+        assert_eq!(
+            h,
+            format!(
+                "xxh3-256k:{:016x}",
+                xxhash_rust::xxh3::xxh3_64(&xxhash_rust::xxh3::xxh3_64(b"abc").to_le_bytes())
+            )
+        );
+        assert_eq!(
+            content_hash(b""),
+            format!("xxh3-256k:{:016x}", xxhash_rust::xxh3::xxh3_64(b""))
+        );
+    }
+
+    fn bytes_of(len: usize) -> Vec<u8> {
+        (0..len as u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+            .collect()
     }
 
     #[test]
-    fn a_hash_in_pieces_is_the_hash_of_the_whole() {
-        let bytes: Vec<u8> = (0..3_000_017u32)
-            .map(|i| i.wrapping_mul(2_654_435_761) as u8)
-            .collect();
-        for piece in [1, 4096, 65_537, 1 << 20, bytes.len()] {
-            let mut hasher = ContentHasher::default();
-            for part in bytes.chunks(piece) {
-                hasher.update(part);
-            }
-            assert_eq!(hasher.finish(), content_hash(&bytes), "pieces of {piece}");
+    fn pieces_hashed_apart_give_the_hash_of_the_whole() {
+        let piece = HASH_PIECE_BYTES;
+        for len in [0, 1, piece - 1, piece, piece + 1, 3 * piece + piece / 2] {
+            let bytes = bytes_of(len);
+            let digests: Vec<u64> = bytes.chunks(piece).map(piece_digest).collect();
+            assert_eq!(digests.len(), len.div_ceil(piece), "{len}");
+            assert_eq!(
+                combine_piece_digests(&digests),
+                content_hash(&bytes),
+                "{len}"
+            );
         }
+    }
+
+    #[test]
+    fn any_changed_byte_or_piece_order_changes_the_hash() {
+        let piece = HASH_PIECE_BYTES;
+        let bytes = bytes_of(3 * piece + 5);
+        let whole = content_hash(&bytes);
+        for at in [0, piece - 1, piece, 2 * piece + 7, 3 * piece + 4] {
+            let mut changed = bytes.clone();
+            changed[at] ^= 1;
+            assert_ne!(content_hash(&changed), whole, "byte {at}");
+        }
+        let mut swapped = bytes.clone();
+        let (first, rest) = swapped.split_at_mut(piece);
+        first.swap_with_slice(&mut rest[..piece]);
+        assert_ne!(content_hash(&swapped), whole, "pieces swapped");
+        assert_ne!(
+            content_hash(&bytes[..bytes.len() - 1]),
+            whole,
+            "one byte short"
+        );
     }
 }

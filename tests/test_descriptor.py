@@ -20,7 +20,7 @@ def _decoded() -> Decoded:
         shape=(4, 6, 3),
         format="PNG",
         color_type="RGB",
-        content_hash="0123456789abcdef",
+        content_hash="xxh3-256k:0123456789abcdef",
         agent="pixelwire-frontend-1",
         slot=3,
         generation=7,
@@ -41,7 +41,7 @@ def test_what_decoded_writes_parse_descriptor_reads_back() -> None:
         image = parse_descriptor(desc)
         assert (image.addr, image.size, image.shape, image.layout) == (1 << 20, 96, (4, 6, 3), "RGBX")
         assert (image.slot, image.generation, image.metadata_version) == (3, 7, 2)
-        assert image.notification == "pw1:3:7" and image.content_hash == "0123456789abcdef"
+        assert image.notification == "pw1:3:7" and image.content_hash == "xxh3-256k:0123456789abcdef"
         assert image.color_type == "RGB" and image.background == (0, 0, 0)
         assert image.published_at == 1_899_999_990.0 and image.source_sha256 == "ab" * 32
         assert image.resize == ResizeRecord("qwen2_vl:factor=28", (8, 12))
@@ -60,7 +60,14 @@ def test_the_notification_must_be_the_one_that_frees_this_slot() -> None:
 
 
 def test_a_content_hash_has_the_native_form() -> None:
-    for content_hash in ("0123456789ABCDEF", "0123456789abcde", "0123456789abcdef\n", "", None):
+    for content_hash in (
+        "0123456789abcdef",  # the whole-image form before pieces
+        "xxh3-256k:0123456789ABCDEF",
+        "xxh3-256k:0123456789abcde",
+        "xxh3-256k:0123456789abcdef\n",
+        "",
+        None,
+    ):
         desc = _decoded().to_dict()
         desc["content_hash"] = content_hash
         with pytest.raises(pixelwire.DescriptorError, match="content_hash"):

@@ -33,7 +33,7 @@ def _descriptor() -> dict[str, Any]:
         "shape": [4, 6, 3],
         "dtype": "UINT8",
         "metadata": {"format": "PNG", "color_type": "RGB", "layout": "HWC"},
-        "content_hash": "0123456789abcdef",
+        "content_hash": "xxh3-256k:0123456789abcdef",
         "pixelwire": {
             "agent": "pixelwire-frontend-1",
             "slot": 3,
@@ -70,7 +70,7 @@ def _reencoded(reference: str, change: Callable[[dict[str, Any]], None]) -> str:
         lambda d: d["pixelwire"]["resize"].__setitem__("policy", "qwen2_vl:factor=14"),
         lambda d: d["pixelwire"]["resize"].__setitem__("source", [16, 24]),
         lambda d: d["pixelwire"].pop("resize"),
-        lambda d: d.__setitem__("content_hash", "fedcba9876543210"),
+        lambda d: d.__setitem__("content_hash", "xxh3-256k:fedcba9876543210"),
         lambda d: d["nixl_descriptor"].__setitem__("addr", 1 << 21),
         lambda d: d["pixelwire"].__setitem__("extra", 1),
     ],
@@ -258,7 +258,11 @@ def test_a_wrong_content_hash_error_never_carries_the_hash_the_reader_computed()
         descriptor = frontend.publish(data)["desc"]
         assert descriptor["content_hash"] == real_hash
         forged = copy.deepcopy(descriptor)
-        forged["content_hash"] = "0123456789abcdef" if real_hash != "0123456789abcdef" else "fedcba9876543210"
+        forged["content_hash"] = (
+            "xxh3-256k:0123456789abcdef"
+            if real_hash != "xxh3-256k:0123456789abcdef"
+            else "xxh3-256k:fedcba9876543210"
+        )
 
         async def main() -> str:
             async with pixelwire.Reader(timeout=10) as reader:
@@ -278,7 +282,7 @@ def test_a_wrong_content_hash_error_never_carries_the_hash_the_reader_computed()
     [
         ("notification", "pw1:1:2\n"),
         ("notification", "pw1:\u0661:\u0662"),
-        ("content_hash", "0123456789abcdef\n"),
+        ("content_hash", "xxh3-256k:0123456789abcdef\n"),
     ],
 )
 def test_descriptor_formats_are_whole_ascii_matches(field: str, value: str) -> None:

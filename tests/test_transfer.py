@@ -218,6 +218,8 @@ def test_tampered_descriptors_never_give_pixels(frontend: FrontendProcess) -> No
         tamper(lambda d: d["nixl_descriptor"].__setitem__("addr", -5)),
         tamper(lambda d: d["pixelwire"].__setitem__("notification", "free everything")),
         tamper(lambda d: d.__setitem__("content_hash", "xyz")),
+        # The whole-image hash of earlier versions: refused, never compared.
+        tamper(lambda d: d.__setitem__("content_hash", d["content_hash"].split(":")[-1])),
         tamper(lambda d: set_size(d, 10**9, [10**9 // 3, 1, 3])),
     ]
     transfer_errors = [
@@ -227,7 +229,7 @@ def test_tampered_descriptors_never_give_pixels(frontend: FrontendProcess) -> No
         # Inside registered memory, but someone else's pixels: the hash tells.
         tamper(lambda d: d["nixl_descriptor"].__setitem__("addr", other["nixl_descriptor"]["addr"])),
         tamper(lambda d: d["nixl_descriptor"].__setitem__("addr", d["nixl_descriptor"]["addr"] + 64)),
-        tamper(lambda d: d.__setitem__("content_hash", "0123456789abcdef")),
+        tamper(lambda d: d.__setitem__("content_hash", "xxh3-256k:0123456789abcdef")),
     ]
 
     async def main() -> None:
@@ -484,6 +486,44 @@ def test_split_reads_deliver_every_byte(read_threads: int) -> None:
 
         run(main())
         assert _wait_for(lambda: frontend.stats()["freed_by_notification"] == len(images))
+    finally:
+        frontend.close()
+
+
+@pytest.mark.parametrize(
+    ("chunk_bytes", "hash_threads"),
+    [(1, 1), (300_000, 3), (1 << 20, 4), (1 << 40, 2)],
+    ids=["one-piece-chunks", "odd-chunks", "default-chunks", "one-chunk"],
+)
+def test_verified_reads_hash_every_piece_however_they_are_chunked(
+    chunk_bytes: int, hash_threads: int
+) -> None:
+    """A verified read goes in chunks of whole 256 KiB hash pieces, all in
+    flight, each hashed as it lands: any chunk setting (rounded to pieces)
+    and any number of hashing threads give the image's pixels for sizes that
+    are not multiples of a piece or a chunk, and a hash that names other
+    pixels is still refused."""
+    frontend = Frontend(pool_bytes=128 * MiB)
+    try:
+        piece = 256 * 1024
+        images = [ppm_of_size(n, seed=n) for n in (3, 3 * (piece + 1), 3 * 1000 * 350, 3 * 2000 * 2621)]
+
+        async def main() -> None:
+            reader = pixelwire.Reader(chunk_bytes=chunk_bytes, hash_threads=hash_threads, verify=True)
+            async with reader:
+                for data in images:
+                    desc = frontend.publish(data)["desc"]
+                    got = await reader.read_decoded(desc, output="numpy")
+                    np.testing.assert_array_equal(got, pixelwire.decode_image(data))
+                    del got
+                other = frontend.publish(images[1])["desc"]
+                forged = frontend.publish(images[2])["desc"]
+                forged["content_hash"] = other["content_hash"]
+                with pytest.raises(pixelwire.TransferError, match="content hash"):
+                    await reader.read_decoded(forged, output="numpy")
+                await reader.read_decoded(other, output="numpy")
+
+        run(main())
     finally:
         frontend.close()
 

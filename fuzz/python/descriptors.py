@@ -8,7 +8,7 @@ the built extension (python/pixelwire/_native.abi3.so, `make build-dev`):
 
 Invariants: only DescriptorError (SignatureError is one) escapes; what
 _parse accepts is what the native side can use (ASCII-digit notification
-the Rust parse_notification reads back, a 16-hex-digit content hash, u64
+the Rust parse_notification reads back, an `xxh3-256k:` content hash, u64
 fields); encode_reference / decode_reference round-trip.
 """
 
@@ -27,13 +27,13 @@ with atheris.instrument_imports():
 
 _U64 = 1 << 64
 _RUST_NOTE = re.compile(r"pw1:[0-9]+:[0-9]+")
-_RUST_HASH = re.compile(r"[0-9a-f]{16}")
+_RUST_HASH = re.compile(r"xxh3-256k:[0-9a-f]{16}")
 
 TEMPLATE = {
     "nixl_metadata": "b64:eJzLSM3JyVcozy/KSQEAGgsEXQ==",
     "dtype": "UINT8",
     "shape": [2, 3, 3],
-    "content_hash": "0123456789abcdef",
+    "content_hash": "xxh3-256k:0123456789abcdef",
     "nixl_descriptor": {"addr": 4096, "size": 18, "mem_type": "Dram"},
     "pixelwire": {
         "notification": "pw1:1:2",
@@ -76,7 +76,7 @@ def value(fdp: atheris.FuzzedDataProvider, depth: int = 0):
     if kind == 9:
         return "b64:" + fdp.ConsumeUnicodeNoSurrogates(fdp.ConsumeIntInRange(0, 30))
     if kind == 10:
-        return fdp.PickValueInList(["Dram", "UINT8", "HWC", "RGBX", "cpu", "dram", "VRAM", "0123456789abcdef"])
+        return fdp.PickValueInList(["Dram", "UINT8", "HWC", "RGBX", "cpu", "dram", "VRAM", "xxh3-256k:0123456789abcdef", "0123456789abcdef"])
     return fdp.ConsumeIntInRange(0, 1 << 66)
 
 

@@ -160,10 +160,11 @@ def decode_data_url(url: str) -> tuple[str, bytes]:
     """Decodes an RFC 2397 base64 ``data:`` URL: returns (media type, bytes)."""
 
 def content_hash(data: Buffer) -> str:
-    """xxh3-64 of a buffer as 16 hex digits (the descriptors' ``content_hash``)."""
+    """The descriptors' ``content_hash`` of a buffer: ``xxh3-256k:`` and 16 hex
+    digits, the xxh3-64 of the xxh3-64 digests of its 256 KiB pieces."""
 
 def is_content_hash(text: str) -> bool:
-    """Whether ``text`` has the form of a ``content_hash`` (16 lowercase hex digits)."""
+    """Whether ``text`` has the form of a ``content_hash`` (``xxh3-256k:`` and 16 lowercase hex digits)."""
 
 def notification_for(slot: int, generation: int) -> str:
     """The notification that frees a published slot: the frontend mints it, a
@@ -235,6 +236,7 @@ class NativeReader:
         read_threads: int = 0,
         split_min_bytes: int = 0,
         chunk_bytes: int = ...,
+        hash_threads: int = 4,
     ) -> NativeReader: ...
     @property
     def agent_name(self) -> str: ...

@@ -58,9 +58,11 @@ READER_PROGRESS_THREAD = True
 READ_THREADS = 4
 # READs of at least this many bytes are split across those threads.
 READ_SPLIT_MIN_BYTES = 1 * MiB
-# Host READs whose content hash is checked go in chunks of this size when
-# larger, each hashed on a second thread while the next one is READ.
-READ_CHUNK_BYTES = 4 * MiB
+# Host READs whose content hash is checked go in chunks of this size (whole
+# 256 KiB hash pieces), all in flight at once; each chunk's pieces are hashed
+# on HASH_THREADS threads as it lands, while the rest are READ.
+READ_CHUNK_BYTES = 1 * MiB
+HASH_THREADS = 4
 # Host READs of images up to this size run on a native background thread
 # that the event loop waits for in place (GIL released, without sleeping) for
 # up to READ_INLINE_WAIT seconds: such a READ takes tens of microseconds, less
@@ -190,6 +192,7 @@ class ReaderSettings:
     read_threads: int = READ_THREADS
     split_min_bytes: int = READ_SPLIT_MIN_BYTES
     chunk_bytes: int = READ_CHUNK_BYTES
+    hash_threads: int = HASH_THREADS
     inline_bytes: int = READ_INLINE_BYTES
     inline_wait: float = READ_INLINE_WAIT
     cuda_staging: CudaStaging = CUDA_STAGING
@@ -201,7 +204,7 @@ class ReaderSettings:
         ``PIXELWIRE_READER_POOL_BYTES``, ``PIXELWIRE_READER_REGION_BYTES``,
         ``PIXELWIRE_READER_PROGRESS_THREAD``, ``PIXELWIRE_READ_THREADS``,
         ``PIXELWIRE_READ_SPLIT_MIN_BYTES``, ``PIXELWIRE_READ_CHUNK_BYTES``,
-        ``PIXELWIRE_READ_INLINE_BYTES``, ``PIXELWIRE_READ_INLINE_WAIT``,
+        ``PIXELWIRE_HASH_THREADS``, ``PIXELWIRE_READ_INLINE_BYTES``, ``PIXELWIRE_READ_INLINE_WAIT``,
         ``PIXELWIRE_CUDA_STAGING``,
         ``PIXELWIRE_CUDA_CHUNK_BYTES``."""
         return cls(
@@ -213,6 +216,7 @@ class ReaderSettings:
             read_threads=env_int("PIXELWIRE_READ_THREADS", READ_THREADS),
             split_min_bytes=env_int("PIXELWIRE_READ_SPLIT_MIN_BYTES", READ_SPLIT_MIN_BYTES),
             chunk_bytes=env_int("PIXELWIRE_READ_CHUNK_BYTES", READ_CHUNK_BYTES),
+            hash_threads=env_int("PIXELWIRE_HASH_THREADS", HASH_THREADS),
             inline_bytes=env_int("PIXELWIRE_READ_INLINE_BYTES", READ_INLINE_BYTES),
             inline_wait=env_float("PIXELWIRE_READ_INLINE_WAIT", READ_INLINE_WAIT),
             cuda_staging=cuda_staging(os.environ.get("PIXELWIRE_CUDA_STAGING")),

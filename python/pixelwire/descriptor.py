@@ -304,7 +304,7 @@ def parse_descriptor(desc: Decoded | dict[str, Any], shape: Any | None = None) -
         raise DescriptorError(f"unsupported mem_type {_short(nixl.get('mem_type'))}")
     content_hash = desc.get("content_hash")
     if not isinstance(content_hash, str) or not is_content_hash(content_hash):
-        raise DescriptorError("content_hash must be 16 hex digits")
+        raise DescriptorError("content_hash must be 'xxh3-256k:' and 16 lowercase hex digits")
     slot, generation = (_int(own.get(key), f"pixelwire.{key}") for key in ("slot", "generation"))
     notification = own.get("notification")
     if notification != notification_for(slot, generation):

@@ -16,6 +16,7 @@ from pixelwire import _native
 from pixelwire.config import (
     CUDA_CHUNK_BYTES,
     CUDA_STAGING,
+    HASH_THREADS,
     MAX_PIXELS,
     POOL_BYTES,
     READ_CHUNK_BYTES,
@@ -69,6 +70,7 @@ class Reader:
         read_threads: int = READ_THREADS,
         split_min_bytes: int = READ_SPLIT_MIN_BYTES,
         chunk_bytes: int = READ_CHUNK_BYTES,
+        hash_threads: int = HASH_THREADS,
         inline_bytes: int = READ_INLINE_BYTES,
         inline_wait: float = READ_INLINE_WAIT,
         cuda_staging: CudaStaging = CUDA_STAGING,
@@ -85,6 +87,7 @@ class Reader:
         self.read_threads = read_threads
         self.split_min_bytes = split_min_bytes
         self.chunk_bytes = max(1, chunk_bytes)
+        self.hash_threads = max(1, hash_threads)
         self.inline_bytes = max(0, inline_bytes)
         if not inline_wait >= 0:
             raise ValueError(f"inline_wait must be a non-negative number of seconds, not {inline_wait!r}")
@@ -122,6 +125,7 @@ class Reader:
                 read_threads=self.read_threads,
                 split_min_bytes=self.split_min_bytes,
                 chunk_bytes=self.chunk_bytes,
+                hash_threads=self.hash_threads,
             )
         return self
 

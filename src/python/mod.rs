@@ -200,14 +200,14 @@ fn decode_data_url<'py>(py: Python<'py>, url: &str) -> PyResult<(String, Bound<'
     Ok((parsed.media_type, PyBytes::new(py, &parsed.bytes)))
 }
 
-/// xxh3-64 of a buffer as 16 hex digits (the descriptors' `content_hash`).
+/// The descriptors' `content_hash` of a buffer (`wire::content_hash`).
 #[pyfunction]
 fn content_hash(py: Python<'_>, data: Encoded<'_>) -> String {
     let bytes = data.as_slice();
     py.detach(|| crate::wire::content_hash(bytes))
 }
 
-/// Whether `text` has the form of a `content_hash` (16 lowercase hex digits).
+/// Whether `text` has the form of a `content_hash`.
 #[pyfunction]
 fn is_content_hash(text: &str) -> bool {
     crate::wire::is_content_hash(text)

@@ -255,7 +255,7 @@ fn mem_type(name: &str) -> PyResult<nixl_sys::MemType> {
 #[pymethods]
 impl NativeReader {
     #[new]
-    #[pyo3(signature = (*, pool_bytes, region_bytes, timeout, verify, progress_thread = true, read_threads = 0, split_min_bytes = 0, chunk_bytes = usize::MAX))]
+    #[pyo3(signature = (*, pool_bytes, region_bytes, timeout, verify, progress_thread = true, read_threads = 0, split_min_bytes = 0, chunk_bytes = usize::MAX, hash_threads = 4))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -267,6 +267,7 @@ impl NativeReader {
         read_threads: usize,
         split_min_bytes: usize,
         chunk_bytes: usize,
+        hash_threads: usize,
     ) -> PyResult<Self> {
         let config = ReaderConfig {
             pool_bytes,
@@ -277,6 +278,7 @@ impl NativeReader {
             read_threads,
             split_min_bytes,
             chunk_bytes,
+            hash_threads,
         };
         Ok(NativeReader {
             inner: Arc::new(py.detach(|| Reader::new(config))?),

@@ -285,7 +285,7 @@ def _minted_reference(served: dict[str, Any]) -> str:
         "shape": [2, 2, 3],
         "dtype": "UINT8",
         "metadata": {"format": "PNG", "color_type": "RGB", "layout": "HWC"},
-        "content_hash": "0123456789abcdef",
+        "content_hash": "xxh3-256k:0123456789abcdef",
         "pixelwire": {"agent": "x", "slot": 0, "generation": 1, "expires_at": time.time() + 60,
                       "notification": "pw1:0:1", "background": [255, 255, 255], "published_at": time.time()},
     }  # fmt: skip
