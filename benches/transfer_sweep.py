@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import functools
 import json
 import os
@@ -26,7 +27,7 @@ BASE = {
     "PIXELWIRE_READER_PROGRESS_THREAD": "1",
     "PIXELWIRE_READ_THREADS": "4",
     "PIXELWIRE_READ_SPLIT_MIN_BYTES": str(1 << 20),
-    "PIXELWIRE_READ_CHUNK_BYTES": str(1 << 20),
+    "PIXELWIRE_READ_CHUNK_BYTES": str(4 << 20),
     "PIXELWIRE_HASH_THREADS": "4",
     "PIXELWIRE_READ_INLINE_BYTES": str(256 << 10),
     "PIXELWIRE_READ_INLINE_WAIT": "0.0003",
@@ -38,14 +39,15 @@ VARIANTS: dict[str, dict[str, str]] = {
     "defaults": {},
     "no hash": {"PIXELWIRE_VERIFY": "0"},
     "hash after the READ (one chunk)": {"PIXELWIRE_READ_CHUNK_BYTES": str(1 << 40)},
+    "READ chunk 1 MiB": {"PIXELWIRE_READ_CHUNK_BYTES": str(1 << 20)},
     "READ chunk 2 MiB": {"PIXELWIRE_READ_CHUNK_BYTES": str(2 << 20)},
-    "READ chunk 4 MiB": {"PIXELWIRE_READ_CHUNK_BYTES": str(4 << 20)},
+    "READ chunk 8 MiB": {"PIXELWIRE_READ_CHUNK_BYTES": str(8 << 20)},
     "hash threads 2": {"PIXELWIRE_HASH_THREADS": "2"},
     "hash threads 8": {"PIXELWIRE_HASH_THREADS": "8"},
     "READ threads 8": {"PIXELWIRE_READ_THREADS": "8"},
-    "READ threads 8, hash threads 8": {"PIXELWIRE_READ_THREADS": "8", "PIXELWIRE_HASH_THREADS": "8"},
-    "1 READ thread": {"PIXELWIRE_READ_THREADS": "0"},
     "every read off the loop": {"PIXELWIRE_READ_INLINE_BYTES": "0"},
+    "CUDA chunk 1 MiB": {"PIXELWIRE_CUDA_CHUNK_BYTES": str(1 << 20)},
+    "CUDA chunk 2 MiB": {"PIXELWIRE_CUDA_CHUNK_BYTES": str(2 << 20)},
     "CUDA chunk 4 MiB": {"PIXELWIRE_CUDA_CHUNK_BYTES": str(4 << 20)},
     "direct CUDA": {"PIXELWIRE_CUDA_STAGING": "direct"},
 }
@@ -63,65 +65,74 @@ def bench(env: dict[str, str], repeats: int, sizes: str, naive: bool) -> list[di
 
 
 async def breakdown(sizes: list[int], n: int) -> list[dict[str, Any]]:
-    """Where one READ's time goes: the native call on this thread, the same
-    through asyncio.to_thread, and the whole read_decoded; hash on and off."""
+    """Where one READ's time goes (reader defaults, progress thread on): the
+    native call on this thread, the same through asyncio.to_thread, the whole
+    read_decoded, hash on and off; with CUDA, the READ into registered
+    pinned memory alone (``read_into``, no copy) and the whole CUDA
+    read_decoded."""
     import pixelwire
     from pixelwire import config
     from pixelwire._native import NativeReader
-    from pixelwire.benchmarks import ppm_of_size
+    from pixelwire.benchmarks import cuda_devices, ppm_of_size
     from pixelwire.descriptor import parse_descriptor
     from pixelwire.frontend_process import FrontendProcess
 
     def med(x: list[float]) -> float:
-        return statistics.median(x[3:]) * 1e6
+        return statistics.median(x) * 1e6
 
+    cuda = bool(cuda_devices())
     out = []
     front = FrontendProcess(pool_bytes=2048 << 20, lease=120, region_bytes=256 << 20)
     try:
-        for progress in (False, True):
-            for verify in (True, False):
-                async with pixelwire.Reader(
-                    pool_bytes=512 << 20, verify=verify, progress_thread=progress
-                ) as r:
-                    # The native reader alone (what read_decoded adds is the third column).
-                    native = NativeReader(
-                        pool_bytes=512 << 20,
-                        region_bytes=config.REGION_BYTES,
-                        timeout=config.READ_TIMEOUT,
-                        verify=verify,
-                        progress_thread=progress,
+        for verify in (True, False):
+            settings = {**dataclasses.asdict(config.ReaderSettings.from_env()), "verify": verify}
+            settings["pool_bytes"] = 512 << 20
+            async with pixelwire.Reader(**settings) as r:
+                # The native reader alone, with the same settings.
+                native = NativeReader(
+                    pool_bytes=512 << 20,
+                    region_bytes=config.REGION_BYTES,
+                    timeout=config.READ_TIMEOUT,
+                    verify=verify,
+                    read_threads=r.read_threads,
+                    split_min_bytes=r.split_min_bytes,
+                    chunk_bytes=r.chunk_bytes,
+                    hash_threads=r.hash_threads,
+                )
+                pinned: Any = None
+                if cuda:
+                    import torch
+
+                    pinned = torch.empty(max(sizes), dtype=torch.uint8, pin_memory=True)
+                    native.register(addr=pinned.data_ptr(), size=pinned.numel(), mem_type="Dram", device=0)
+                for size in sizes:
+                    kinds = ["direct", "threaded", "whole"] + (
+                        ["pinned_read_into", "cuda_whole"] if cuda else []
                     )
-                    for size in sizes:
-                        descs = front.publish_many(ppm_of_size(size), 3 * n)["descs"]
-                        direct, threaded, whole = [], [], []
-                        for d in descs[:n]:
-                            im = parse_descriptor(d, None)
-                            t = time.perf_counter()
+                    descs = front.publish_many(ppm_of_size(size), (n + 3) * len(kinds))["descs"]
+                    times: dict[str, list[float]] = {k: [] for k in kinds}
+                    # Interleaved, one of each kind in turn; the first 3 rounds warm up.
+                    for i, d in enumerate(descs):
+                        kind = kinds[i % len(kinds)]
+                        im = parse_descriptor(d, None)
+                        t = time.perf_counter()
+                        if kind == "direct":
                             x = native.read(im)
-                            direct.append(time.perf_counter() - t)
-                            del x
-                        for d in descs[n : 2 * n]:
-                            im = parse_descriptor(d, None)
-                            call = functools.partial(native.read, im)
-                            t = time.perf_counter()
-                            x = await asyncio.to_thread(call)
-                            threaded.append(time.perf_counter() - t)
-                            del x
-                        for d in descs[2 * n :]:
-                            t = time.perf_counter()
+                        elif kind == "threaded":
+                            x = await asyncio.to_thread(functools.partial(native.read, im))
+                        elif kind == "whole":
                             x = await r.read_decoded(d, output="numpy")
-                            whole.append(time.perf_counter() - t)
-                            del x
-                        row = {
-                            "size": size,
-                            "progress_thread": progress,
-                            "verify": verify,
-                            "native_us": med(direct),
-                            "to_thread_us": med(threaded),
-                            "read_decoded_us": med(whole),
-                        }
-                        print(row, flush=True)
-                        out.append(row)
+                        elif kind == "pinned_read_into":
+                            x = native.read_into(im, local_addr=pinned.data_ptr(), mem_type="Dram", device=0)
+                        else:
+                            x = await r.read_decoded(d, output="torch", device="cuda")
+                        elapsed = time.perf_counter() - t
+                        del x
+                        if i >= 3 * len(kinds):
+                            times[kind].append(elapsed)
+                    row = {"size": size, "verify": verify, **{f"{k}_us": med(v) for k, v in times.items()}}
+                    print(row, flush=True)
+                    out.append(row)
     finally:
         front.close()
     return out
@@ -154,7 +165,7 @@ def main() -> None:
         except (subprocess.SubprocessError, OSError) as error:
             result["variants"][name] = {"env": env, "error": str(error)}
         save()
-    result["breakdown"] = asyncio.run(breakdown([64 << 10, 16 << 20], 20))
+    result["breakdown"] = asyncio.run(breakdown([64 << 10, 4 << 20, 16 << 20], 20))
     save()
 
 

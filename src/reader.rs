@@ -559,21 +559,26 @@ impl Reader {
                 chunk,
                 &mut |at, len| {
                     debug_assert_eq!(at % piece, 0);
-                    for start in (at..at + len).step_by(piece) {
+                    let hash = move |start: usize| {
                         let n = piece.min(at + len - start);
-                        scope.spawn(move |_| {
-                            // SAFETY: this piece of the caller's receive
-                            // slot has been READ; nothing writes it while the
-                            // read holds the slot (later chunks land in
-                            // other bytes), and the scope ends before the
-                            // slot can be released.
-                            let bytes = unsafe {
-                                std::slice::from_raw_parts((pixels_at + start) as *const u8, n)
-                            };
-                            digests[start / piece]
-                                .store(wire::piece_digest(bytes), Ordering::Relaxed);
-                        });
+                        // SAFETY: this piece of the caller's receive slot
+                        // has been READ; nothing writes it while the read
+                        // holds the slot (other chunks land in other
+                        // bytes), and the scope ends before the slot can
+                        // be released.
+                        let bytes = unsafe {
+                            std::slice::from_raw_parts((pixels_at + start) as *const u8, n)
+                        };
+                        digests[start / piece].store(wire::piece_digest(bytes), Ordering::Relaxed);
+                    };
+                    let last_piece = (at + len - 1) / piece * piece;
+                    for start in (at..last_piece).step_by(piece) {
+                        scope.spawn(move |_| hash(start));
                     }
+                    // The chunk's last piece here: the image's last one
+                    // would be waited for anyway, and a one-piece image
+                    // then never waits for a hashing thread to wake.
+                    hash(last_piece);
                     Ok(())
                 },
             )

@@ -60,15 +60,19 @@ READ_THREADS = 4
 READ_SPLIT_MIN_BYTES = 1 * MiB
 # Host READs whose content hash is checked go in chunks of this size (whole
 # 256 KiB hash pieces), all in flight at once; each chunk's pieces are hashed
-# on HASH_THREADS threads as it lands, while the rest are READ.
-READ_CHUNK_BYTES = 1 * MiB
+# on HASH_THREADS threads as it lands, while the rest are READ. On the H200
+# box 4 MiB chunks beat 1 MiB ones (each chunk is a NIXL request split across
+# the READ threads; small ones cost more than the overlap gains):
+# docs/performance.md, "Transfers".
+READ_CHUNK_BYTES = 4 * MiB
 HASH_THREADS = 4
-# Host READs of images up to this size run on a native background thread
-# that the event loop waits for in place (GIL released, without sleeping) for
-# up to READ_INLINE_WAIT seconds: such a READ takes tens of microseconds, less
-# than a hand-off to a Python thread and back. Not done by then (a slow or
-# stuck frontend, a first connection), the read is awaited off the loop as
-# any other. 0 bytes: every read goes off the loop.
+# Host READs run on native background threads, started at once. Those of
+# images up to READ_INLINE_BYTES are waited for in place by the event loop
+# (GIL released, without sleeping) for up to READ_INLINE_WAIT seconds: such a
+# READ takes tens of microseconds, less than a hand-off to a Python thread
+# and back. Larger ones, and any not done by then (a slow or stuck frontend,
+# a first connection), are awaited off the loop. 0 bytes: none is waited for
+# in place.
 READ_INLINE_BYTES = 256 * 1024
 READ_INLINE_WAIT = 0.0003
 # A CUDA destination: READ into pinned, registered host memory and copy each

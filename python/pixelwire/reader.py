@@ -236,13 +236,12 @@ class Reader:
         return as_output(flat.reshape(image.shape), output)
 
     async def _read_host(self, native: _native.NativeReader, image: RemoteImage) -> Any:
-        """The pixels in host memory: small images waited for in place up to
-        ``inline_wait`` (see ``config.READ_INLINE_BYTES``), the rest and
-        anything slower off the loop."""
-        if image.size > self.inline_bytes:
-            return await _in_thread(native.read, image)
+        """The pixels in host memory. The READ starts at once on a native
+        thread; small images are waited for in place up to ``inline_wait``
+        (see ``config.READ_INLINE_BYTES``), the rest and anything slower off
+        the loop (the hand-off to a Python thread then overlaps the READ)."""
         ticket = native.start_read(image)
-        flat = ticket.wait(self.inline_wait)
+        flat = ticket.wait(self.inline_wait) if image.size <= self.inline_bytes else None
         if flat is None:
             flat = await _in_thread(ticket.wait)
         return flat
