@@ -63,13 +63,23 @@ unsafe impl Sync for HostRegion {}
 
 const PAGE: usize = 4096;
 
-/// How READs are waited for ([`Waiting`]): polled between yields for this
-/// long (at 5-10 GB/s a 24 MB image takes 2.5-5 ms), then between sleeps
-/// that grow from `SLEEP_FIRST` to `SLEEP_MAX` (a stuck READ costs little
-/// CPU, and a slow one is found done at most `SLEEP_MAX` late).
-const SPIN_FOR: Duration = Duration::from_millis(5);
+/// How READs are waited for ([`Waiting`]): polled between yields for
+/// [`spin_for`], then between sleeps that grow from `SLEEP_FIRST` to
+/// `SLEEP_MAX` (a stuck READ costs little CPU, and a slow one is found done
+/// at most `SLEEP_MAX` late).
 const SLEEP_FIRST: Duration = Duration::from_micros(50);
 const SLEEP_MAX: Duration = Duration::from_micros(500);
+/// How long a READ is polled between yields before the waiting thread
+/// sleeps. With cores to spare, 5 ms: at 5-10 GB/s a 24 MB image takes
+/// 2.5-5 ms, and its end is then found at once. Without, 300 µs: the
+/// yielding thread would take time from the UCX threads doing the copy.
+fn spin_for() -> Duration {
+    if crate::background::has_spare_cores() {
+        Duration::from_millis(5)
+    } else {
+        Duration::from_micros(300)
+    }
+}
 
 /// Asks for transparent huge pages and touches every page of a fresh
 /// region once, so that no READ into it (nor a decode) pays page faults,
@@ -521,7 +531,7 @@ impl Waiting {
     }
 
     pub fn pause(&mut self) {
-        if self.since.elapsed() < SPIN_FOR {
+        if self.since.elapsed() < spin_for() {
             std::thread::yield_now();
         } else {
             std::thread::sleep(self.sleep);

@@ -376,7 +376,14 @@ fn wire_inner(data: &[u8]) {
         };
         assert!(!other.is_in(&built));
     }
-    let _ = wire::content_hash(rest);
+    // The content hash: its one form, and the same from pieces hashed apart.
+    let hash = wire::content_hash(rest);
+    assert!(wire::is_content_hash(&hash), "{hash}");
+    let digests: Vec<u64> = rest
+        .chunks(wire::HASH_PIECE_BYTES)
+        .map(wire::piece_digest)
+        .collect();
+    assert_eq!(wire::combine_piece_digests(&digests), hash);
 }
 
 /// `resize`: 8 header bytes, then pixels (repeated to fill the source).

@@ -215,20 +215,21 @@ impl ReadTicket {
         py: Python<'py>,
         timeout: Option<f64>,
     ) -> PyResult<Option<Bound<'py, PyAny>>> {
-        let outcome = match timeout {
+        let taken = match timeout {
             Some(budget) => {
                 let budget = seconds(budget, "timeout")?;
-                match py.detach(|| self.inner.take_within(budget)) {
-                    Taken::Value(outcome) => Some(outcome),
-                    Taken::NotFinished => return Ok(None),
-                    Taken::AlreadyTaken => None,
-                }
+                py.detach(|| self.inner.take_within(budget))
             }
             None => py.detach(|| self.inner.take()),
         };
-        match outcome {
-            Some(outcome) => Ok(Some(pixels_for_python(py, outcome?)?)),
-            None => {
+        match taken {
+            Taken::Value(outcome) => Ok(Some(pixels_for_python(py, outcome?)?)),
+            Taken::NotFinished => Ok(None),
+            Taken::Panicked => Err(Error::Transfer(
+                "the read's background thread panicked (a bug in pixelwire): no pixels".into(),
+            )
+            .into()),
+            Taken::AlreadyTaken => {
                 Err(Error::InvalidArgument("this read's result was already taken".into()).into())
             }
         }
