@@ -241,8 +241,11 @@ def test_tampered_descriptors_never_give_pixels(frontend: FrontendProcess) -> No
                 with pytest.raises(pixelwire.TransferError):
                     await reader.read_decoded(bad, output="numpy")
             # Each tampered read of `first` ended with the notification that
-            # frees first's slot: `first` itself is refused now, and the reader
-            # still works for the rest.
+            # frees first's slot: once the frontend has taken it, `first`
+            # itself is refused, and the reader still works for the rest.
+            # (Before that, first's slot still holds first's pixels and a
+            # read of it is right to give them.)
+            assert _wait_for(lambda: frontend.stats()["freed_by_notification"] >= 1)
             with pytest.raises(pixelwire.TransferError, match="reclaimed or reused"):
                 await reader.read_decoded(first, output="numpy")
             fresh = frontend.publish(_png(64, 64, seed=3))["desc"]
