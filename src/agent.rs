@@ -367,8 +367,8 @@ impl Agent {
     }
 
     /// [`Agent::read`] without the wait: the READ is posted (bytes may land
-    /// from here on) and [`Agent::poll_read`] or [`Agent::wait_read`] says
-    /// when it is done. Several may be in flight at once.
+    /// from here on) and [`Agent::wait_read`] says when it is done. Several
+    /// may be in flight at once.
     pub fn post_read(
         &self,
         remote: &str,
@@ -434,7 +434,7 @@ impl Agent {
     }
 
     /// Whether a posted READ has completed (one status check, no wait).
-    pub fn poll_read(&self, posted: &mut PostedRead) -> std::result::Result<bool, ReadError> {
+    fn poll_read(&self, posted: &mut PostedRead) -> std::result::Result<bool, ReadError> {
         if !posted.done {
             match self
                 .inner
@@ -503,7 +503,7 @@ impl PostedRead {
     }
 
     /// The error for a READ still running at its deadline.
-    pub fn timed_out(&self) -> ReadError {
+    fn timed_out(&self) -> ReadError {
         self.failed(Error::Transfer(format!(
             "READ of {} bytes from {} timed out after {:?}",
             self.len,

@@ -128,8 +128,9 @@ impl Background {
         // submit tries again).
     }
 
-    /// Worker threads now running (for tests).
-    pub fn threads(&self) -> usize {
+    /// Worker threads now running.
+    #[cfg(test)]
+    fn threads(&self) -> usize {
         self.shared.queue.lock().threads
     }
 }
