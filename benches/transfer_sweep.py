@@ -28,7 +28,7 @@ BASE = {
     "PIXELWIRE_READ_THREADS": "4",
     "PIXELWIRE_READ_SPLIT_MIN_BYTES": str(1 << 20),
     "PIXELWIRE_READ_CHUNK_BYTES": str(4 << 20),
-    "PIXELWIRE_HASH_THREADS": "4",
+    "PIXELWIRE_HASH_THREADS": "16",
     "PIXELWIRE_READ_INLINE_BYTES": str(256 << 10),
     "PIXELWIRE_READ_INLINE_WAIT": "0.0003",
     "PIXELWIRE_CUDA_STAGING": "pinned",
@@ -43,6 +43,7 @@ VARIANTS: dict[str, dict[str, str]] = {
     "READ chunk 2 MiB": {"PIXELWIRE_READ_CHUNK_BYTES": str(2 << 20)},
     "READ chunk 8 MiB": {"PIXELWIRE_READ_CHUNK_BYTES": str(8 << 20)},
     "hash threads 2": {"PIXELWIRE_HASH_THREADS": "2"},
+    "hash threads 4": {"PIXELWIRE_HASH_THREADS": "4"},
     "hash threads 8": {"PIXELWIRE_HASH_THREADS": "8"},
     "READ threads 8": {"PIXELWIRE_READ_THREADS": "8"},
     "every read off the loop": {"PIXELWIRE_READ_INLINE_BYTES": "0"},
@@ -68,8 +69,9 @@ async def breakdown(sizes: list[int], n: int) -> list[dict[str, Any]]:
     """Where one READ's time goes (reader defaults, progress thread on): the
     native call on this thread, the same through asyncio.to_thread, the whole
     read_decoded, hash on and off; with CUDA, the READ into registered
-    pinned memory alone (``read_into``, no copy) and the whole CUDA
-    read_decoded."""
+    pinned memory alone (``read_into``, no copy; hashed when verifying), the
+    same with each chunk copied on to the device (``start_read_to_cuda``
+    waited for in place) and the whole CUDA read_decoded."""
     import pixelwire
     from pixelwire import config
     from pixelwire._native import NativeReader
@@ -82,7 +84,7 @@ async def breakdown(sizes: list[int], n: int) -> list[dict[str, Any]]:
 
     cuda = bool(cuda_devices())
     out = []
-    front = FrontendProcess(pool_bytes=2048 << 20, lease=120, region_bytes=256 << 20)
+    front = FrontendProcess(pool_bytes=3072 << 20, lease=120, region_bytes=256 << 20)
     try:
         for verify in (True, False):
             settings = {**dataclasses.asdict(config.ReaderSettings.from_env()), "verify": verify}
@@ -107,8 +109,11 @@ async def breakdown(sizes: list[int], n: int) -> list[dict[str, Any]]:
                     native.register(addr=pinned.data_ptr(), size=pinned.numel(), mem_type="Dram", device=0)
                 for size in sizes:
                     kinds = ["direct", "threaded", "whole"] + (
-                        ["pinned_read_into", "cuda_whole"] if cuda else []
+                        ["pinned_read_into", "pinned_read_to_cuda", "cuda_whole"] if cuda else []
                     )
+                    if cuda:
+                        device_out = torch.empty(size, dtype=torch.uint8, device="cuda")
+                        stream = torch.cuda.Stream()
                     descs = front.publish_many(ppm_of_size(size), (n + 3) * len(kinds))["descs"]
                     times: dict[str, list[float]] = {k: [] for k in kinds}
                     # Interleaved, one of each kind in turn; the first 3 rounds warm up.
@@ -124,6 +129,15 @@ async def breakdown(sizes: list[int], n: int) -> list[dict[str, Any]]:
                             x = await r.read_decoded(d, output="numpy")
                         elif kind == "pinned_read_into":
                             x = native.read_into(im, local_addr=pinned.data_ptr(), mem_type="Dram", device=0)
+                        elif kind == "pinned_read_to_cuda":
+                            x = native.start_read_to_cuda(
+                                im,
+                                staging_addr=pinned.data_ptr(),
+                                device_addr=device_out.data_ptr(),
+                                device=torch.cuda.current_device(),
+                                stream=stream.cuda_stream,
+                                chunk_bytes=r.cuda_chunk_bytes,
+                            ).wait()
                         else:
                             x = await r.read_decoded(d, output="torch", device="cuda")
                         elapsed = time.perf_counter() - t
@@ -144,6 +158,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--sizes", default="0.0625,0.25,1,4,16,24")
     parser.add_argument("--only", help="variant names, |-separated")
+    parser.add_argument("--breakdown-only", action="store_true", help="no variants, the breakdown alone")
     args = parser.parse_args()
     result: dict[str, Any] = {
         "host": {"cpus": os.cpu_count(), "kernel": platform.release(), "python": platform.python_version()},
@@ -155,6 +170,8 @@ def main() -> None:
             json.dump(result, f, indent=1)
 
     chosen = args.only.split("|") if args.only else list(VARIANTS)
+    if args.breakdown_only:
+        chosen = []
     for name in chosen:
         env = {**BASE, **VARIANTS[name]}
         print(f"== {name}: {env}", flush=True)

@@ -10,6 +10,7 @@
 //! jobs one after another does not pay a wake-up for each.
 
 use std::collections::VecDeque;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -89,11 +90,23 @@ impl Background {
         &self,
         work: impl FnOnce() -> T + Send + 'static,
     ) -> Ticket<T> {
+        self.submit_then(work, || ())
+    }
+
+    /// [`Background::submit`], then `then()` once the ticket is complete
+    /// (to tell a waiter that watches something else, e.g. a
+    /// [`DoneSignal`]).
+    pub fn submit_then<T: Send + 'static>(
+        &self,
+        work: impl FnOnce() -> T + Send + 'static,
+        then: impl FnOnce() + Send + 'static,
+    ) -> Ticket<T> {
         let ticket = Ticket::new();
         let done = ticket.clone();
         self.push(Box::new(move || {
             let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(work));
             done.complete(outcome.ok());
+            then();
         }));
         ticket
     }
@@ -187,6 +200,51 @@ impl Shared {
         let job = queue.jobs.pop_front()?;
         self.queued.fetch_sub(1, Ordering::Release);
         Some(job)
+    }
+}
+
+/// An eventfd that finished jobs raise, so that an event loop watching
+/// one file descriptor learns that tickets are done without a thread of
+/// its own blocked on each (a hand-off to a Python thread and back costs
+/// a wake-up and several GIL hand-offs).
+pub struct DoneSignal {
+    fd: OwnedFd,
+}
+
+impl DoneSignal {
+    pub fn new() -> std::io::Result<DoneSignal> {
+        // SAFETY: plain syscall; a valid fd is owned from here on.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: `fd` is a fresh descriptor nothing else owns.
+        Ok(DoneSignal {
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+        })
+    }
+
+    /// The descriptor to watch for reading.
+    pub fn fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+
+    /// Makes the descriptor readable (until [`DoneSignal::clear`]).
+    pub fn raise(&self) {
+        let one: u64 = 1;
+        // SAFETY: an 8-byte write from a local to our eventfd. It can only
+        // fail with EAGAIN at a counter of 2^64-2, when it is readable
+        // anyway.
+        let _ = unsafe { libc::write(self.fd(), (&one as *const u64).cast(), 8) };
+    }
+
+    /// Makes the descriptor unreadable again (raises after this call wake
+    /// the watcher again).
+    pub fn clear(&self) {
+        let mut count: u64 = 0;
+        // SAFETY: an 8-byte read into a local from our non-blocking
+        // eventfd; EAGAIN (nothing raised) is fine.
+        let _ = unsafe { libc::read(self.fd(), (&mut count as *mut u64).cast(), 8) };
     }
 }
 
@@ -345,6 +403,53 @@ mod tests {
         drop(pool.submit(move || flag.store(true, Ordering::SeqCst)));
         assert_eq!(pool.submit(|| 2).take(), Taken::Value(2));
         assert!(ran.load(Ordering::SeqCst));
+    }
+
+    fn readable(signal: &DoneSignal) -> bool {
+        let mut watch = libc::pollfd {
+            fd: signal.fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one pollfd on the stack, no wait.
+        unsafe { libc::poll(&mut watch, 1, 0) == 1 }
+    }
+
+    #[test]
+    fn a_signalled_job_raises_its_signal_after_its_ticket_is_complete() {
+        let pool = Background::new("test", 2);
+        let signal = Arc::new(DoneSignal::new().unwrap());
+        assert!(!readable(&signal));
+        let gate = Arc::new(Mutex::new(()));
+        let held = gate.lock();
+        let blocked = Arc::clone(&gate);
+        let raised = Arc::clone(&signal);
+        let ticket = pool.submit_then(move || drop(blocked.lock()), move || raised.raise());
+        assert!(!readable(&signal), "not before the job ends");
+        drop(held);
+        let until = Instant::now() + Duration::from_secs(5);
+        while !readable(&signal) && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(readable(&signal));
+        assert!(
+            ticket.is_done(),
+            "the ticket is complete once the signal is up"
+        );
+        signal.clear();
+        assert!(!readable(&signal));
+        // A job that panics raises it too.
+        let raised = Arc::clone(&signal);
+        let ticket = pool.submit_then(
+            || -> u8 { panic!("a bug in a job") },
+            move || raised.raise(),
+        );
+        assert_eq!(ticket.take(), Taken::Panicked);
+        let until = Instant::now() + Duration::from_secs(5);
+        while !readable(&signal) && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(readable(&signal));
     }
 
     #[test]

@@ -6,6 +6,7 @@
 
 pub mod agent;
 pub mod background;
+pub mod cuda;
 pub mod decode;
 pub mod errors;
 pub mod pool;

@@ -150,6 +150,13 @@ impl RemoteState {
 
 /// `error`, marked as one after which bytes may still land if other READs
 /// into the same destination were in flight when it happened.
+/// The error of pixels whose content hash is not the descriptor's.
+fn hash_mismatch() -> Error {
+    Error::Transfer(
+        "the pixels read do not match the descriptor's content hash: the descriptor is wrong or the slot was overwritten".into(),
+    )
+}
+
 fn landing_if(error: ReadError, others_in_flight: bool) -> ReadError {
     ReadError {
         may_land: error.may_land || others_in_flight,
@@ -477,7 +484,15 @@ impl Reader {
         let pixels_at = base + header_bytes;
         let expected = source.content_hash.as_ref().filter(|_| self.config.verify);
         let outcome = match expected {
-            Some(_) => self.transfer_hashing(source, pixels_at, base).map(Some),
+            Some(_) => self
+                .transfer_hashing(
+                    source,
+                    pixels_at,
+                    base,
+                    self.config.chunk_bytes,
+                    &mut |_, _| Ok(()),
+                )
+                .map(Some),
             None => self
                 .transfer_chunked(
                     source,
@@ -504,9 +519,7 @@ impl Reader {
         };
         if let (Some(expected), Some(got)) = (expected, digest) {
             if &got != expected {
-                return Err(Error::Transfer(
-                    "the pixels read do not match the descriptor's content hash: the descriptor is wrong or the slot was overwritten".into(),
-                ));
+                return Err(hash_mismatch());
             }
         }
         let held = self.slots.lock().pool.bytes_in_use();
@@ -522,9 +535,24 @@ impl Reader {
     /// (a small READ finishes in that time) before it waits elsewhere. A
     /// ticket dropped untaken still ends its read, and its pixels go back
     /// to the pool.
-    pub fn read_soon(self: &Arc<Self>, source: Source) -> Ticket<Result<Pixels>> {
+    /// `then()` runs once the ticket is complete.
+    pub fn read_soon(
+        self: &Arc<Self>,
+        source: Source,
+        then: impl FnOnce() + Send + 'static,
+    ) -> Ticket<Result<Pixels>> {
+        self.soon(move |reader| reader.read(&source), then)
+    }
+
+    /// `work(reader)` on one of the reader's background threads, started
+    /// now; `then()` runs once the ticket is complete.
+    pub fn soon<T: Send + 'static>(
+        self: &Arc<Self>,
+        work: impl FnOnce(&Arc<Reader>) -> T + Send + 'static,
+        then: impl FnOnce() + Send + 'static,
+    ) -> Ticket<T> {
         let reader = Arc::clone(self);
-        self.background.submit(move || reader.read(&source))
+        self.background.submit_then(move || work(&reader), then)
     }
 
     /// [`Reader::transfer_chunked`] into host memory at `pixels_at`, in
@@ -537,16 +565,13 @@ impl Reader {
         source: &Source,
         pixels_at: usize,
         header_to: usize,
+        chunk: usize,
+        on_chunk: &mut dyn FnMut(usize, usize) -> Result<()>,
     ) -> std::result::Result<String, ReadError> {
         let piece = wire::HASH_PIECE_BYTES;
         // Whole pieces (no piece spans two chunks), and no overflow for a
         // chunk setting of "everything at once".
-        let chunk = self
-            .config
-            .chunk_bytes
-            .clamp(1, source.len.max(1))
-            .div_ceil(piece)
-            * piece;
+        let chunk = chunk.clamp(1, source.len.max(1)).div_ceil(piece) * piece;
         let digests: Vec<AtomicU64> = (0..source.len.div_ceil(piece))
             .map(|_| AtomicU64::new(0))
             .collect();
@@ -559,6 +584,7 @@ impl Reader {
                 chunk,
                 &mut |at, len| {
                     debug_assert_eq!(at % piece, 0);
+                    on_chunk(at, len)?;
                     let hash = move |start: usize| {
                         let n = piece.min(at + len - start);
                         // SAFETY: this piece of the caller's receive slot
@@ -628,9 +654,12 @@ impl Reader {
     /// READs the source straight into registered caller memory, in chunks
     /// of at most `chunk` bytes, calling `on_chunk(offset, len)` as each
     /// lands (see [`Reader::transfer_chunked`]: nothing is checked until
-    /// this returns `Ok`). On error the destination holds indeterminate
-    /// bytes; `may_land` says whether a transfer may still write it (do not
-    /// reuse it for a while then).
+    /// this returns `Ok`). Into host memory, with a content hash to check
+    /// and `verify` on, the chunks are whole hash pieces, hashed as they
+    /// land like [`Reader::read`]'s, and the hash is checked before `Ok`.
+    /// On error the destination holds indeterminate bytes; `may_land` says
+    /// whether a transfer may still write it (do not reuse it for a while
+    /// then).
     pub fn read_into(
         &self,
         source: &Source,
@@ -643,8 +672,20 @@ impl Reader {
             may_land: false,
         };
         let (slot, region) = self.acquire(SLOT_HEADER_BYTES).map_err(refused)?;
-        let outcome =
-            self.transfer_chunked(source, local, region.addr() + slot.offset, chunk, on_chunk);
+        let header_to = region.addr() + slot.offset;
+        let expected = source.content_hash.as_ref().filter(|_| self.config.verify);
+        let outcome = match (expected, local.1) {
+            (Some(expected), MemType::Dram) => self
+                .transfer_hashing(source, local.0, header_to, chunk, on_chunk)
+                .and_then(|got| {
+                    if &got == expected {
+                        Ok(())
+                    } else {
+                        Err(refused(hash_mismatch()))
+                    }
+                }),
+            _ => self.transfer_chunked(source, local, header_to, chunk, on_chunk),
+        };
         self.give_back(slot, outcome.as_ref().is_err_and(|e| e.may_land));
         outcome
     }

@@ -611,6 +611,78 @@ def test_small_reads_give_the_same_pixels_in_place_or_off_the_loop(settings: dic
         frontend.close()
 
 
+def test_concurrent_large_reads_are_awaited_through_the_loop_and_survive_close(
+    frontend: FrontendProcess,
+) -> None:
+    """Reads larger than `inline_bytes` are awaited through the reader's
+    completion signal on the event loop: many at once give each its own
+    image's pixels and free every slot by notification; closing the reader
+    while reads are still in flight lets them finish (none hangs), and the
+    reader reopens on the next read. A second event loop (its own thread)
+    reads through the same reader too."""
+    images = [ppm_of_size(3 * 1024 * (100 + 12 * i), seed=40 + i) for i in range(12)]
+    expected = [pixelwire.decode_image(d) for d in images]
+    freed_before = frontend.stats()["freed_by_notification"]
+
+    async def read_all(reader: pixelwire.Reader, close_midway: bool) -> None:
+        descs = [frontend.publish(d)["desc"] for d in images]
+        reads = [asyncio.ensure_future(reader.read_decoded(d, output="numpy")) for d in descs]
+        if close_midway:
+            await asyncio.sleep(0)
+            await reader.close()
+        got = await asyncio.wait_for(asyncio.gather(*reads), 30)
+        for pixels, want in zip(got, expected, strict=True):
+            np.testing.assert_array_equal(pixels, want)
+
+    async def main() -> None:
+        reader = pixelwire.Reader()
+        await read_all(reader, close_midway=False)
+        await read_all(reader, close_midway=True)
+        await read_all(reader, close_midway=False)
+        await asyncio.to_thread(lambda: asyncio.run(read_all(reader, close_midway=False)))
+        await reader.close()
+
+    run(main())
+    assert _wait_for(lambda: frontend.stats()["freed_by_notification"] - freed_before == 4 * len(images))
+
+
+def test_read_into_host_memory_checks_the_content_hash(frontend: FrontendProcess) -> None:
+    """`read_into` a registered host buffer checks the content hash when the
+    reader verifies (the CUDA pinned path reads this way): a descriptor whose
+    hash names other pixels is a TransferError, the same descriptor read
+    with a reader that does not verify is not (the slot header still
+    holds), and the true descriptor gives the image's pixels."""
+    from pixelwire import config
+    from pixelwire._native import NativeReader
+    from pixelwire.nixl import ensure_nixl
+
+    ensure_nixl()
+    data = ppm_of_size(3 << 20, seed=21)
+    want = pixelwire.decode_image(data).reshape(-1)
+    other = frontend.publish(ppm_of_size(1 << 20, seed=22))["desc"]
+    for verify in (True, False):
+        native = NativeReader(
+            pool_bytes=config.POOL_BYTES, region_bytes=config.REGION_BYTES, timeout=10, verify=verify
+        )
+        buffer = np.zeros(want.size, dtype=np.uint8)
+        registration = native.register(addr=buffer.ctypes.data, size=buffer.size, mem_type="Dram", device=0)
+        fields = {"local_addr": buffer.ctypes.data, "mem_type": "Dram", "device": 0, "chunk_bytes": 1 << 20}
+        forged = dict(frontend.publish(data)["desc"], content_hash=other["content_hash"])
+        image = pixelwire.descriptor.parse_descriptor(forged, None)
+        if verify:
+            with pytest.raises(pixelwire.TransferError, match="content hash"):
+                native.read_into(image, **fields)
+        else:
+            native.read_into(image, **fields)
+            np.testing.assert_array_equal(buffer, want)
+        buffer[:] = 0
+        native.read_into(
+            pixelwire.descriptor.parse_descriptor(frontend.publish(data)["desc"], None), **fields
+        )
+        np.testing.assert_array_equal(buffer, want)
+        assert native.deregister(registration)
+
+
 def test_a_started_read_is_taken_once(frontend: FrontendProcess) -> None:
     """`start_read` returns at once; its ticket gives the pixels when the
     read ends (or None while it has not, within a zero wait), then refuses

@@ -76,3 +76,74 @@ def test_cuda_reads_check_the_slot_and_keep_one_staging_buffer() -> None:
         asyncio.run(main())
     finally:
         frontend.close()
+
+
+@pytest.mark.parametrize("chunk_bytes", [1, 300_000, 1 << 20, 1 << 40])
+def test_pinned_cuda_reads_check_the_content_hash(chunk_bytes: int) -> None:
+    """Through pinned staging, each chunk copied on to the device natively
+    as it lands is also hashed: a descriptor whose content hash names other
+    pixels is a TransferError (verify on), and the next read of the true
+    descriptor gives the image, whatever the chunk setting (rounded to whole
+    hash pieces)."""
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    frontend = FrontendProcess()
+    try:
+
+        async def main() -> None:
+            async with pixelwire.Reader(cuda_chunk_bytes=chunk_bytes) as reader:
+                for size in (3 * 7, 3 << 20, (5 << 20) + 3 * 11):
+                    data = ppm_of_size(size, seed=size)
+                    other = frontend.publish(ppm_of_size(size, seed=size + 1))["desc"]
+                    forged = copy.deepcopy(frontend.publish(data)["desc"])
+                    forged["content_hash"] = other["content_hash"]
+                    with pytest.raises(pixelwire.TransferError, match="content hash"):
+                        await reader.read_decoded(forged, output="torch", device="cuda")
+                    desc = frontend.publish(data)["desc"]
+                    got = await reader.read_decoded(desc, output="torch", device="cuda")
+                    np.testing.assert_array_equal(got.cpu().numpy(), pixelwire.decode_image(data))
+
+        asyncio.run(main())
+    finally:
+        frontend.close()
+
+
+def test_cancelled_cuda_reads_keep_their_buffers_until_they_end() -> None:
+    """A CUDA read whose caller is cancelled goes on into its staging buffer
+    and device tensor, which are kept (and the staging lock held) until it
+    ends: concurrent reads, some cancelled at once, leave the later reads
+    correct and let the reader close; reads from a second event loop (in
+    its own thread) wait through a signal of their own."""
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    # Room for every round's images: a read cancelled before it started
+    # frees its frontend slot only at the lease's end.
+    frontend = FrontendProcess(pool_bytes=512 << 20)
+    try:
+        images = [ppm_of_size((3 << 20) + 3 * 1024 * i, seed=i) for i in range(8)]
+
+        async def read_all(reader: pixelwire.Reader) -> None:
+            descs = [frontend.publish(d)["desc"] for d in images]
+            reads = [
+                asyncio.ensure_future(reader.read_decoded(d, output="torch", device="cuda")) for d in descs
+            ]
+            await asyncio.sleep(0)
+            for task in reads[::3]:
+                task.cancel()
+            for task, data in zip(reads, images, strict=True):
+                try:
+                    got = await asyncio.wait_for(task, 30)
+                except asyncio.CancelledError:
+                    continue
+                np.testing.assert_array_equal(got.cpu().numpy(), pixelwire.decode_image(data))
+
+        async def main() -> None:
+            reader = pixelwire.Reader()
+            await read_all(reader)
+            await read_all(reader)
+            await asyncio.to_thread(lambda: asyncio.run(read_all(reader)))
+            await asyncio.wait_for(reader.close(), 30)
+
+        asyncio.run(main())
+    finally:
+        frontend.close()

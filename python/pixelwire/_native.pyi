@@ -247,8 +247,9 @@ class NativeReader:
         """READs the image into host memory: an array owning the pixels, or a
         receive slot lent zero-copy. The content hash is checked when the
         reader verifies and the descriptor has one; the slot header always."""
-    def start_read(self, image: RemoteSource) -> ReadTicket:
-        """Starts :meth:`read` on a native background thread; returns at once."""
+    def start_read(self, image: RemoteSource, signal: ReadSignal | None = None) -> ReadTicket:
+        """Starts :meth:`read` on a native background thread; returns at once.
+        With ``signal``, the signal is raised once the read has finished."""
     def register(self, *, addr: int, size: int, mem_type: Literal["Dram", "Vram"], device: int) -> int: ...
     def deregister(self, id: int) -> bool: ...
     def read_into(
@@ -266,7 +267,49 @@ class NativeReader:
         ``on_chunk(offset, length)`` is called as each lands (before the
         check: only a normal return says the bytes are the published ones). A
         failure's ``may_land`` says whether the READ may still write the
-        destination."""
+        destination. Into host memory the content hash is checked too when
+        the reader verifies (chunks are then whole 256 KiB hash pieces)."""
+    def start_read_to_cuda(
+        self,
+        image: RemoteSource,
+        *,
+        staging_addr: int,
+        device_addr: int,
+        device: int,
+        stream: int,
+        chunk_bytes: int,
+        signal: ReadSignal | None = None,
+    ) -> DeviceReadTicket:
+        """Starts, on a native background thread, a READ into registered
+        pinned host memory at ``staging_addr`` in chunks, each chunk copied
+        on to CUDA device ``device`` at ``device_addr`` on ``stream`` (a
+        ``cudaStream_t`` handle) as it lands; the slot header and, when the
+        reader verifies, the content hash are checked; the ticket is done
+        once the copies have ended (``signal`` raised then). The caller
+        keeps both buffers until then (and the staging memory unused for as
+        long as a failure's ``may_land`` says the READ may still land)."""
+
+@final
+class DeviceReadTicket:
+    """A read started by :meth:`NativeReader.start_read_to_cuda`; taken once."""
+
+    def wait(self, timeout: float | None = None) -> bool | None:
+        """True once the read and its copies have ended well (the device
+        bytes are the published ones); raises the read's error otherwise;
+        None if not finished within ``timeout`` (as :meth:`ReadTicket.wait`)."""
+    @property
+    def done(self) -> bool:
+        """Whether the read has finished."""
+
+@final
+class ReadSignal:
+    """An eventfd that reads started with it make readable when they finish,
+    for an event loop to watch."""
+
+    def __init__(self) -> None: ...
+    def fileno(self) -> int: ...
+    def clear(self) -> None:
+        """Makes it unreadable until the next read finishes."""
 
 @final
 class ReadTicket:

@@ -5,10 +5,11 @@ as the caller asked; the READ's notification frees the frontend's slot."""
 from __future__ import annotations
 
 import asyncio
+import select
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -48,6 +49,57 @@ async def _in_thread(fn: Callable[..., Any], *args: Any) -> Any:
     (reads in place do not wait at all)."""
     box = await asyncio.to_thread(lambda: [fn(*args)])
     return box.pop()
+
+
+class _LoopCompletions:
+    """Reads that finish, announced to one event loop: reads started with
+    :attr:`signal` make its file descriptor readable when they end, the loop
+    watches it, and a finished ticket's result is then taken in place. No
+    Python thread waits for each read (a hand-off to one and back costs a
+    thread wake-up and several GIL hand-offs)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.signal = _native.ReadSignal()
+        self._waiting: dict[
+            int, tuple[_native.ReadTicket | _native.DeviceReadTicket, asyncio.Future[None]]
+        ] = {}
+        self._retired = False
+        loop.add_reader(self.signal.fileno(), self._wake)
+
+    def _wake(self) -> None:
+        # Cleared first: a read that ends after this line raises it again.
+        self.signal.clear()
+        for key, (ticket, future) in list(self._waiting.items()):
+            if ticket.done:
+                del self._waiting[key]
+                if not future.done():
+                    future.set_result(None)
+        self._unwatch_if_retired()
+
+    async def finished(self, ticket: _native.ReadTicket | _native.DeviceReadTicket) -> None:
+        """Returns once `ticket` (started with :attr:`signal`) is done."""
+        key = id(ticket)
+        future = self.loop.create_future()
+        self._waiting[key] = (ticket, future)
+        try:
+            # Checked after registering: a read that ended before then may
+            # have raised the signal for an earlier wake-up.
+            if not ticket.done:
+                await future
+        finally:
+            self._waiting.pop(key, None)
+            self._unwatch_if_retired()
+
+    def retire(self) -> None:
+        """Stops watching once the reads waited for now have finished (on
+        the loop's thread)."""
+        self._retired = True
+        self._unwatch_if_retired()
+
+    def _unwatch_if_retired(self) -> None:
+        if self._retired and not self._waiting and not self.loop.is_closed():
+            self.loop.remove_reader(self.signal.fileno())
 
 
 class Reader:
@@ -95,6 +147,10 @@ class Reader:
         self.cuda_staging: CudaStaging = check_cuda_staging(cuda_staging)
         self.cuda_chunk_bytes = max(1, cuda_chunk_bytes)
         self._native: _native.NativeReader | None = None
+        # Read completions for the loop that first awaited a read (other
+        # loops wait for theirs in a thread); False where a loop cannot
+        # watch a file descriptor.
+        self._completions: _LoopCompletions | bool | None = None
         self._cuda_lock = threading.Lock()
         # device index -> (registered staging tensor, registration id): pinned
         # host memory ("pinned") or device memory ("direct")
@@ -133,7 +189,19 @@ class Reader:
         """Deregisters CUDA staging and the receive pool, ends the agent and
         closes a fetcher this reader made."""
         native, self._native = self._native, None
-        with self._cuda_lock:
+        completions, self._completions = self._completions, None
+        if isinstance(completions, _LoopCompletions):
+            try:
+                here = asyncio.get_running_loop()
+            except RuntimeError:
+                here = None
+            if here is completions.loop:
+                completions.retire()
+            elif not completions.loop.is_closed():
+                completions.loop.call_soon_threadsafe(completions.retire)
+        # After any CUDA read in flight (it holds the lock).
+        await _locked(self._cuda_lock)
+        try:
             if native is not None:
                 # Deregister before the tensors go back to torch's allocator.
                 for _, registration in self._cuda_staging.values():
@@ -143,6 +211,8 @@ class Reader:
             self._cuda_staging.clear()
             self._cuda_quarantine.clear()
             self._cuda_streams.clear()
+        finally:
+            self._cuda_lock.release()
         if self._own_fetcher and self._fetcher is not None:
             await self._fetcher.close()
             self._fetcher = None
@@ -223,7 +293,7 @@ class Reader:
         if device != "cpu":
             if output != "torch":
                 raise ValueError("a CUDA destination needs output='torch'")
-            return await asyncio.to_thread(self._read_cuda, native, image, device)
+            return await self._read_cuda(native, image, device)
         flat = await self._read_host(native, image)
         if not isinstance(flat, np.ndarray):
             # A receive slot lent zero-copy: the array keeps it until freed.
@@ -238,89 +308,171 @@ class Reader:
     async def _read_host(self, native: _native.NativeReader, image: RemoteImage) -> Any:
         """The pixels in host memory. The READ starts at once on a native
         thread; small images are waited for in place up to ``inline_wait``
-        (see ``config.READ_INLINE_BYTES``), the rest and anything slower off
-        the loop (the hand-off to a Python thread then overlaps the READ)."""
-        ticket = native.start_read(image)
+        (see ``config.READ_INLINE_BYTES``); the loop awaits the rest, and
+        anything slower, through a file descriptor the read raises when it
+        ends (:class:`_LoopCompletions`)."""
+        completions = self._completions_here()
+        ticket = native.start_read(image, completions.signal if completions is not None else None)
         flat = ticket.wait(self.inline_wait) if image.size <= self.inline_bytes else None
+        if flat is None and completions is not None:
+            await completions.finished(ticket)
+            flat = ticket.wait(0)
         if flat is None:
             flat = await _in_thread(ticket.wait)
         return flat
 
-    def _read_cuda(self, native: _native.NativeReader, image: RemoteImage, device: str) -> Any:
+    def _completions_here(self) -> _LoopCompletions | None:
+        """This loop's read completions, made on first use; None for another
+        loop than the first, or one that cannot watch a file descriptor."""
+        loop = asyncio.get_running_loop()
+        if self._completions is None:
+            try:
+                self._completions = _LoopCompletions(loop)
+            except (NotImplementedError, OSError, _native.PixelwireError):
+                self._completions = False
+        if isinstance(self._completions, _LoopCompletions) and self._completions.loop is loop:
+            return self._completions
+        return None
+
+    async def _read_cuda(self, native: _native.NativeReader, image: RemoteImage, device: str) -> Any:
         """READ for a CUDA destination through a registered staging buffer
-        (one per device, grown by replacing it): pinned host memory whose
-        chunks are copied to the device while the next chunk is READ, or
-        device memory UCX writes directly. The slot header is checked after
-        the last chunk; pixels go out only if it holds, so a copy started
-        from a chunk is discarded with everything else when it does not. A
-        staging buffer a failed READ may still write is retired until the
-        transfer has surely ended."""
+        (one per device, grown by replacing it, used by one read at a time):
+        pinned host memory whose chunks the native reader copies to the
+        device as they land (hashed too, when the reader verifies), on a
+        native thread the loop awaits like a host read; or device memory
+        UCX writes directly. The slot header is checked after the last
+        chunk; pixels go out only if it (and the hash) holds, so a copy
+        started from a chunk is discarded with everything else when it does
+        not. A staging buffer a failed READ may still write is retired
+        until the transfer has surely ended."""
         import torch
 
         dev = torch.device(device)
         index = dev.index if dev.index is not None else torch.cuda.current_device()
-        pinned = self.cuda_staging == "pinned"
-        with self._cuda_lock:
-            now = time.monotonic()
-            for entry in [q for q in self._cuda_quarantine if q[0] <= now]:
-                native.deregister(entry[2])
-                self._cuda_quarantine.remove(entry)
-            staging = self._cuda_staging.get(index)
-            if staging is None or staging[0].numel() < image.size:
-                if staging is not None:
-                    native.deregister(staging[1])
-                size = max(image.size, self.region_bytes)
-                if pinned:
-                    tensor = torch.empty(size, dtype=torch.uint8, pin_memory=True)
-                    registration = native.register(
-                        addr=tensor.data_ptr(), size=size, mem_type="Dram", device=0
-                    )
-                else:
-                    tensor = torch.empty(size, dtype=torch.uint8, device=torch.device("cuda", index))
-                    registration = native.register(
-                        addr=tensor.data_ptr(), size=size, mem_type="Vram", device=index
-                    )
-                staging = self._cuda_staging[index] = (tensor, registration)
-            tensor, registration = staging
-            h, w, c = image.shape
-            stream: Any = None
-            if pinned:
-                stream = self._cuda_streams.get(index)
-                if stream is None:
-                    stream = self._cuda_streams[index] = torch.cuda.Stream(device=index)
-                out = torch.empty(image.size, dtype=torch.uint8, device=torch.device("cuda", index))
+        if self.cuda_staging == "direct":
+            return await asyncio.to_thread(self._read_cuda_direct, native, image, index)
+        await _locked(self._cuda_lock)
+        held = True
+        try:
+            tensor, registration = self._staging(native, index, image.size, "Dram")
+            stream = self._cuda_streams.get(index)
+            if stream is None:
+                stream = self._cuda_streams[index] = torch.cuda.Stream(device=index)
+            out = torch.empty(image.size, dtype=torch.uint8, device=torch.device("cuda", index))
+            # The loop watches its own completion signal; another loop's
+            # read gets a signal of its own, waited for in a thread.
+            completions = self._completions_here()
+            signal = completions.signal if completions is not None else _native.ReadSignal()
+            ticket = native.start_read_to_cuda(
+                image,
+                staging_addr=tensor.data_ptr(),
+                device_addr=out.data_ptr(),
+                device=index,
+                stream=stream.cuda_stream,
+                chunk_bytes=self.cuda_chunk_bytes,
+                signal=signal,
+            )
 
-                def on_chunk(offset: int, length: int) -> None:
-                    with torch.cuda.stream(stream):
-                        out[offset : offset + length].copy_(
-                            tensor[offset : offset + length], non_blocking=True
-                        )
+            def finish() -> None:
+                try:
+                    ticket.wait()
+                except _native.PixelwireError as error:
+                    self._retire_staging_if(error, index, tensor, registration)
+                    raise
 
-                fields: dict[str, Any] = {
-                    "mem_type": "Dram",
-                    "device": 0,
-                    "chunk_bytes": self.cuda_chunk_bytes,
-                    "on_chunk": on_chunk,
-                }
-            else:
-                fields = {"mem_type": "Vram", "device": index}
             try:
-                native.read_into(image, local_addr=tensor.data_ptr(), **fields)
-            except _native.PixelwireError as error:
-                if getattr(error, "may_land", True):
-                    del self._cuda_staging[index]
-                    self._cuda_quarantine.append((time.monotonic() + 2 * self.timeout, tensor, registration))
+                if completions is not None:
+                    await completions.finished(ticket)
+                else:
+                    await asyncio.to_thread(select.select, [signal.fileno()], [], [])
+            except asyncio.CancelledError:
+                # The read goes on into the staging buffer and `out`: both
+                # are kept, and the lock held, until it ends.
+                held = False
+                threading.Thread(
+                    target=_then_release, args=(finish, self._cuda_lock, out), daemon=True
+                ).start()
                 raise
-            finally:
-                if stream is not None:
-                    # The staging buffer is read by the copies: they end
-                    # before it is used again (or retired).
-                    stream.synchronize()
-            if pinned:
-                if image.pixel_bytes == c:
-                    return out.view(h, w, c)
-                return out.view(h, w, image.pixel_bytes)[:, :, :c].clone(
-                    memory_format=torch.contiguous_format
-                )
+            finish()
+        finally:
+            if held:
+                self._cuda_lock.release()
+        h, w, c = image.shape
+        if image.pixel_bytes == c:
+            return out.view(h, w, c)
+        return out.view(h, w, image.pixel_bytes)[:, :, :c].clone(memory_format=torch.contiguous_format)
+
+    def _read_cuda_direct(self, native: _native.NativeReader, image: RemoteImage, index: int) -> Any:
+        """READ straight into registered device memory (``cuda_staging="direct"``)."""
+        import torch
+
+        with self._cuda_lock:
+            tensor, registration = self._staging(native, index, image.size, "Vram")
+            try:
+                native.read_into(image, local_addr=tensor.data_ptr(), mem_type="Vram", device=index)
+            except _native.PixelwireError as error:
+                self._retire_staging_if(error, index, tensor, registration)
+                raise
+            h, w, c = image.shape
             pixels = tensor[: image.size].view(h, w, image.pixel_bytes)
             return pixels[:, :, :c].clone(memory_format=torch.contiguous_format)
+
+    def _staging(
+        self, native: _native.NativeReader, index: int, size: int, mem_type: Literal["Dram", "Vram"]
+    ) -> tuple[Any, int]:
+        """Device `index`'s registered staging buffer, of at least `size`
+        bytes (the caller holds ``_cuda_lock``); retired buffers whose time
+        is up are deregistered first."""
+        import torch
+
+        now = time.monotonic()
+        for entry in [q for q in self._cuda_quarantine if q[0] <= now]:
+            native.deregister(entry[2])
+            self._cuda_quarantine.remove(entry)
+        staging = self._cuda_staging.get(index)
+        if staging is None or staging[0].numel() < size:
+            if staging is not None:
+                native.deregister(staging[1])
+            size = max(size, self.region_bytes)
+            if mem_type == "Dram":
+                tensor = torch.empty(size, dtype=torch.uint8, pin_memory=True)
+                registration = native.register(addr=tensor.data_ptr(), size=size, mem_type="Dram", device=0)
+            else:
+                tensor = torch.empty(size, dtype=torch.uint8, device=torch.device("cuda", index))
+                registration = native.register(
+                    addr=tensor.data_ptr(), size=size, mem_type="Vram", device=index
+                )
+            staging = self._cuda_staging[index] = (tensor, registration)
+        return staging
+
+    def _retire_staging_if(self, error: BaseException, index: int, tensor: Any, registration: int) -> None:
+        """After a failed read (the caller holds ``_cuda_lock``): a staging
+        buffer the READ may still write is retired for twice the timeout."""
+        if getattr(error, "may_land", True) and self._cuda_staging.get(index, (None,))[0] is tensor:
+            del self._cuda_staging[index]
+            self._cuda_quarantine.append((time.monotonic() + 2 * self.timeout, tensor, registration))
+
+
+async def _locked(lock: threading.Lock) -> None:
+    """Acquires `lock` without blocking the event loop (in a thread when it
+    is held); a caller cancelled meanwhile does not keep it."""
+    if lock.acquire(blocking=False):
+        return
+    acquiring = asyncio.ensure_future(asyncio.to_thread(lock.acquire))
+    try:
+        await asyncio.shield(acquiring)
+    except asyncio.CancelledError:
+        acquiring.add_done_callback(lambda _: lock.release())
+        raise
+
+
+def _then_release(finish: Callable[[], None], lock: threading.Lock, *keep: object) -> None:
+    """Runs `finish()` (the end of an abandoned read) and then releases
+    `lock`; `keep` holds the read's buffers until then."""
+    try:
+        finish()
+    except _native.PixelwireError:
+        pass  # nobody waits for an abandoned read; `finish` retired its staging
+    finally:
+        del keep
+        lock.release()

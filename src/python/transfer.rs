@@ -11,7 +11,8 @@ use pyo3::types::PyDict;
 
 use super::{limits_or_default, resize_target, Encoded, PyLimits};
 use crate::agent::ReadError;
-use crate::background::{Taken, Ticket};
+use crate::background::{DoneSignal, Taken, Ticket};
+use crate::cuda::{read_to_device, DeviceTarget};
 use crate::decode::{DecodeOptions, Mode};
 use crate::errors::Error;
 use crate::publisher::{Publisher, PublisherConfig};
@@ -215,23 +216,9 @@ impl ReadTicket {
         py: Python<'py>,
         timeout: Option<f64>,
     ) -> PyResult<Option<Bound<'py, PyAny>>> {
-        let taken = match timeout {
-            Some(budget) => {
-                let budget = seconds(budget, "timeout")?;
-                py.detach(|| self.inner.take_within(budget))
-            }
-            None => py.detach(|| self.inner.take()),
-        };
-        match taken {
-            Taken::Value(outcome) => Ok(Some(pixels_for_python(py, outcome?)?)),
-            Taken::NotFinished => Ok(None),
-            Taken::Panicked => Err(Error::Transfer(
-                "the read's background thread panicked (a bug in pixelwire): no pixels".into(),
-            )
-            .into()),
-            Taken::AlreadyTaken => {
-                Err(Error::InvalidArgument("this read's result was already taken".into()).into())
-            }
+        match take(py, &self.inner, timeout)? {
+            Some(outcome) => Ok(Some(pixels_for_python(py, outcome?)?)),
+            None => Ok(None),
         }
     }
 
@@ -239,6 +226,99 @@ impl ReadTicket {
     #[getter]
     fn done(&self) -> bool {
         self.inner.is_done()
+    }
+}
+
+/// A ticket's result, waited for as `ReadTicket.wait` says; None if not
+/// finished within `timeout`.
+fn take<T>(py: Python<'_>, ticket: &Ticket<T>, timeout: Option<f64>) -> PyResult<Option<T>>
+where
+    T: Send,
+{
+    let taken = match timeout {
+        Some(budget) => {
+            let budget = seconds(budget, "timeout")?;
+            py.detach(|| ticket.take_within(budget))
+        }
+        None => py.detach(|| ticket.take()),
+    };
+    match taken {
+        Taken::Value(outcome) => Ok(Some(outcome)),
+        Taken::NotFinished => Ok(None),
+        Taken::Panicked => Err(Error::Transfer(
+            "the read's background thread panicked (a bug in pixelwire): no pixels".into(),
+        )
+        .into()),
+        Taken::AlreadyTaken => {
+            Err(Error::InvalidArgument("this read's result was already taken".into()).into())
+        }
+    }
+}
+
+/// A read into CUDA memory started by `NativeReader.start_read_to_cuda`;
+/// its outcome is taken once.
+#[pyclass(module = "pixelwire._native", frozen)]
+pub struct DeviceReadTicket {
+    inner: Ticket<Result<(), ReadError>>,
+}
+
+#[pymethods]
+impl DeviceReadTicket {
+    /// True once the read and its copies have ended well (the device bytes
+    /// are the published ones); raises the read's error (with `may_land`)
+    /// otherwise; None if it has not finished within `timeout` (waited for
+    /// as `ReadTicket.wait`).
+    #[pyo3(signature = (timeout = None))]
+    fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<bool>> {
+        match take(py, &self.inner, timeout)? {
+            Some(outcome) => outcome.map(|()| Some(true)).map_err(|e| read_error(py, e)),
+            None => Ok(None),
+        }
+    }
+
+    /// Whether the read has finished.
+    #[getter]
+    fn done(&self) -> bool {
+        self.inner.is_done()
+    }
+}
+
+/// A file descriptor that reads started with it make readable when they
+/// finish (an eventfd): an event loop watches it (`loop.add_reader`) and
+/// takes the finished tickets' results in place, with no thread of its own
+/// waiting for each read. It stays open while any read started with it
+/// runs.
+#[pyclass(module = "pixelwire._native", frozen)]
+pub struct ReadSignal {
+    inner: Arc<DoneSignal>,
+}
+
+#[pymethods]
+impl ReadSignal {
+    #[new]
+    fn new() -> PyResult<ReadSignal> {
+        let signal = DoneSignal::new().map_err(|e| {
+            Error::Transfer(format!("cannot make an eventfd for read completions: {e}"))
+        })?;
+        Ok(ReadSignal {
+            inner: Arc::new(signal),
+        })
+    }
+
+    /// The descriptor to watch for reading.
+    fn fileno(&self) -> i32 {
+        self.inner.fd()
+    }
+
+    /// Makes it unreadable until the next read finishes.
+    fn clear(&self) {
+        self.inner.clear();
+    }
+}
+
+fn raise(signal: Option<Arc<DoneSignal>>) {
+    if let Some(signal) = signal {
+        signal.raise();
     }
 }
 
@@ -317,9 +397,14 @@ impl NativeReader {
 
     /// Starts `read(image)` on a native background thread and returns its
     /// ticket at once (nothing blocks here).
-    fn start_read(&self, image: RemoteImage) -> ReadTicket {
+    /// With `signal`, the signal is raised once the read has finished.
+    #[pyo3(signature = (image, signal = None))]
+    fn start_read(&self, image: RemoteImage, signal: Option<PyRef<'_, ReadSignal>>) -> ReadTicket {
+        let signal = signal.map(|s| Arc::clone(&s.inner));
         ReadTicket {
-            inner: self.inner.read_soon(image.into_source()),
+            inner: self
+                .inner
+                .read_soon(image.into_source(), move || raise(signal)),
         }
     }
 
@@ -340,7 +425,8 @@ impl NativeReader {
     }
 
     /// READs straight into registered caller memory, then checks the slot
-    /// header (the content hash is not checked here). With `chunk_bytes`,
+    /// header, and into host memory the content hash when the reader
+    /// verifies (in chunks of whole hash pieces). With `chunk_bytes`,
     /// the READ goes in chunks of that size and `on_chunk(offset, length)` is
     /// called as each lands (before the check: only a normal return says the
     /// bytes are the published ones). A failure's exception has `may_land`:
@@ -360,10 +446,7 @@ impl NativeReader {
         let kind = self::mem_type(mem_type)?;
         let chunk = chunk_bytes.unwrap_or(image.size).max(1);
         let on_chunk = on_chunk.map(Bound::unbind);
-        let source = Source {
-            content_hash: None,
-            ..image.into_source()
-        };
+        let source = image.into_source();
         // A callback's exception is kept to be raised as it is.
         let mut raised: Option<PyErr> = None;
         let mut call = |offset: usize, length: usize| -> crate::errors::Result<()> {
@@ -383,6 +466,46 @@ impl NativeReader {
             (Err(_), Some(error)) => Err(error),
             (outcome, _) => outcome.map_err(|e| read_error(py, e)),
         }
+    }
+
+    /// Starts, on a native background thread, a READ into registered
+    /// pinned host memory at `staging_addr` (room for the image) in chunks
+    /// of `chunk_bytes`, each chunk copied on to CUDA device `device` at
+    /// `device_addr` (room for the image) on `stream` (a `cudaStream_t`
+    /// handle) as it lands; the slot header and, when the reader verifies,
+    /// the content hash are checked, and the ticket is done once the copies
+    /// have ended. With `signal`, the signal is raised then. The caller
+    /// keeps both buffers until the ticket is done (and the staging memory
+    /// registered, and unused, for as long as a failure's `may_land` says
+    /// the READ may still land).
+    #[pyo3(signature = (image, *, staging_addr, device_addr, device, stream, chunk_bytes, signal = None))]
+    #[allow(clippy::too_many_arguments)] // keyword options of the Python API
+    fn start_read_to_cuda(
+        &self,
+        image: RemoteImage,
+        staging_addr: usize,
+        device_addr: u64,
+        device: u32,
+        stream: usize,
+        chunk_bytes: usize,
+        signal: Option<PyRef<'_, ReadSignal>>,
+    ) -> DeviceReadTicket {
+        let source = image.into_source();
+        let target = DeviceTarget {
+            addr: device_addr,
+            device,
+            stream,
+        };
+        let signal = signal.map(|s| Arc::clone(&s.inner));
+        let inner = self.inner.soon(
+            move |reader| {
+                // SAFETY: the documented contract of this method: the
+                // caller keeps both buffers until the ticket is done.
+                unsafe { read_to_device(reader, &source, staging_addr, target, chunk_bytes) }
+            },
+            move || raise(signal),
+        );
+        DeviceReadTicket { inner }
     }
 }
 
@@ -435,5 +558,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<NativeReader>()?;
     m.add_class::<PixelBuffer>()?;
     m.add_class::<ReadTicket>()?;
+    m.add_class::<ReadSignal>()?;
+    m.add_class::<DeviceReadTicket>()?;
     Ok(())
 }

@@ -1,0 +1,255 @@
+//! Host-to-device copies through the CUDA driver API, for reads whose
+//! destination is GPU memory: each chunk of a READ into pinned host memory
+//! is copied on to the device as soon as it lands, from the reading thread,
+//! with no Python in the loop.
+//!
+//! The driver (`libcuda.so.1`) is loaded when the first copy is asked for,
+//! so the crate builds and runs on machines without CUDA; there the copier
+//! cannot be made and says why. The copies go into the device's primary
+//! context (the one PyTorch and the CUDA runtime use) on the caller's
+//! stream.
+
+use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
+use std::sync::OnceLock;
+
+use parking_lot::Mutex;
+
+use nixl_sys::MemType;
+
+use crate::agent::ReadError;
+use crate::errors::{Error, Result};
+use crate::reader::{Reader, Source};
+
+type CuResult = c_int;
+type CuContext = *mut c_void;
+type CuStream = *mut c_void;
+type CuDevicePtr = u64;
+const CUDA_SUCCESS: CuResult = 0;
+
+/// The driver entry points pixelwire calls.
+struct Driver {
+    device_get: unsafe extern "C" fn(*mut c_int, c_int) -> CuResult,
+    primary_ctx_retain: unsafe extern "C" fn(*mut CuContext, c_int) -> CuResult,
+    ctx_push: unsafe extern "C" fn(CuContext) -> CuResult,
+    ctx_pop: unsafe extern "C" fn(*mut CuContext) -> CuResult,
+    memcpy_htod_async:
+        unsafe extern "C" fn(CuDevicePtr, *const c_void, usize, CuStream) -> CuResult,
+    stream_synchronize: unsafe extern "C" fn(CuStream) -> CuResult,
+    error_string: unsafe extern "C" fn(CuResult, *mut *const c_char) -> CuResult,
+    /// Primary contexts retained so far, by device ordinal (kept for the
+    /// life of the process, as the CUDA runtime keeps them).
+    contexts: Mutex<Vec<(c_int, usize)>>,
+}
+
+// SAFETY: the driver API is thread-safe; the struct holds function
+// pointers and context handles (opaque, valid in any thread).
+unsafe impl Send for Driver {}
+unsafe impl Sync for Driver {}
+
+fn symbol<T: Copy>(library: *mut c_void, name: &CStr) -> std::result::Result<T, String> {
+    // SAFETY: `library` is a live dlopen handle; a found symbol is the
+    // driver function of that name, whose C signature `T` spells.
+    let found = unsafe { libc::dlsym(library, name.as_ptr()) };
+    if found.is_null() {
+        return Err(format!("the CUDA driver has no {name:?}"));
+    }
+    debug_assert_eq!(std::mem::size_of::<T>(), std::mem::size_of::<*mut c_void>());
+    Ok(unsafe { std::mem::transmute_copy::<*mut c_void, T>(&found) })
+}
+
+fn load() -> std::result::Result<Driver, String> {
+    // SAFETY: dlopen of the system's driver library; never closed.
+    let library =
+        unsafe { libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL) };
+    if library.is_null() {
+        return Err("the CUDA driver (libcuda.so.1) cannot be loaded on this machine".into());
+    }
+    let init: unsafe extern "C" fn(c_uint) -> CuResult = symbol(library, c"cuInit")?;
+    let driver = Driver {
+        device_get: symbol(library, c"cuDeviceGet")?,
+        primary_ctx_retain: symbol(library, c"cuDevicePrimaryCtxRetain")?,
+        ctx_push: symbol(library, c"cuCtxPushCurrent_v2")?,
+        ctx_pop: symbol(library, c"cuCtxPopCurrent_v2")?,
+        memcpy_htod_async: symbol(library, c"cuMemcpyHtoDAsync_v2")?,
+        stream_synchronize: symbol(library, c"cuStreamSynchronize")?,
+        error_string: symbol(library, c"cuGetErrorString")?,
+        contexts: Mutex::new(Vec::new()),
+    };
+    // SAFETY: cuInit may be called any number of times.
+    let status = unsafe { init(0) };
+    driver.check(status, "cuInit").map_err(|e| e.to_string())?;
+    Ok(driver)
+}
+
+fn driver() -> Result<&'static Driver> {
+    static DRIVER: OnceLock<std::result::Result<Driver, String>> = OnceLock::new();
+    DRIVER
+        .get_or_init(load)
+        .as_ref()
+        .map_err(|e| Error::Transfer(e.clone()))
+}
+
+impl Driver {
+    fn check(&self, status: CuResult, what: &str) -> Result<()> {
+        if status == CUDA_SUCCESS {
+            return Ok(());
+        }
+        let mut text: *const c_char = std::ptr::null();
+        // SAFETY: cuGetErrorString writes a static string or leaves null.
+        let described =
+            unsafe { (self.error_string)(status, &mut text) } == CUDA_SUCCESS && !text.is_null();
+        let reason = if described {
+            // SAFETY: a NUL-terminated static string from the driver.
+            unsafe { CStr::from_ptr(text) }
+                .to_string_lossy()
+                .into_owned()
+        } else {
+            format!("error {status}")
+        };
+        Err(Error::Transfer(format!("CUDA {what} failed: {reason}")))
+    }
+
+    fn primary_context(&self, ordinal: c_int) -> Result<CuContext> {
+        let mut contexts = self.contexts.lock();
+        if let Some(&(_, ctx)) = contexts.iter().find(|(o, _)| *o == ordinal) {
+            return Ok(ctx as CuContext);
+        }
+        let mut device: c_int = 0;
+        // SAFETY: out-pointers to locals.
+        self.check(
+            unsafe { (self.device_get)(&mut device, ordinal) },
+            "cuDeviceGet",
+        )?;
+        let mut ctx: CuContext = std::ptr::null_mut();
+        self.check(
+            unsafe { (self.primary_ctx_retain)(&mut ctx, device) },
+            "cuDevicePrimaryCtxRetain",
+        )?;
+        contexts.push((ordinal, ctx as usize));
+        Ok(ctx)
+    }
+}
+
+/// Copies host memory to one device's memory on one stream. Made on the
+/// thread that copies; the device's primary context is current on that
+/// thread while the copier lives (and the previous one again after).
+pub struct DeviceCopier {
+    driver: &'static Driver,
+    stream: CuStream,
+    // The context is thread-bound: the copier must not change threads.
+    _not_send: std::marker::PhantomData<*mut ()>,
+}
+
+impl DeviceCopier {
+    /// A copier onto device `ordinal`, queueing on `stream` (a `CUstream`
+    /// / `cudaStream_t` handle of that device; 0 is the legacy default
+    /// stream).
+    pub fn new(ordinal: u32, stream: usize) -> Result<DeviceCopier> {
+        let ordinal = c_int::try_from(ordinal)
+            .map_err(|_| Error::InvalidArgument(format!("no CUDA device {ordinal}")))?;
+        let driver = driver()?;
+        let ctx = driver.primary_context(ordinal)?;
+        // SAFETY: a retained primary context.
+        driver.check(unsafe { (driver.ctx_push)(ctx) }, "cuCtxPushCurrent")?;
+        Ok(DeviceCopier {
+            driver,
+            stream: stream as CuStream,
+            _not_send: std::marker::PhantomData,
+        })
+    }
+
+    /// Queues a copy of `len` bytes from host `from` to device `to`.
+    ///
+    /// # Safety
+    /// `from..from+len` must stay readable, and `to..to+len` device memory
+    /// of this copier's device, until [`DeviceCopier::synchronize`] returns.
+    pub unsafe fn copy(&self, to: u64, from: usize, len: usize) -> Result<()> {
+        let status = (self.driver.memcpy_htod_async)(to, from as *const c_void, len, self.stream);
+        self.driver.check(status, "cuMemcpyHtoDAsync")
+    }
+
+    /// Waits for every copy queued on the stream.
+    pub fn synchronize(&self) -> Result<()> {
+        // SAFETY: the caller's stream handle, in the current context.
+        let status = unsafe { (self.driver.stream_synchronize)(self.stream) };
+        self.driver.check(status, "cuStreamSynchronize")
+    }
+}
+
+impl Drop for DeviceCopier {
+    fn drop(&mut self) {
+        let mut previous: CuContext = std::ptr::null_mut();
+        // SAFETY: pops the context `new` pushed on this thread.
+        let _ = unsafe { (self.driver.ctx_pop)(&mut previous) };
+    }
+}
+
+/// Where a read into device memory goes: `len` bytes (the image's) at
+/// `addr` on device `device`, copied on `stream`.
+#[derive(Clone, Copy, Debug)]
+pub struct DeviceTarget {
+    pub addr: u64,
+    pub device: u32,
+    pub stream: usize,
+}
+
+/// READs `source` into registered host memory at `staging` (room for the
+/// image) in chunks of `chunk` bytes, copying each chunk on to `target` as
+/// it lands ([`Reader::read_into`]: slot header, and content hash when the
+/// reader verifies); returns once the copies have ended, whatever the
+/// READ's outcome. Only `Ok` says the device bytes are the published ones.
+///
+/// # Safety
+/// `staging` must stay registered and allocated, and `target` device memory
+/// with room for the image, until this returns (or, on an error with
+/// `may_land`, for as long as the READ may still land).
+pub unsafe fn read_to_device(
+    reader: &Reader,
+    source: &Source,
+    staging: usize,
+    target: DeviceTarget,
+    chunk: usize,
+) -> std::result::Result<(), ReadError> {
+    let refused = |error: Error| ReadError {
+        error,
+        may_land: false,
+    };
+    let copier = DeviceCopier::new(target.device, target.stream).map_err(refused)?;
+    let outcome = reader.read_into(
+        source,
+        (staging, MemType::Dram, 0),
+        chunk,
+        &mut |at, len| {
+            // SAFETY: the chunk has landed in staging memory; both ends are
+            // the caller's contract, and every copy ends before the return.
+            unsafe { copier.copy(target.addr + at as u64, staging + at, len) }
+        },
+    );
+    // The staging memory is read by the copies until they end.
+    let synced = copier.synchronize();
+    outcome.and(synced.map_err(refused))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_machine_without_the_driver_gets_a_transfer_error_not_a_crash() {
+        // On CI (no GPU, no libcuda) this is the error path; on a GPU
+        // machine the copier is made for device 0 on the default stream.
+        match DeviceCopier::new(0, 0) {
+            Ok(copier) => copier.synchronize().unwrap(),
+            Err(Error::Transfer(message)) => assert!(message.contains("CUDA"), "{message}"),
+            Err(other) => panic!("unexpected error {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_device_ordinal_past_c_int_is_refused() {
+        assert!(matches!(
+            DeviceCopier::new(u32::MAX, 0),
+            Err(Error::InvalidArgument(_))
+        ));
+    }
+}
