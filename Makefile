@@ -129,6 +129,7 @@ bench: build-dev
 	cargo bench --bench decode
 	$(PY) benches/decode_vs_peers.py
 	$(PY) benches/fetch_decode.py
+	$(PY) benches/publish_batch.py
 	$(PY) benches/transfer.py
 
 # Chat completions with one image through real vLLM servers: vLLM's loader

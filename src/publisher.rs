@@ -6,12 +6,14 @@
 //! free marks the slot header free under the pool lock before the range can
 //! be taken again, so a READ still in flight on it fails the reader's check.
 
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use parking_lot::{Mutex, RwLock};
+use rayon::prelude::*;
 
 use crate::agent::{Agent, AgentOptions, RegisteredPool, SlotPool};
 use crate::decode::{self, DecodeOptions, ImageInfo, Mode, OutputShape};
@@ -60,6 +62,15 @@ pub struct Published {
     /// grows; a reader keeps the newest it has seen).
     pub metadata: String,
     pub metadata_version: u64,
+}
+
+/// One image of a [`Publisher::publish_many`] batch.
+#[derive(Clone, Copy, Debug)]
+pub struct BatchImage<'a> {
+    /// The encoded image.
+    pub data: &'a [u8],
+    /// The size to resize it to right after decoding, if any.
+    pub resize: Option<crate::resize::Target>,
 }
 
 #[derive(Default)]
@@ -160,11 +171,7 @@ impl Publisher {
         rgbx: bool,
         resize: Option<&crate::resize::Target>,
     ) -> Result<Published> {
-        if rgbx && opts.mode != Mode::Rgb {
-            return Err(Error::InvalidArgument(
-                "the RGBX layout needs mode RGB".to_string(),
-            ));
-        }
+        check_layout(opts, rgbx)?;
         let info = decode::probe(data, &opts.limits)?;
         let source_shape = info.output_shape(opts);
         let shape = decode::resized_shape(source_shape, resize);
@@ -174,6 +181,11 @@ impl Publisher {
             shape.len()
         };
         let (slot, region, metadata_version) = self.shared.acquire(len)?;
+        let mut taken = TakenSlot {
+            shared: &self.shared,
+            slot,
+            leased: false,
+        };
         let pixels_at = slot.offset + SLOT_HEADER_BYTES;
         // SAFETY: the slot's range belongs to this call until it is published.
         let pixels = unsafe { region.slice_mut(pixels_at, len) };
@@ -186,17 +198,8 @@ impl Publisher {
                     wire::content_hash(pixels)
                 },
             );
-        let content_hash = match decoded {
-            Ok(hash) => hash,
-            Err(e) => {
-                self.shared.free(slot.id, slot.generation);
-                self.shared
-                    .counters
-                    .returned
-                    .fetch_add(1, Ordering::Relaxed);
-                return Err(e);
-            }
-        };
+        // A failed decode gives the slot back (`taken`'s drop).
+        let content_hash = decoded?;
         let header = SlotHeader {
             slot: slot.id,
             generation: slot.generation,
@@ -213,6 +216,7 @@ impl Publisher {
             state
                 .pool
                 .start_lease(slot.id, slot.generation, now + lease);
+            taken.leased = true;
         }
         let (version, metadata) = self.shared.metadata.read().clone();
         debug_assert!(version >= metadata_version);
@@ -233,6 +237,26 @@ impl Publisher {
             metadata,
             metadata_version: version,
         })
+    }
+
+    /// Publishes every image of `images` as [`Publisher::publish`] would,
+    /// each with its own resize target, decoding them side by side on
+    /// `pool`. One result per image, in input order: an image that fails
+    /// (not a format decoded here, corrupt, no slot free in time, even a
+    /// panicking decoder) costs only itself and keeps no slot. Each `Ok` is a
+    /// published slot the caller now owns, freed as one from `publish` is.
+    /// Fails as a whole only for options no image could be published with.
+    pub fn publish_many(
+        &self,
+        pool: &rayon::ThreadPool,
+        images: &[BatchImage<'_>],
+        opts: &DecodeOptions,
+        rgbx: bool,
+    ) -> Result<Vec<Result<Published>>> {
+        check_layout(opts, rgbx)?;
+        Ok(each_on_pool(pool, images, |image| {
+            self.publish(image.data, opts, rgbx, image.resize.as_ref())
+        }))
     }
 
     /// Frees a slot the caller no longer wants published.
@@ -260,6 +284,76 @@ impl Publisher {
 impl Drop for Publisher {
     fn drop(&mut self) {
         self.close();
+    }
+}
+
+fn check_layout(opts: &DecodeOptions, rgbx: bool) -> Result<()> {
+    if rgbx && opts.mode != Mode::Rgb {
+        return Err(Error::InvalidArgument(
+            "the RGBX layout needs mode RGB".to_string(),
+        ));
+    }
+    Ok(())
+}
+
+/// `work` applied to every item, side by side on `pool` (on the caller's
+/// thread for a single item: nothing to overlap), one result each in input
+/// order. A `work` that panics fails only its own item: by then the other
+/// items' work may be done, and only their results say what the caller now
+/// owns (for a publish, which slots it must free).
+fn each_on_pool<I: Sync, T: Send>(
+    pool: &rayon::ThreadPool,
+    items: &[I],
+    work: impl Fn(&I) -> Result<T> + Sync,
+) -> Vec<Result<T>> {
+    let one = |item: &I| {
+        catch_unwind(AssertUnwindSafe(|| work(item))).unwrap_or_else(|panic| {
+            Err(Error::decode(format!(
+                "publishing this image panicked (a bug in pixelwire): {}",
+                panic_message(panic.as_ref())
+            )))
+        })
+    };
+    if items.len() == 1 {
+        return items.iter().map(one).collect();
+    }
+    pool.install(|| {
+        items
+            .par_iter()
+            // One item per task, as in `decode::decode_many`: a large image
+            // must not hold back the ones queued behind it.
+            .with_max_len(1)
+            .map(one)
+            .collect()
+    })
+}
+
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
+    payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("no message")
+}
+
+/// A slot taken for one publish. It is given back (and counted as returned)
+/// when dropped before its lease starts, so a decode that fails, or a panic
+/// on the way, never leaves a slot that no lease will ever reclaim.
+struct TakenSlot<'a> {
+    shared: &'a Shared,
+    slot: Slot,
+    leased: bool,
+}
+
+impl Drop for TakenSlot<'_> {
+    fn drop(&mut self) {
+        if !self.leased {
+            self.shared.free(self.slot.id, self.slot.generation);
+            self.shared
+                .counters
+                .returned
+                .fetch_add(1, Ordering::Relaxed);
+        }
     }
 }
 
@@ -395,6 +489,36 @@ mod tests {
             Duration::from_millis(250)
         );
         assert_eq!(read_margin(Duration::from_secs(60)), Duration::from_secs(5));
+    }
+
+    #[test]
+    fn each_item_has_its_own_result_in_order_and_a_panic_fails_only_its_own() {
+        let pool = decode::thread_pool(Some(3)).unwrap();
+        let items: Vec<usize> = (0..64).collect();
+        for _ in 0..5 {
+            let results = each_on_pool(&pool, &items, |&n| match n {
+                7 => panic!("item {n} panics"),
+                9 => Err(Error::UnsupportedFormat(format!("item {n} fails"))),
+                _ => Ok(n * 10),
+            });
+            assert_eq!(results.len(), items.len());
+            for (n, result) in results.into_iter().enumerate() {
+                match (n, result) {
+                    (7, Err(Error::Decode(message))) => {
+                        assert!(message.contains("panicked") && message.contains("item 7 panics"))
+                    }
+                    (9, Err(Error::UnsupportedFormat(message))) => {
+                        assert_eq!(message, "item 9 fails")
+                    }
+                    (n, Ok(value)) if n != 7 && n != 9 => assert_eq!(value, n * 10),
+                    (n, other) => panic!("item {n}: unexpected {other:?}"),
+                }
+            }
+        }
+        // A single item runs on the caller's thread.
+        let caller = std::thread::current().id();
+        let results = each_on_pool(&pool, &[()], |()| Ok(std::thread::current().id()));
+        assert_eq!(results, [Ok(caller)]);
     }
 
     #[test]

@@ -305,6 +305,53 @@ def test_formats_pixelwire_does_not_decode_pass_through_to_the_worker(frontend: 
     assert stack.metric(frontend.get("/metrics"), "pixelwire_frontend_images_total", path="passthrough") >= 1
 
 
+def _counts(service: stack.Service) -> dict[str, float]:
+    text = service.get("/metrics")
+    return {
+        "nixl": stack.metric(text, "pixelwire_frontend_images_total", path="nixl"),
+        "passthrough": stack.metric(text, "pixelwire_frontend_images_total", path="passthrough"),
+        "timed": stack.metric(text, "pixelwire_frontend_decode_seconds_count", path="nixl"),
+        "released": stack.metric(text, "pixelwire_frontend_released_at_request_end_total"),
+        "decode_errors": stack.metric(text, "pixelwire_frontend_errors_total", type="DecodeError"),
+    }
+
+
+def test_a_requests_images_are_decoded_as_one_batch(frontend: stack.Service, upstream: Upstream) -> None:
+    """A request's images are decoded side by side, in one batch: each
+    arrives with vLLM's pixels, in its place; a format pixelwire does not
+    decode among them goes on as its bytes; one that cannot be decoded fails
+    the request, naming it, and every image the batch did publish is freed
+    at once (not at lease end)."""
+    names = ["hopper.png", "flower2.jpg", "g4_orientation_6.tif", "transparent.png", "hopper.png"]
+    urls = [stack.data_url(name) for name in names]
+    before = _counts(frontend)
+    status, raw = _post(frontend, _chat(*urls))
+    assert status == 201, raw
+    images = json.loads(raw)["images"]
+    assert images[0] == images[4] == _expected("hopper.png")
+    assert images[1]["shape"] == _expected("flower2.jpg")["shape"]
+    assert images[2] == {"url": "data:application/octet-stream;base64," + urls[2].split(",", 1)[1][:3]}
+    assert images[3] == _expected("transparent.png")
+    assert _wait_empty(frontend, 5) == 0
+    after = _counts(frontend)
+    assert after["nixl"] - before["nixl"] == 4 and after["timed"] - before["timed"] == 4
+    assert after["passthrough"] - before["passthrough"] == 1
+
+    calls = upstream.calls
+    corrupt = f"data:image/png;base64,{_TRUNCATED_PNG}"
+    code, body = _post(frontend, _chat(urls[0], urls[1], corrupt, urls[3]))
+    assert code == 400, body
+    assert body["error"]["param"] == "messages[0].content[2]"
+    assert body["error"]["message"].startswith("messages[0].content[2]: could not decode the image: ")
+    assert upstream.calls == calls
+    assert _wait_empty(frontend, 2) == 0
+    failed = _counts(frontend)
+    assert failed["released"] - after["released"] == 3, (
+        "the three published images, freed by the request's end"
+    )
+    assert failed["decode_errors"] - after["decode_errors"] == 1
+
+
 def test_client_supplied_descriptors_are_refused(frontend: stack.Service, upstream: Upstream) -> None:
     reference = encode_reference({"x": 1}, SECRET)
     calls = upstream.calls

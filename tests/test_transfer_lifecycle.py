@@ -177,25 +177,36 @@ def test_a_reclaimed_or_reused_slot_is_never_read_as_pixels(verify: bool) -> Non
         front.close()
 
 
-def test_cancelling_a_publish_mid_decode_frees_its_slot() -> None:
-    """A client that goes away while its image is being decoded: the slot the
-    decode was writing is freed when the decode ends, not at lease end."""
-    data = _png(3000, 2000, seed=6)
+@pytest.mark.parametrize("images", [1, 4])
+def test_cancelling_a_publish_mid_decode_frees_its_slots(images: int) -> None:
+    """A client that goes away while its image, or its request's batch of
+    images, is being decoded: every slot the decode fills is freed when the
+    decode ends, not at lease end, including those published after the
+    cancel."""
+    sources = [_png(3000, 2000, seed=6 + n) for n in range(images)]
 
     async def main() -> dict[str, int]:
         async with pixelwire.Publisher(lease_seconds=60) as publisher:
-            task = asyncio.create_task(publisher.decode_and_publish(data))
+            task: asyncio.Task[object]
+            if images == 1:
+                task = asyncio.create_task(publisher.decode_and_publish(sources[0]))
+            else:
+                task = asyncio.create_task(publisher.decode_and_publish_many(sources))
             await asyncio.sleep(0.05)
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
-            deadline = time.monotonic() + 10
+            deadline = time.monotonic() + 20
+            while publisher.stats()["published"] < images and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
             while publisher.stats()["slots_in_use"] and time.monotonic() < deadline:
                 await asyncio.sleep(0.05)
             return publisher.stats()
 
     stats = asyncio.run(main())
+    assert stats["published"] == images, stats
     assert stats["slots_in_use"] == 0 and stats["bytes_in_use"] == 0, stats
+    assert stats["returned"] == images, "freed by the cancelled publish, not by a lease"
 
 
 def test_a_read_that_fails_before_its_transfer_locks_no_receive_memory(

@@ -219,6 +219,27 @@ class NativePublisher:
         resize_filter: Literal["bicubic", "bilinear"] = "bicubic",
     ) -> Published:
         """Decodes ``data`` into a pool slot and starts its lease (GIL released)."""
+    def publish_many(
+        self,
+        inputs: Sequence[Buffer],
+        *,
+        mode: Literal["RGB", "RGBA", "L"] = "RGB",
+        background: tuple[int, int, int] = (255, 255, 255),
+        rgbx: bool = False,
+        resizes: Sequence[tuple[int, int] | None] | None = None,
+        resize_kernel: Literal["torchvision", "pillow"] = "torchvision",
+        resize_filter: Literal["bicubic", "bilinear"] = "bicubic",
+        threads: int | None = None,
+    ) -> list[Published | PixelwireError | ValueError]:
+        """:meth:`publish` for every input, input ``i`` resized to
+        ``resizes[i]`` when that is not None, decoded side by side on a pool
+        of ``threads`` native threads (every core when None; the pools of
+        :func:`decode_many`) with the GIL released. One item per input, in
+        order: its fields, or the exception it failed with (returned, not
+        raised, ``index`` unset: its position says which input; the others
+        are published all the same and their slots are the caller's). A
+        batch of one is decoded on the calling thread. Raises only for
+        options no input could be published with."""
     def release(self, slot: int, generation: int) -> bool: ...
     def stats(self) -> dict[str, int]: ...
     def close(self) -> None: ...

@@ -22,7 +22,8 @@ import posixpath
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from time import perf_counter
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 import aiohttp
@@ -38,12 +39,15 @@ from pixelwire._native import (
     PoolExhausted,
     UnsupportedFormat,
 )
-from pixelwire.config import DECODED_MODES, FrontendConfig, Layout
-from pixelwire.descriptor import Decoded
+from pixelwire.config import DECODED_MODES, FrontendConfig, Layout, Mode
+from pixelwire.descriptor import Decoded, PassThrough
 from pixelwire.fetch import Fetcher
 from pixelwire.metrics import ImageMetrics
 from pixelwire.publisher import Publisher
 from pixelwire.signing import encode_reference, is_reference
+
+if TYPE_CHECKING:
+    from pixelwire.resize import ResizePolicy
 
 log = logging.getLogger("pixelwire.frontend")
 
@@ -94,6 +98,14 @@ _KINDS = {
     503: "ServiceUnavailableError",
     504: "GatewayTimeoutError",
 }
+
+
+@dataclass(frozen=True)
+class _Fetched:
+    """An image part's encoded bytes, fetched to be decoded here, and when its fetch started."""
+
+    data: bytes
+    started: float
 
 
 @dataclass
@@ -515,40 +527,23 @@ class Frontend:
                 raise over[0]
             return data
 
-        async def one(part: _ImagePart) -> str:
+        async def one(part: _ImagePart) -> str | _Fetched:
+            """The part's new URL; for an image to decode here, its bytes."""
             if self.config.decode_at == "worker":
                 # The worker fetches, with its own guard (vLLM's allowed
                 # domains); refuse here what this one would refuse too.
                 self.fetcher.check(part.url)
                 self.metrics.handled("passthrough", 0)
                 return part.url
+            started = perf_counter()
+            data = await fetch(part)
             if not native:
                 # A mode pixelwire does not decode: fetched here, through this
                 # guard, and handed on as the bytes, never as a URL the worker
                 # would fetch again (its answer could differ).
-                data = await fetch(part)
                 self.metrics.handled("passthrough", 0)
                 return _bytes_url(data)
-            try:
-                with self.metrics.timed("nixl"):
-                    # vLLM wants PIL images: RGB goes in Pillow's layout, mapped not copied.
-                    layout: Layout = "RGBX" if mode == "RGB" else "HWC"
-                    data = await fetch(part)
-                    result = await self.publisher.decode_and_publish(
-                        data, mode=mode, background=background, layout=layout, resize=resize
-                    )
-            except UnsupportedFormat:
-                # Not a format pixelwire decodes: the bytes already fetched go
-                # on to the worker, whose plug-in hands them to vLLM's loader.
-                self.metrics.handled("passthrough", 0)
-                return _bytes_url(data)
-            assert isinstance(result, Decoded)
-            out.append(result)
-            # Bytes at the decoded size, in the layout shipped.
-            source = result.resize["source"] if result.resize else result.shape[:2]
-            at_source = result.size * source[0] * source[1] // (result.shape[0] * result.shape[1])
-            self.metrics.handled("nixl", result.size, at_source)
-            return encode_reference(result.to_dict(), self.config.secret)
+            return _Fetched(data, started)
 
         # One request's fetches share a few connections, so a request full of
         # slow URLs cannot hold every pooled connection the others need.
@@ -556,15 +551,64 @@ class Frontend:
             results = await asyncio.gather(*(one(p) for p in parts), return_exceptions=True)
         if over:
             raise over[0]
+        # An image that could not be fetched fails the request before any is decoded.
+        self._raise_first_failure(parts, results)
+        # The rest are decoded side by side, in one trip off the event loop.
+        to_decode = [(i, result) for i, result in enumerate(results) if isinstance(result, _Fetched)]
+        if to_decode:
+            await self._decode_fetched(to_decode, results, mode, background, resize, out)
+            self._raise_first_failure(parts, results)
+        for part, result in zip(parts, results, strict=True):
+            assert isinstance(result, str)
+            part.holder[part.key] = result
+
+    async def _decode_fetched(
+        self,
+        fetched: list[tuple[int, _Fetched]],
+        results: list[str | _Fetched | BaseException],
+        mode: Mode,
+        background: tuple[int, int, int],
+        resize: ResizePolicy | None,
+        out: list[Decoded],
+    ) -> None:
+        """Decodes and publishes the request's fetched images (each with its
+        index in ``results``) in one batch on native threads, and puts each
+        one's new URL, or its error, in its place. Everything published goes
+        into ``out`` before any result is looked at, so whatever fails, the
+        request's end releases every slot."""
+        # vLLM wants PIL images: RGB goes in Pillow's layout, mapped not copied.
+        layout: Layout = "RGBX" if mode == "RGB" else "HWC"
+        outcomes = await self.publisher.decode_and_publish_many(
+            [item.data for _, item in fetched], mode=mode, background=background, layout=layout, resize=resize
+        )
+        done = perf_counter()
+        out.extend(outcome for outcome in outcomes if isinstance(outcome, Decoded))
+        for (index, item), outcome in zip(fetched, outcomes, strict=True):
+            assert not isinstance(outcome, PassThrough), "images are fetched only to be decoded here"
+            if isinstance(outcome, UnsupportedFormat):
+                # Not a format pixelwire decodes: the bytes already fetched go
+                # on to the worker, whose plug-in hands them to vLLM's loader.
+                self.metrics.handled("passthrough", 0)
+                results[index] = _bytes_url(item.data)
+            elif isinstance(outcome, Exception):
+                results[index] = outcome
+            else:
+                # Fetch and decode, as the request waited for them.
+                self.metrics.observe("nixl", done - item.started)
+                # Bytes at the decoded size, in the layout shipped.
+                source = outcome.resize["source"] if outcome.resize else outcome.shape[:2]
+                at_source = outcome.size * source[0] * source[1] // (outcome.shape[0] * outcome.shape[1])
+                self.metrics.handled("nixl", outcome.size, at_source)
+                results[index] = encode_reference(outcome.to_dict(), self.config.secret)
+
+    def _raise_first_failure(self, parts: list[_ImagePart], results: list[Any]) -> None:
+        """The request's answer when one of its images failed: the first one's error."""
         for part, result in zip(parts, results, strict=True):
             if isinstance(result, BaseException):
                 if not isinstance(result, Exception):
                     raise result
                 self.metrics.failed(result)
                 raise _image_error(part, result)
-        for part, result in zip(parts, results, strict=True):
-            assert isinstance(result, str)
-            part.holder[part.key] = result
 
     async def _forward(
         self, request: web.Request, body: bytes, *, route: str, path: str | None = None

@@ -78,8 +78,12 @@ class ImageMetrics:
     def failed(self, error: BaseException) -> None:
         self.errors.labels(type=type(error).__name__).inc()
 
+    def observe(self, path: str, seconds: float) -> None:
+        """One image's fetch and decode (or read) took `seconds`."""
+        self.decode_seconds.labels(path=path).observe(seconds)
+
     @contextlib.contextmanager
     def timed(self, path: str) -> Iterator[None]:
         start = perf_counter()
         yield
-        self.decode_seconds.labels(path=path).observe(perf_counter() - start)
+        self.observe(path, perf_counter() - start)

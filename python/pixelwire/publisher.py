@@ -8,9 +8,11 @@ import asyncio
 import base64
 import hashlib
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from pixelwire import _native, config
+from pixelwire._native import PixelwireError
 from pixelwire.config import (
     ACQUIRE_TIMEOUT,
     BACKGROUND,
@@ -38,38 +40,123 @@ def default_fetcher() -> Fetcher:
     return Fetcher(allow_private=allow_private_from_env())
 
 
-def _publish(
+def _resize_target(
+    data: bytes | bytearray, resize: ResizePolicy | None
+) -> tuple[int, int] | Exception | None:
+    """The (height, width) `resize` gives the image, from its header (the
+    orientation applied); the error instead when its header says no."""
+    if resize is None:
+        return None
+    try:
+        return resize.target(*_native.probe_image(data)["oriented_size"])
+    except (PixelwireError, ValueError) as error:
+        return error
+
+
+def _publish_many(
     native: _native.NativePublisher,
-    data: bytes | bytearray,
+    sources: Sequence[bytes | bytearray],
     mode: Mode,
     background: tuple[int, int, int],
     layout: Layout,
     resize: ResizePolicy | None,
-) -> tuple[_native.Published, str]:
-    """Decode-and-publish (resized as `resize` says) plus the source digest,
-    in one trip off the event loop (hashlib releases the GIL on large inputs)."""
-    size = None
+) -> list[tuple[_native.Published, str] | Exception]:
+    """Decode-and-publish of every source (each resized as `resize` says),
+    side by side on native threads, plus each published source's SHA-256, in
+    one trip off the event loop (hashlib releases the GIL on large inputs).
+    One result per source, in order; a source that fails costs only itself."""
+    targets = [_resize_target(data, resize) for data in sources]
+    to_publish = [index for index, target in enumerate(targets) if not isinstance(target, Exception)]
     options: dict[str, Any] = {}
     if resize is not None:
-        height, width = _native.probe_image(data)["oriented_size"]
-        size = resize.target(height, width)
         options = {"resize_kernel": resize.kernel, "resize_filter": resize.filter}
-    fields = native.publish(
-        data, mode=mode, background=background, rgbx=layout == "RGBX", resize=size, **options
+    published = iter(
+        native.publish_many(
+            [sources[index] for index in to_publish],
+            mode=mode,
+            background=background,
+            rgbx=layout == "RGBX",
+            resizes=[target for target in targets if not isinstance(target, Exception)],
+            **options,
+        )
+        if to_publish
+        else []
     )
-    return fields, hashlib.sha256(data).hexdigest()
+    outcomes: list[tuple[_native.Published, str] | Exception] = []
+    for data, target in zip(sources, targets, strict=True):
+        fields = target if isinstance(target, Exception) else next(published)
+        outcomes.append(
+            fields if isinstance(fields, Exception) else (fields, hashlib.sha256(data).hexdigest())
+        )
+    return outcomes
 
 
 def _release_when_published(native: _native.NativePublisher) -> Any:
-    """A done-callback that frees what an abandoned publish published."""
+    """A done-callback that frees what an abandoned batch published."""
 
-    def release(work: asyncio.Future[tuple[_native.Published, str]]) -> None:
+    def release(work: asyncio.Future[list[tuple[_native.Published, str] | Exception]]) -> None:
         if work.cancelled() or work.exception() is not None:
             return
-        fields, _ = work.result()
-        native.release(fields["slot"], fields["generation"])
+        for outcome in work.result():
+            if not isinstance(outcome, Exception):
+                fields, _ = outcome
+                native.release(fields["slot"], fields["generation"])
 
     return release
+
+
+def _pass_through(source: bytes | bytearray | memoryview | str) -> PassThrough:
+    """What worker mode hands on for `source`: its URL, or its bytes as a ``data:`` URL."""
+    if isinstance(source, str):
+        return PassThrough(source)
+    encoded = base64.b64encode(bytes(source)).decode()
+    return PassThrough(f"data:application/octet-stream;base64,{encoded}")
+
+
+def _decoded(
+    agent: str,
+    fields: _native.Published,
+    source_sha256: str,
+    mode: Mode,
+    background: tuple[int, int, int],
+    layout: Layout,
+    resize: ResizePolicy | None,
+    published_at: float,
+) -> Decoded:
+    """The descriptor of one image `agent` published."""
+    return Decoded(
+        nixl_metadata=fields["metadata"],
+        metadata_version=fields["metadata_version"],
+        addr=fields["addr"],
+        size=fields["size"],
+        shape=fields["shape"],
+        format=fields["format"],
+        color_type=mode,
+        content_hash=fields["content_hash"],
+        agent=agent,
+        slot=fields["slot"],
+        generation=fields["generation"],
+        expires_at=fields["expires_at"],
+        notification=fields["notification"],
+        background=background,
+        published_at=published_at,
+        source_sha256=source_sha256,
+        layout=layout,
+        extra={"source_mode": fields["color_type"]},
+        resize=None
+        if resize is None
+        else {"policy": resize.identity, "source": list(fields["source_shape"])},
+    )
+
+
+def _check_resize(mode: Mode, resize: ResizePolicy | None) -> None:
+    if resize is not None and mode != "RGB":
+        raise ValueError("a model-aware resize needs mode='RGB' (what the processors see)")
+
+
+def _encoded(source: bytes | bytearray | memoryview) -> bytes | bytearray:
+    """Encoded bytes as the native side takes them in place (a memoryview is copied)."""
+    return bytes(source) if isinstance(source, memoryview) else source
 
 
 class Publisher:
@@ -193,50 +280,82 @@ class Publisher:
         With ``decode_at="worker"`` it does neither and returns a
         :class:`PassThrough`."""
         if self.decode_at == "worker":
-            if isinstance(source, str):
-                return PassThrough(source)
-            encoded = base64.b64encode(bytes(source)).decode()
-            return PassThrough(f"data:application/octet-stream;base64,{encoded}")
+            return _pass_through(source)
         native = self._opened()
-        if isinstance(source, str):
-            data: bytes | bytearray = await self.fetcher.fetch(source)
-        else:
-            data = bytes(source) if isinstance(source, memoryview) else source
-        if resize is not None and mode != "RGB":
-            raise ValueError("a model-aware resize needs mode='RGB' (what the processors see)")
+        _check_resize(mode, resize)
+        data = await self.fetcher.fetch(source) if isinstance(source, str) else _encoded(source)
+        (outcome,) = await self._publish_off_loop(native, [data], mode, background, layout, resize)
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    async def decode_and_publish_many(
+        self,
+        sources: Sequence[bytes | bytearray | memoryview | str],
+        *,
+        mode: Mode = "RGB",
+        background: tuple[int, int, int] = BACKGROUND,
+        layout: Layout = "HWC",
+        resize: ResizePolicy | None = None,
+    ) -> list[Decoded | PassThrough | Exception]:
+        """:meth:`decode_and_publish` for every source, with the same options:
+        URLs fetched concurrently, then every image decoded side by side on
+        native threads (all cores) in one trip off the event loop. One result
+        per source, in order: its :class:`Decoded` (:class:`PassThrough` with
+        ``decode_at="worker"``), or the exception it failed with
+        (:class:`pixelwire.UnsupportedFormat`, :class:`pixelwire.DecodeError`,
+        :class:`pixelwire.FetchError`, :class:`pixelwire.PoolExhausted`, ...),
+        returned, not raised: the others are published all the same, and the
+        caller owns them (a reader's notification, :meth:`release` or the
+        lease frees each). Cancelled, it frees whatever the batch publishes."""
+        if self.decode_at == "worker":
+            return [_pass_through(source) for source in sources]
+        native = self._opened()
+        _check_resize(mode, resize)
+        urls = [source for source in sources if isinstance(source, str)]
+        fetched = iter(await self.fetcher.fetch_many(urls) if urls else [])
+        encoded: list[bytes | bytearray | Exception] = [
+            next(fetched) if isinstance(source, str) else _encoded(source) for source in sources
+        ]
+        published = iter(
+            await self._publish_off_loop(
+                native,
+                [data for data in encoded if not isinstance(data, Exception)],
+                mode,
+                background,
+                layout,
+                resize,
+            )
+        )
+        return [data if isinstance(data, Exception) else next(published) for data in encoded]
+
+    async def _publish_off_loop(
+        self,
+        native: _native.NativePublisher,
+        sources: list[bytes | bytearray],
+        mode: Mode,
+        background: tuple[int, int, int],
+        layout: Layout,
+        resize: ResizePolicy | None,
+    ) -> list[Decoded | Exception]:
+        """:func:`_publish_many` in a worker thread, each result as its descriptor."""
         work = asyncio.ensure_future(
-            asyncio.to_thread(_publish, native, data, mode, background, layout, resize)
+            asyncio.to_thread(_publish_many, native, sources, mode, background, layout, resize)
         )
         try:
-            fields, source_sha256 = await asyncio.shield(work)
+            outcomes = await asyncio.shield(work)
         except asyncio.CancelledError:
-            # The caller went away mid-decode; the decode thread goes on, so
-            # the slot it fills is freed as soon as it is published.
+            # The caller went away mid-decode; the decode threads go on, so
+            # the slots they fill are freed as soon as they are published.
             work.add_done_callback(_release_when_published(native))
             raise
-        return Decoded(
-            nixl_metadata=fields["metadata"],
-            metadata_version=fields["metadata_version"],
-            addr=fields["addr"],
-            size=fields["size"],
-            shape=fields["shape"],
-            format=fields["format"],
-            color_type=mode,
-            content_hash=fields["content_hash"],
-            agent=native.agent_name,
-            slot=fields["slot"],
-            generation=fields["generation"],
-            expires_at=fields["expires_at"],
-            notification=fields["notification"],
-            background=background,
-            published_at=time.time(),
-            source_sha256=source_sha256,
-            layout=layout,
-            extra={"source_mode": fields["color_type"]},
-            resize=None
-            if resize is None
-            else {"policy": resize.identity, "source": list(fields["source_shape"])},
-        )
+        published_at = time.time()
+        return [
+            outcome
+            if isinstance(outcome, Exception)
+            else _decoded(native.agent_name, *outcome, mode, background, layout, resize, published_at)
+            for outcome in outcomes
+        ]
 
     def release(self, decoded: Decoded) -> bool:
         """Frees a published image before its reader's notification or its

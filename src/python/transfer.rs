@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use numpy::PyArray1;
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::types::{PyDict, PyList};
 
 use super::{limits_or_default, resize_target, Encoded, PyLimits};
 use crate::agent::ReadError;
@@ -15,7 +15,7 @@ use crate::background::{DoneSignal, Taken, Ticket};
 use crate::cuda::{read_to_device, DeviceTarget};
 use crate::decode::{DecodeOptions, Mode};
 use crate::errors::Error;
-use crate::publisher::{Publisher, PublisherConfig};
+use crate::publisher::{BatchImage, Published, Publisher, PublisherConfig};
 use crate::wire::{notification_for, SlotHeader};
 use std::sync::Arc;
 
@@ -48,6 +48,56 @@ fn seconds(value: f64, what: &str) -> PyResult<Duration> {
 pub struct NativePublisher {
     inner: Publisher,
     limits: crate::decode::Limits,
+}
+
+impl NativePublisher {
+    /// The decode options of a publish: the publisher's limits, and the
+    /// EXIF orientation applied, as vLLM (0.32) applies it to every image.
+    fn decode_options(&self, mode: &str, background: (u8, u8, u8)) -> PyResult<DecodeOptions> {
+        Ok(DecodeOptions {
+            mode: Mode::parse(mode)?,
+            background: [background.0, background.1, background.2],
+            limits: self.limits,
+            apply_exif_orientation: true,
+        })
+    }
+
+    /// `to_python()`, the Python objects that describe `published`; should
+    /// building them fail, the slots are freed rather than left published
+    /// with nobody holding their descriptors.
+    fn owned_by_python<T>(
+        &self,
+        published: &[&Published],
+        to_python: impl FnOnce() -> PyResult<T>,
+    ) -> PyResult<T> {
+        to_python().inspect_err(|_| {
+            for p in published {
+                self.inner.release(p.slot, p.generation);
+            }
+        })
+    }
+}
+
+/// What `NativePublisher.publish` returns for one image.
+fn published_fields<'py>(py: Python<'py>, p: &Published) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("addr", p.addr)?;
+    d.set_item("size", p.len)?;
+    d.set_item("shape", (p.shape.height, p.shape.width, p.shape.channels))?;
+    d.set_item(
+        "source_shape",
+        (p.source_shape.height, p.source_shape.width),
+    )?;
+    d.set_item("format", p.info.format.name())?;
+    d.set_item("color_type", p.info.color_type)?;
+    d.set_item("content_hash", &p.content_hash)?;
+    d.set_item("slot", p.slot)?;
+    d.set_item("generation", p.generation)?;
+    d.set_item("expires_at", p.expires_at)?;
+    d.set_item("notification", notification_for(p.slot, p.generation))?;
+    d.set_item("metadata", &p.metadata)?;
+    d.set_item("metadata_version", p.metadata_version)?;
+    Ok(d)
 }
 
 #[pymethods]
@@ -101,33 +151,68 @@ impl NativePublisher {
         resize_filter: &str,
     ) -> PyResult<Bound<'py, PyDict>> {
         let target = resize_target(resize, resize_kernel, resize_filter)?;
-        let opts = DecodeOptions {
-            mode: Mode::parse(mode)?,
-            background: [background.0, background.1, background.2],
-            limits: self.limits,
-            // vLLM (0.32) applies the EXIF orientation to every image.
-            apply_exif_orientation: true,
-        };
+        let opts = self.decode_options(mode, background)?;
         let bytes = data.as_slice();
-        let p = py.detach(|| self.inner.publish(bytes, &opts, rgbx, target.as_ref()))?;
-        let d = PyDict::new(py);
-        d.set_item("addr", p.addr)?;
-        d.set_item("size", p.len)?;
-        d.set_item("shape", (p.shape.height, p.shape.width, p.shape.channels))?;
-        d.set_item(
-            "source_shape",
-            (p.source_shape.height, p.source_shape.width),
-        )?;
-        d.set_item("format", p.info.format.name())?;
-        d.set_item("color_type", p.info.color_type)?;
-        d.set_item("content_hash", p.content_hash)?;
-        d.set_item("slot", p.slot)?;
-        d.set_item("generation", p.generation)?;
-        d.set_item("expires_at", p.expires_at)?;
-        d.set_item("notification", notification_for(p.slot, p.generation))?;
-        d.set_item("metadata", p.metadata)?;
-        d.set_item("metadata_version", p.metadata_version)?;
-        Ok(d)
+        let published = py.detach(|| self.inner.publish(bytes, &opts, rgbx, target.as_ref()))?;
+        self.owned_by_python(&[&published], || published_fields(py, &published))
+    }
+
+    /// Publishes every image of `inputs` as `publish` would, image `i`
+    /// resized to `resizes[i]` when that is not None, decoding them on a pool
+    /// of `threads` native threads (all cores by default) with the GIL
+    /// released. One item per input, in order: its descriptor fields, or the
+    /// exception that image failed with (returned, not raised: the others
+    /// are published all the same).
+    #[pyo3(signature = (inputs, *, mode = "RGB", background = (255, 255, 255), rgbx = false, resizes = None, resize_kernel = "torchvision", resize_filter = "bicubic", threads = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn publish_many<'py>(
+        &self,
+        py: Python<'py>,
+        inputs: Vec<Encoded<'py>>,
+        mode: &str,
+        background: (u8, u8, u8),
+        rgbx: bool,
+        resizes: Option<Vec<Option<(usize, usize)>>>,
+        resize_kernel: &str,
+        resize_filter: &str,
+        threads: Option<usize>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let opts = self.decode_options(mode, background)?;
+        let resizes = resizes.unwrap_or_else(|| vec![None; inputs.len()]);
+        if resizes.len() != inputs.len() {
+            return Err(Error::InvalidArgument(format!(
+                "resizes has {} entries for {} inputs (one each, None for no resize)",
+                resizes.len(),
+                inputs.len()
+            ))
+            .into());
+        }
+        let images = inputs
+            .iter()
+            .zip(resizes)
+            .map(|(data, size)| {
+                Ok(BatchImage {
+                    data: data.as_slice(),
+                    resize: resize_target(size, resize_kernel, resize_filter)?,
+                })
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        let pool = crate::decode::thread_pool(threads)?;
+        let outcomes = py.detach(|| self.inner.publish_many(&pool, &images, &opts, rgbx))?;
+        let published: Vec<&Published> = outcomes.iter().flatten().collect();
+        self.owned_by_python(&published, || {
+            let items = outcomes
+                .iter()
+                .map(|outcome| match outcome {
+                    Ok(p) => Ok(published_fields(py, p)?.into_any()),
+                    Err(e) => Ok(PyErr::from(e.clone())
+                        .into_value(py)
+                        .into_bound(py)
+                        .into_any()),
+                })
+                .collect::<PyResult<Vec<_>>>()?;
+            PyList::new(py, items)
+        })
     }
 
     fn release(&self, slot: u64, generation: u64) -> bool {
