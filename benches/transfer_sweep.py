@@ -54,6 +54,10 @@ VARIANTS: dict[str, dict[str, str]] = {
 }
 
 
+# Chunk sizes of the CUDA reads the breakdown compares in the same process.
+CUDA_CHUNKS_MIB = (2, 4, 8, 16)
+
+
 def bench(env: dict[str, str], repeats: int, sizes: str, naive: bool) -> list[dict[str, Any]]:
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
         cmd = [sys.executable, os.path.join(os.path.dirname(__file__), "transfer.py")]
@@ -71,7 +75,7 @@ async def breakdown(sizes: list[int], n: int) -> list[dict[str, Any]]:
     read_decoded, hash on and off; with CUDA, the READ into registered
     pinned memory alone (``read_into``, no copy; hashed when verifying), the
     same with each chunk copied on to the device (``start_read_to_cuda``
-    waited for in place) and the whole CUDA read_decoded."""
+    waited for in place) for several chunk sizes and the whole CUDA read_decoded."""
     import pixelwire
     from pixelwire import config
     from pixelwire._native import NativeReader
@@ -84,7 +88,7 @@ async def breakdown(sizes: list[int], n: int) -> list[dict[str, Any]]:
 
     cuda = bool(cuda_devices())
     out = []
-    front = FrontendProcess(pool_bytes=3072 << 20, lease=120, region_bytes=256 << 20)
+    front = FrontendProcess(pool_bytes=8192 << 20, lease=120, region_bytes=256 << 20)
     try:
         for verify in (True, False):
             settings = {**dataclasses.asdict(config.ReaderSettings.from_env()), "verify": verify}
@@ -108,8 +112,9 @@ async def breakdown(sizes: list[int], n: int) -> list[dict[str, Any]]:
                     pinned = torch.empty(max(sizes), dtype=torch.uint8, pin_memory=True)
                     native.register(addr=pinned.data_ptr(), size=pinned.numel(), mem_type="Dram", device=0)
                 for size in sizes:
+                    to_cuda = [f"pinned_read_to_cuda_{mib}MiB_chunks" for mib in CUDA_CHUNKS_MIB]
                     kinds = ["direct", "threaded", "whole"] + (
-                        ["pinned_read_into", "pinned_read_to_cuda", "cuda_whole"] if cuda else []
+                        ["pinned_read_into", *to_cuda, "cuda_whole"] if cuda else []
                     )
                     if cuda:
                         device_out = torch.empty(size, dtype=torch.uint8, device="cuda")
@@ -129,14 +134,14 @@ async def breakdown(sizes: list[int], n: int) -> list[dict[str, Any]]:
                             x = await r.read_decoded(d, output="numpy")
                         elif kind == "pinned_read_into":
                             x = native.read_into(im, local_addr=pinned.data_ptr(), mem_type="Dram", device=0)
-                        elif kind == "pinned_read_to_cuda":
+                        elif kind.startswith("pinned_read_to_cuda"):
                             x = native.start_read_to_cuda(
                                 im,
                                 staging_addr=pinned.data_ptr(),
                                 device_addr=device_out.data_ptr(),
                                 device=torch.cuda.current_device(),
                                 stream=stream.cuda_stream,
-                                chunk_bytes=r.cuda_chunk_bytes,
+                                chunk_bytes=int(kind.split("_")[4].removesuffix("MiB")) << 20,
                             ).wait()
                         else:
                             x = await r.read_decoded(d, output="torch", device="cuda")
@@ -182,7 +187,7 @@ def main() -> None:
         except (subprocess.SubprocessError, OSError) as error:
             result["variants"][name] = {"env": env, "error": str(error)}
         save()
-    result["breakdown"] = asyncio.run(breakdown([64 << 10, 4 << 20, 16 << 20], 20))
+    result["breakdown"] = asyncio.run(breakdown([64 << 10, 4 << 20, 16 << 20, 24 << 20], 20))
     save()
 
 
