@@ -78,7 +78,7 @@ async def breakdown(sizes: list[int], n: int) -> list[dict[str, Any]]:
     waited for in place) for several chunk sizes and the whole CUDA read_decoded."""
     import pixelwire
     from pixelwire import config
-    from pixelwire._native import NativeReader
+    from pixelwire._native import NativeReader, ReadSignal
     from pixelwire.benchmarks import cuda_devices, ppm_of_size
     from pixelwire.descriptor import parse_descriptor
     from pixelwire.frontend_process import FrontendProcess
@@ -114,7 +114,9 @@ async def breakdown(sizes: list[int], n: int) -> list[dict[str, Any]]:
                 for size in sizes:
                     to_cuda = [f"pinned_read_to_cuda_{mib}MiB_chunks" for mib in CUDA_CHUNKS_MIB]
                     kinds = ["direct", "threaded", "whole"] + (
-                        ["pinned_read_into", *to_cuda, "cuda_whole"] if cuda else []
+                        ["pinned_read_into", *to_cuda, "cuda_alloc", "native_cuda_on_loop", "cuda_whole"]
+                        if cuda
+                        else []
                     )
                     if cuda:
                         device_out = torch.empty(size, dtype=torch.uint8, device="cuda")
@@ -143,6 +145,25 @@ async def breakdown(sizes: list[int], n: int) -> list[dict[str, Any]]:
                                 stream=stream.cuda_stream,
                                 chunk_bytes=int(kind.split("_")[4].removesuffix("MiB")) << 20,
                             ).wait()
+                        elif kind == "cuda_alloc":
+                            x = torch.empty(size, dtype=torch.uint8, device="cuda")
+                        elif kind == "native_cuda_on_loop":
+                            # What `read_decoded` does for CUDA, with public
+                            # calls: a fresh device tensor, the native read,
+                            # the event loop woken by the read's eventfd.
+                            x = torch.empty(size, dtype=torch.uint8, device="cuda")
+                            signal = ReadSignal()
+                            ticket = native.start_read_to_cuda(
+                                im,
+                                staging_addr=pinned.data_ptr(),
+                                device_addr=x.data_ptr(),
+                                device=torch.cuda.current_device(),
+                                stream=stream.cuda_stream,
+                                chunk_bytes=r.cuda_chunk_bytes,
+                                signal=signal,
+                            )
+                            await _readable(signal.fileno())
+                            ticket.wait()
                         else:
                             x = await r.read_decoded(d, output="torch", device="cuda")
                         elapsed = time.perf_counter() - t
@@ -157,6 +178,17 @@ async def breakdown(sizes: list[int], n: int) -> list[dict[str, Any]]:
     return out
 
 
+async def _readable(fd: int) -> None:
+    """Returns once the event loop sees `fd` readable."""
+    loop = asyncio.get_running_loop()
+    ready = loop.create_future()
+    loop.add_reader(fd, lambda: ready.done() or ready.set_result(None))
+    try:
+        await ready
+    finally:
+        loop.remove_reader(fd)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", required=True)
@@ -164,6 +196,9 @@ def main() -> None:
     parser.add_argument("--sizes", default="0.0625,0.25,1,4,16,24")
     parser.add_argument("--only", help="variant names, |-separated")
     parser.add_argument("--breakdown-only", action="store_true", help="no variants, the breakdown alone")
+    parser.add_argument(
+        "--breakdown-sizes", default="0.0625,4,16,24", help="the breakdown's image sizes in MiB"
+    )
     args = parser.parse_args()
     result: dict[str, Any] = {
         "host": {"cpus": os.cpu_count(), "kernel": platform.release(), "python": platform.python_version()},
@@ -187,7 +222,8 @@ def main() -> None:
         except (subprocess.SubprocessError, OSError) as error:
             result["variants"][name] = {"env": env, "error": str(error)}
         save()
-    result["breakdown"] = asyncio.run(breakdown([64 << 10, 4 << 20, 16 << 20, 24 << 20], 20))
+    sizes = [round(float(mib) * (1 << 20)) for mib in args.breakdown_sizes.split(",")]
+    result["breakdown"] = asyncio.run(breakdown(sizes, 20))
     save()
 
 

@@ -767,7 +767,7 @@ def test_concurrent_large_reads_are_awaited_through_the_loop_and_survive_close(
     image's pixels and free every slot by notification; closing the reader
     while reads are still in flight lets them finish (none hangs), and the
     reader reopens on the next read. A second event loop (its own thread)
-    reads through the same reader too."""
+    reads through the same reader too, and so do successive event loops."""
     images = [ppm_of_size(3 * 1024 * (100 + 12 * i), seed=40 + i) for i in range(12)]
     expected = [pixelwire.decode_image(d) for d in images]
     freed_before = frontend.stats()["freed_by_notification"]
@@ -791,7 +791,12 @@ def test_concurrent_large_reads_are_awaited_through_the_loop_and_survive_close(
         await reader.close()
 
     run(main())
-    assert _wait_for(lambda: frontend.stats()["freed_by_notification"] - freed_before == 4 * len(images))
+    # The same reader in successive event loops, each awaiting its own reads.
+    reader = pixelwire.Reader()
+    for _ in range(2):
+        run(read_all(reader, close_midway=False))
+    run(reader.close())
+    assert _wait_for(lambda: frontend.stats()["freed_by_notification"] - freed_before == 6 * len(images))
 
 
 def test_read_into_host_memory_checks_the_content_hash(frontend: FrontendProcess) -> None:

@@ -322,9 +322,13 @@ class Reader:
         return flat
 
     def _completions_here(self) -> _LoopCompletions | None:
-        """This loop's read completions, made on first use; None for another
-        loop than the first, or one that cannot watch a file descriptor."""
+        """This loop's read completions, made on first use (again once the
+        loop they were made for has closed: successive ``asyncio.run``
+        calls); None for another loop than that one, or one that cannot
+        watch a file descriptor."""
         loop = asyncio.get_running_loop()
+        if isinstance(self._completions, _LoopCompletions) and self._completions.loop.is_closed():
+            self._completions = None
         if self._completions is None:
             try:
                 self._completions = _LoopCompletions(loop)
