@@ -478,11 +478,17 @@ class Counting:
 
     def __init__(self) -> None:
         self.hits = 0
+        # Files asked for under /held/ are served once this is set.
+        self.release = threading.Event()
+        self.release.set()
         outer = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_GET(self) -> None:
                 outer.hits += 1
+                if self.path.startswith("/held/"):
+                    outer.release.wait(30)
+                    self.path = self.path.removeprefix("/held")
                 path = CORPUS / self.path.strip("/")
                 data = path.read_bytes() if self.path.strip("/") and path.is_file() else b"trap"
                 self.send_response(200)
@@ -532,6 +538,38 @@ def open_frontend(upstream: Upstream, tmp_path_factory: pytest.TempPathFactory) 
     service.wait_ready("/metrics", timeout=60)
     yield service
     service.stop()
+
+
+def test_images_in_hand_are_decoded_while_others_are_still_fetched(open_frontend: stack.Service) -> None:
+    """A request's images are decoded in batches of those whose bytes have
+    arrived: its data: images are decoded and published while an http image
+    of the same request is still being fetched, and the request completes,
+    with every image in its place, once that one arrives."""
+    images = Counting()
+    before = _counts(open_frontend)["nixl"]
+    outcome: list[tuple[int, Any]] = []
+    held = f"{images.url}/held/flower2.jpg"
+    body = _chat(stack.data_url("hopper.png"), held, stack.data_url("transparent.png"))
+    request = threading.Thread(target=lambda: outcome.append(_post(open_frontend, body)))
+    images.release.clear()
+    try:
+        request.start()
+        deadline = time.monotonic() + 20
+        while _counts(open_frontend)["nixl"] - before < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        # Both data: images decoded before the held fetch ended.
+        assert _counts(open_frontend)["nixl"] - before == 2
+        assert request.is_alive() and not outcome
+    finally:
+        images.release.set()
+        request.join(30)
+        images.close()
+    status, raw = outcome[0]
+    assert status == 201, raw
+    got = json.loads(raw)["images"]
+    assert got[0] == _expected("hopper.png") and got[2] == _expected("transparent.png")
+    assert got[1]["shape"] == _expected("flower2.jpg")["shape"]
+    assert _counts(open_frontend)["nixl"] - before == 3
 
 
 def _send(

@@ -547,17 +547,35 @@ class Frontend:
 
         # One request's fetches share a few connections, so a request full of
         # slow URLs cannot hold every pooled connection the others need.
+        # Images are decoded in batches of those whose bytes have arrived:
+        # a request of data: URLs is one batch; fetches still running go on
+        # while a batch decodes, and what they bring is the next batch. The
+        # first failure stops the rest (nothing more is decoded, fetches
+        # still running are cancelled) and fails the request.
+        results: list[str | _Fetched | BaseException | None] = [None] * len(parts)
         with self.fetcher.concurrency_limit(self.config.max_fetches_per_request):
-            results = await asyncio.gather(*(one(p) for p in parts), return_exceptions=True)
+            fetching = {asyncio.ensure_future(one(part)): index for index, part in enumerate(parts)}
+            pending = set(fetching)
+            try:
+                while pending and not any(isinstance(r, BaseException) for r in results):
+                    done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                    for task in done:
+                        error = task.exception()
+                        results[fetching[task]] = error if error is not None else task.result()
+                    if any(isinstance(r, BaseException) for r in results):
+                        break
+                    batch = [(fetching[task], results[fetching[task]]) for task in done]
+                    to_decode = [(index, item) for index, item in batch if isinstance(item, _Fetched)]
+                    if to_decode:
+                        await self._decode_fetched(to_decode, results, mode, background, resize, out)
+            finally:
+                for task in pending:
+                    task.cancel()
+                if pending:
+                    await asyncio.gather(*pending, return_exceptions=True)
         if over:
             raise over[0]
-        # An image that could not be fetched fails the request before any is decoded.
         self._raise_first_failure(parts, results)
-        # The rest are decoded side by side, in one trip off the event loop.
-        to_decode = [(i, result) for i, result in enumerate(results) if isinstance(result, _Fetched)]
-        if to_decode:
-            await self._decode_fetched(to_decode, results, mode, background, resize, out)
-            self._raise_first_failure(parts, results)
         for part, result in zip(parts, results, strict=True):
             assert isinstance(result, str)
             part.holder[part.key] = result
@@ -565,7 +583,7 @@ class Frontend:
     async def _decode_fetched(
         self,
         fetched: list[tuple[int, _Fetched]],
-        results: list[str | _Fetched | BaseException],
+        results: list[str | _Fetched | BaseException | None],
         mode: Mode,
         background: tuple[int, int, int],
         resize: ResizePolicy | None,
