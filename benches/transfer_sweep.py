@@ -112,7 +112,8 @@ async def breakdown(sizes: list[int], n: int) -> list[dict[str, Any]]:
                     pinned = torch.empty(max(sizes), dtype=torch.uint8, pin_memory=True)
                     native.register(addr=pinned.data_ptr(), size=pinned.numel(), mem_type="Dram", device=0)
                 for size in sizes:
-                    to_cuda = [f"pinned_read_to_cuda_{mib}MiB_chunks" for mib in CUDA_CHUNKS_MIB]
+                    # kind -> chunk bytes of a native CUDA read
+                    to_cuda = {f"pinned_read_to_cuda_{mib}MiB_chunks": mib << 20 for mib in CUDA_CHUNKS_MIB}
                     kinds = ["direct", "threaded", "whole"] + (
                         ["pinned_read_into", *to_cuda, "cuda_alloc", "native_cuda_on_loop", "cuda_whole"]
                         if cuda
@@ -136,15 +137,10 @@ async def breakdown(sizes: list[int], n: int) -> list[dict[str, Any]]:
                             x = await r.read_decoded(d, output="numpy")
                         elif kind == "pinned_read_into":
                             x = native.read_into(im, local_addr=pinned.data_ptr(), mem_type="Dram", device=0)
-                        elif kind.startswith("pinned_read_to_cuda"):
-                            x = native.start_read_to_cuda(
-                                im,
-                                staging_addr=pinned.data_ptr(),
-                                device_addr=device_out.data_ptr(),
-                                device=torch.cuda.current_device(),
-                                stream=stream.cuda_stream,
-                                chunk_bytes=int(kind.split("_")[4].removesuffix("MiB")) << 20,
-                            ).wait()
+                        elif kind in to_cuda:
+                            chunk = to_cuda[kind]
+                            out_addr = device_out.data_ptr()
+                            x = _start_to_cuda(native, pinned, stream, im, out_addr, chunk).wait()
                         elif kind == "cuda_alloc":
                             x = torch.empty(size, dtype=torch.uint8, device="cuda")
                         elif kind == "native_cuda_on_loop":
@@ -153,15 +149,8 @@ async def breakdown(sizes: list[int], n: int) -> list[dict[str, Any]]:
                             # the event loop woken by the read's eventfd.
                             x = torch.empty(size, dtype=torch.uint8, device="cuda")
                             signal = ReadSignal()
-                            ticket = native.start_read_to_cuda(
-                                im,
-                                staging_addr=pinned.data_ptr(),
-                                device_addr=x.data_ptr(),
-                                device=torch.cuda.current_device(),
-                                stream=stream.cuda_stream,
-                                chunk_bytes=r.cuda_chunk_bytes,
-                                signal=signal,
-                            )
+                            chunk = r.cuda_chunk_bytes
+                            ticket = _start_to_cuda(native, pinned, stream, im, x.data_ptr(), chunk, signal)
                             await _readable(signal.fileno())
                             ticket.wait()
                         else:
@@ -176,6 +165,23 @@ async def breakdown(sizes: list[int], n: int) -> list[dict[str, Any]]:
     finally:
         front.close()
     return out
+
+
+def _start_to_cuda(
+    native: Any, staging: Any, stream: Any, im: Any, device_addr: int, chunk: int, signal: Any = None
+) -> Any:
+    """A native CUDA read through the bench's registered pinned `staging`."""
+    import torch
+
+    return native.start_read_to_cuda(
+        im,
+        staging_addr=staging.data_ptr(),
+        device_addr=device_addr,
+        device=torch.cuda.current_device(),
+        stream=stream.cuda_stream,
+        chunk_bytes=chunk,
+        signal=signal,
+    )
 
 
 async def _readable(fd: int) -> None:
