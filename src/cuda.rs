@@ -162,7 +162,8 @@ impl DeviceCopier {
     ///
     /// # Safety
     /// `from..from+len` must stay readable, and `to..to+len` device memory
-    /// of this copier's device, until [`DeviceCopier::synchronize`] returns.
+    /// of this copier's device, until the stream has run the copy
+    /// ([`DeviceCopier::synchronize`] returns, or a later wait on the stream).
     pub unsafe fn copy(&self, to: u64, from: usize, len: usize) -> Result<()> {
         let status = (self.driver.memcpy_htod_async)(to, from as *const c_void, len, self.stream);
         self.driver.check(status, "cuMemcpyHtoDAsync")
@@ -196,13 +197,22 @@ pub struct DeviceTarget {
 /// READs `source` into registered host memory at `staging` (room for the
 /// image) in chunks of `chunk` bytes, copying each chunk on to `target` as
 /// it lands ([`Reader::read_into`]: slot header, and content hash when the
-/// reader verifies); returns once the copies have ended, whatever the
-/// READ's outcome. Only `Ok` says the device bytes are the published ones.
+/// reader verifies). Only `Ok` says the device bytes are the published
+/// ones, and then in `target.stream`'s order: the copies are queued, not
+/// waited for, so the last chunk's copy overlaps whatever the caller does
+/// next (it makes its own stream wait on `target.stream` before using the
+/// bytes). On an error every copy has ended before the return, so the
+/// caller may drop both buffers at once.
+///
+/// Copies still queued from an earlier call on the same stream read
+/// `staging`: they are waited for before the READ may write it (one
+/// staging buffer a stream, as `pixelwire.Reader` keeps them).
 ///
 /// # Safety
 /// `staging` must stay registered and allocated, and `target` device memory
-/// with room for the image, until this returns (or, on an error with
-/// `may_land`, for as long as the READ may still land).
+/// with room for the image, until `target.stream` has finished the copies
+/// (or, on an error with `may_land`, for as long as the READ may still
+/// land); `staging` must not be read by copies queued on another stream.
 pub unsafe fn read_to_device(
     reader: &Reader,
     source: &Source,
@@ -215,19 +225,26 @@ pub unsafe fn read_to_device(
         may_land: false,
     };
     let copier = DeviceCopier::new(target.device, target.stream).map_err(refused)?;
+    // The previous read's copies may still be reading the staging buffer.
+    copier.synchronize().map_err(refused)?;
     let outcome = reader.read_into(
         source,
         (staging, MemType::Dram, 0),
         chunk,
         &mut |at, len| {
             // SAFETY: the chunk has landed in staging memory; both ends are
-            // the caller's contract, and every copy ends before the return.
+            // the caller's contract until the stream has run the copy.
             unsafe { copier.copy(target.addr + at as u64, staging + at, len) }
         },
     );
-    // The staging memory is read by the copies until they end.
-    let synced = copier.synchronize();
-    outcome.and(synced.map_err(refused))
+    if outcome.is_err() {
+        // Nothing may still write the device memory the caller is about to
+        // drop (the READ's own landing is what `may_land` reports). The
+        // read's error is the one to report: a stream that cannot be
+        // waited for is a broken context, whose copies do not run either.
+        let _ = copier.synchronize();
+    }
+    outcome
 }
 
 #[cfg(test)]

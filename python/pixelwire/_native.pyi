@@ -306,17 +306,23 @@ class NativeReader:
         on to CUDA device ``device`` at ``device_addr`` on ``stream`` (a
         ``cudaStream_t`` handle) as it lands; the slot header and, when the
         reader verifies, the content hash are checked; the ticket is done
-        once the copies have ended (``signal`` raised then). The caller
-        keeps both buffers until then (and the staging memory unused for as
-        long as a failure's ``may_land`` says the READ may still land)."""
+        once the READ is checked and every copy queued (``signal`` raised
+        then): the device bytes are the image in ``stream``'s order (make
+        the using stream wait on it); after an error the copies have ended.
+        An earlier read's copies queued on ``stream`` are waited for before
+        the READ writes the staging memory. The caller keeps both buffers
+        until ``stream`` has run the copies (and the staging memory unused
+        for as long as a failure's ``may_land`` says the READ may still
+        land)."""
 
 @final
 class DeviceReadTicket:
     """A read started by :meth:`NativeReader.start_read_to_cuda`; taken once."""
 
     def wait(self, timeout: float | None = None) -> bool | None:
-        """True once the read and its copies have ended well (the device
-        bytes are the published ones); raises the read's error otherwise;
+        """True once the read has ended well and its copies are queued (the
+        device bytes are the published ones in the stream's order); raises
+        the read's error otherwise (every copy has ended then);
         None if not finished within ``timeout`` (as :meth:`ReadTicket.wait`)."""
     @property
     def done(self) -> bool:

@@ -5,6 +5,7 @@ as the caller asked; the READ's notification frees the frontend's slot."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import select
 import threading
 import time
@@ -202,6 +203,9 @@ class Reader:
         # After any CUDA read in flight (it holds the lock).
         await _locked(self._cuda_lock)
         try:
+            for stream in self._cuda_streams.values():
+                # The last read's copies may still read its staging buffer.
+                stream.synchronize()
             if native is not None:
                 # Deregister before the tensors go back to torch's allocator.
                 for _, registration in self._cuda_staging.values():
@@ -348,11 +352,18 @@ class Reader:
         chunk; pixels go out only if it (and the hash) holds, so a copy
         started from a chunk is discarded with everything else when it does
         not. A staging buffer a failed READ may still write is retired
-        until the transfer has surely ended."""
+        until the transfer has surely ended.
+
+        The tensor comes back once the READ is checked, with the last
+        chunk's copy possibly still queued: the caller's current stream is
+        made to wait for the copies, so the pixels are there for anything
+        it runs (as with ``tensor.to("cuda", non_blocking=True)``); another
+        stream must wait on the current one first."""
         import torch
 
-        dev = torch.device(device)
-        index = dev.index if dev.index is not None else torch.cuda.current_device()
+        index = _device_index(device)
+        if index is None:
+            index = torch.cuda.current_device()
         if self.cuda_staging == "direct":
             return await asyncio.to_thread(self._read_cuda_direct, native, image, index)
         await _locked(self._cuda_lock)
@@ -391,16 +402,23 @@ class Reader:
                     await asyncio.to_thread(select.select, [signal.fileno()], [], [])
             except asyncio.CancelledError:
                 # The read goes on into the staging buffer and `out`: both
-                # are kept, and the lock held, until it ends.
+                # are kept, and the lock held, until it and its copies end.
                 held = False
+
+                def finish_abandoned() -> None:
+                    finish()
+                    stream.synchronize()
+
                 threading.Thread(
-                    target=_then_release, args=(finish, self._cuda_lock, out), daemon=True
+                    target=_then_release, args=(finish_abandoned, self._cuda_lock, out), daemon=True
                 ).start()
                 raise
             finish()
         finally:
             if held:
                 self._cuda_lock.release()
+        # The last copies may still be queued on the reader's stream.
+        torch.cuda.current_stream(index).wait_stream(stream)
         h, w, c = image.shape
         if image.pixel_bytes == c:
             return out.view(h, w, c)
@@ -436,6 +454,10 @@ class Reader:
         staging = self._cuda_staging.get(index)
         if staging is None or staging[0].numel() < size:
             if staging is not None:
+                stream = self._cuda_streams.get(index)
+                if stream is not None:
+                    # Copies of the last read may still read it.
+                    stream.synchronize()
                 native.deregister(staging[1])
             size = max(size, self.region_bytes)
             if mem_type == "Dram":
@@ -455,6 +477,16 @@ class Reader:
         if getattr(error, "may_land", True) and self._cuda_staging.get(index, (None,))[0] is tensor:
             del self._cuda_staging[index]
             self._cuda_quarantine.append((time.monotonic() + 2 * self.timeout, tensor, registration))
+
+
+@functools.lru_cache(maxsize=64)
+def _device_index(device: str) -> int | None:
+    """The index a device string names; None for the current device
+    (parsed once a string: a read is tens of microseconds)."""
+    import torch
+
+    index: int | None = torch.device(device).index
+    return index
 
 
 async def _locked(lock: threading.Lock) -> None:

@@ -349,9 +349,9 @@ pub struct DeviceReadTicket {
 
 #[pymethods]
 impl DeviceReadTicket {
-    /// True once the read and its copies have ended well (the device bytes
-    /// are the published ones); raises the read's error (with `may_land`)
-    /// otherwise; None if it has not finished within `timeout` (waited for
+    /// True once the read has ended well and its copies are queued (the
+    /// device bytes are the published ones in the stream's order); raises
+    /// the read's error (with `may_land`; every copy has ended) otherwise; None if it has not finished within `timeout` (waited for
     /// as `ReadTicket.wait`).
     #[pyo3(signature = (timeout = None))]
     fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<bool>> {
@@ -558,11 +558,15 @@ impl NativeReader {
     /// of `chunk_bytes`, each chunk copied on to CUDA device `device` at
     /// `device_addr` (room for the image) on `stream` (a `cudaStream_t`
     /// handle) as it lands; the slot header and, when the reader verifies,
-    /// the content hash are checked, and the ticket is done once the copies
-    /// have ended. With `signal`, the signal is raised then. The caller
-    /// keeps both buffers until the ticket is done (and the staging memory
-    /// registered, and unused, for as long as a failure's `may_land` says
-    /// the READ may still land).
+    /// the content hash are checked. The ticket is done once the READ is
+    /// checked and every copy queued (with `signal`, the signal is raised
+    /// then): on success the device bytes are the image in `stream`'s order
+    /// (make the using stream wait on it); on an error the copies have
+    /// ended. Copies queued on `stream` by an earlier read, which read the
+    /// staging memory, are waited for before the READ writes it. The caller
+    /// keeps both buffers until `stream` has run the copies (and the
+    /// staging memory registered, and unused, for as long as a failure's
+    /// `may_land` says the READ may still land).
     #[pyo3(signature = (image, *, staging_addr, device_addr, device, stream, chunk_bytes, signal = None))]
     #[allow(clippy::too_many_arguments)] // keyword options of the Python API
     fn start_read_to_cuda(
