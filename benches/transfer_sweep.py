@@ -75,7 +75,8 @@ async def breakdown(sizes: list[int], n: int) -> list[dict[str, Any]]:
     read_decoded, hash on and off; with CUDA, the READ into registered
     pinned memory alone (``read_into``, no copy; hashed when verifying), the
     same with each chunk copied on to the device (``start_read_to_cuda``
-    waited for in place) for several chunk sizes and the whole CUDA read_decoded."""
+    waited for in place) for several chunk sizes and the whole CUDA
+    read_decoded; every CUDA kind is timed until its copies have ended."""
     import pixelwire
     from pixelwire import config
     from pixelwire._native import NativeReader, ReadSignal
@@ -141,6 +142,7 @@ async def breakdown(sizes: list[int], n: int) -> list[dict[str, Any]]:
                             chunk = to_cuda[kind]
                             out_addr = device_out.data_ptr()
                             x = _start_to_cuda(native, pinned, stream, im, out_addr, chunk).wait()
+                            stream.synchronize()  # until the copies have ended
                         elif kind == "cuda_alloc":
                             x = torch.empty(size, dtype=torch.uint8, device="cuda")
                         elif kind == "native_cuda_on_loop":
@@ -153,8 +155,10 @@ async def breakdown(sizes: list[int], n: int) -> list[dict[str, Any]]:
                             ticket = _start_to_cuda(native, pinned, stream, im, x.data_ptr(), chunk, signal)
                             await _readable(signal.fileno())
                             ticket.wait()
+                            stream.synchronize()
                         else:
                             x = await r.read_decoded(d, output="torch", device="cuda")
+                            torch.cuda.current_stream().synchronize()
                         elapsed = time.perf_counter() - t
                         del x
                         if i >= 3 * len(kinds):

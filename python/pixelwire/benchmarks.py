@@ -74,7 +74,8 @@ class Row:
 HEADER = (
     "      MB   cpu p50   cpu p99  cpu GB/s memcpy %memcpy  naive us  speedup  cuda p50 cuda GB/s"
     " cuda/cpu  h2d GB/s\n"
-    "  (read_decoded with the descriptor in hand; cpu: numpy output; cuda: torch output on the device;\n"
+    "  (read_decoded with the descriptor in hand, cpu and cuda reads alternating; cpu: numpy output;\n"
+    "   cuda: torch output on the device, timed until the stream using it has the pixels;\n"
     "   memcpy: best of N between touched host buffers; naive: register + metadata per image;\n"
     "   h2d: pinned host-to-device copy of the same bytes, best of N)"
 )
@@ -147,24 +148,33 @@ def _naive_seconds(frontend: FrontendProcess, size: int, repeats: int) -> float:
 
 
 async def _pixelwire_seconds(
-    reader: pixelwire.Reader, frontend: FrontendProcess, size: int, repeats: int, device: str
-) -> list[float]:
+    reader: pixelwire.Reader, frontend: FrontendProcess, size: int, repeats: int, devices: list[str]
+) -> dict[str, list[float]]:
+    """`repeats` reads of one image to each destination, in rounds (one
+    read to each destination a round), so that every destination meets the
+    same machine state (a ratio between them is only fair so). A CUDA read
+    is timed until the pixels are on the device: the stream that would use
+    them is synchronised before the clock stops."""
     image = ppm_of_size(size)
     expected = pixelwire.decode_image(image)
-    descs = frontend.publish_many(image, repeats + 3)["descs"]
-    times = []
+    descs = frontend.publish_many(image, (repeats + 3) * len(devices))["descs"]
+    times: dict[str, list[float]] = {device: [] for device in devices}
     for i, desc in enumerate(descs):
+        device = devices[i % len(devices)]
         start = time.perf_counter()
         if device == "cpu":
             pixels = await reader.read_decoded(desc, output="numpy")
         else:
+            import torch
+
             pixels = await reader.read_decoded(desc, output="torch", device=device)
+            torch.cuda.current_stream(pixels.device).synchronize()
         elapsed = time.perf_counter() - start
-        if i == 0:
+        if i < len(devices):
             got = pixels if device == "cpu" else pixels.cpu().numpy()
             np.testing.assert_array_equal(got, expected)
-        if i >= 3:  # the first reads connect and warm the pools
-            times.append(elapsed)
+        if i >= 3 * len(devices):  # the first rounds connect and warm the pools
+            times[device].append(elapsed)
     return times
 
 
@@ -190,6 +200,8 @@ def transfer(
     as the plug-in reads them)."""
     devices = devices or ["cpu", *cuda_devices()]
     cuda = next((d for d in devices if d != "cpu"), None)
+    # The CPU read is every row's reference; CUDA reads alternate with it.
+    destinations = ["cpu", *([cuda] if cuda is not None else [])]
     settings = {**dataclasses.asdict(ReaderSettings.from_env()), "pool_bytes": 512 * MiB, **(reader or {})}
     rows = []
     frontend = FrontendProcess(pool_bytes=1024 * MiB, lease=120)
@@ -199,8 +211,15 @@ def transfer(
             async with pixelwire.Reader(**settings) as reader:
                 for size in sizes or SIZES:
                     # Publish no more than the frontend's pool holds.
-                    n = min(repeats if size <= 4 * MiB else max(10, repeats // 5), 1024 * MiB // size - 4)
-                    times = await _pixelwire_seconds(reader, frontend, size, n, "cpu")
+                    n = max(
+                        1,
+                        min(
+                            repeats if size <= 4 * MiB else max(10, repeats // 5),
+                            (1024 * MiB // size - 4) // len(destinations) - 3,
+                        ),
+                    )
+                    both = await _pixelwire_seconds(reader, frontend, size, n, destinations)
+                    times = both["cpu"]
                     p50 = _percentile(times, 0.5)
                     memcpy = _memcpy_seconds(size, n)
                     naive_s = _naive_seconds(frontend, size, max(5, n // 5)) if naive else float("nan")
@@ -214,7 +233,7 @@ def transfer(
                         naive_p50_us=naive_s * 1e6,
                     )
                     if cuda is not None:
-                        times = await _pixelwire_seconds(reader, frontend, size, n, cuda)
+                        times = both[cuda]
                         row.cuda_p50_us = _percentile(times, 0.5) * 1e6
                         row.cuda_p99_us = _percentile(times, 0.99) * 1e6
                         row.cuda_gbps = size / row.cuda_p50_us / 1e3
