@@ -351,8 +351,9 @@ pub struct DeviceReadTicket {
 impl DeviceReadTicket {
     /// True once the read has ended well and its copies are queued (the
     /// device bytes are the published ones in the stream's order); raises
-    /// the read's error (with `may_land`; every copy has ended) otherwise; None if it has not finished within `timeout` (waited for
-    /// as `ReadTicket.wait`).
+    /// the read's error (with `may_land`; every copy has ended) otherwise;
+    /// None if it has not finished within `timeout` (waited for as
+    /// `ReadTicket.wait`).
     #[pyo3(signature = (timeout = None))]
     fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<bool>> {
         match take(py, &self.inner, timeout)? {
