@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import time
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -149,9 +150,17 @@ def test_cancelled_cuda_reads_keep_their_buffers_until_they_end() -> None:
         frontend.close()
 
 
-def _distinct_large_images() -> tuple[list[bytes], list[np.ndarray]]:
+@pytest.fixture
+def large_images() -> Iterator[tuple[FrontendProcess, list[bytes], list[np.ndarray]]]:
+    """A frontend and four distinct 24 MiB images with their pixels (CUDA only)."""
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
     images = [ppm_of_size(24 << 20, seed=i) for i in range(4)]
-    return images, [pixelwire.decode_image(data) for data in images]
+    frontend = FrontendProcess(pool_bytes=512 << 20)
+    try:
+        yield frontend, images, [pixelwire.decode_image(data) for data in images]
+    finally:
+        frontend.close()
 
 
 def _make_torch_streams_busy() -> None:
@@ -167,57 +176,49 @@ def _make_torch_streams_busy() -> None:
 
 
 @pytest.mark.parametrize("chunk_bytes", [8 << 20, 1 << 40])
-def test_cuda_pixels_are_ready_in_order_on_the_callers_stream(chunk_bytes: int) -> None:
+def test_cuda_pixels_are_ready_in_order_on_the_callers_stream(
+    chunk_bytes: int, large_images: tuple[FrontendProcess, list[bytes], list[np.ndarray]]
+) -> None:
     """A CUDA read returns with its copies possibly still queued on the
     reader's stream (here surely: that stream is kept busy); a kernel the
     caller launches at once on its current stream (a side stream here)
     still sees the whole image, because the current stream was made to
     wait for the copies."""
-    if not torch.cuda.is_available():
-        pytest.skip("no CUDA device")
-    images, expected = _distinct_large_images()
-    frontend = FrontendProcess(pool_bytes=512 << 20)
-    try:
+    frontend, images, expected = large_images
 
-        async def main() -> None:
-            side = torch.cuda.Stream()
-            wanted = [torch.from_numpy(e).cuda() for e in expected]
-            torch.cuda.synchronize()
-            async with pixelwire.Reader(cuda_chunk_bytes=chunk_bytes) as reader:
-                for _ in range(3):
-                    descs = [frontend.publish(data)["desc"] for data in images]
-                    _make_torch_streams_busy()
-                    with torch.cuda.stream(side):
-                        for desc, want in zip(descs, wanted, strict=True):
-                            got = await reader.read_decoded(desc, output="torch", device="cuda")
-                            # Compared on the GPU, launched before anything else.
-                            assert torch.equal(got, want)
+    async def main() -> None:
+        side = torch.cuda.Stream()
+        wanted = [torch.from_numpy(e).cuda() for e in expected]
+        torch.cuda.synchronize()
+        async with pixelwire.Reader(cuda_chunk_bytes=chunk_bytes) as reader:
+            for _ in range(3):
+                descs = [frontend.publish(data)["desc"] for data in images]
+                _make_torch_streams_busy()
+                with torch.cuda.stream(side):
+                    for desc, want in zip(descs, wanted, strict=True):
+                        got = await reader.read_decoded(desc, output="torch", device="cuda")
+                        # Compared on the GPU, launched before anything else.
+                        assert torch.equal(got, want)
 
-        asyncio.run(main())
-    finally:
-        frontend.close()
+    asyncio.run(main())
 
 
-def test_the_next_cuda_read_does_not_change_a_copy_still_queued() -> None:
+def test_the_next_cuda_read_does_not_change_a_copy_still_queued(
+    large_images: tuple[FrontendProcess, list[bytes], list[np.ndarray]],
+) -> None:
     """Reads back to back while the reader's copy stream is kept busy, so
     a read's copy is still queued when the next READ starts into the same
     staging buffer: every image read is still itself afterwards, because
     a read waits for the copies queued from its staging buffer first."""
-    if not torch.cuda.is_available():
-        pytest.skip("no CUDA device")
-    images, expected = _distinct_large_images()
-    frontend = FrontendProcess(pool_bytes=512 << 20)
-    try:
+    frontend, images, expected = large_images
 
-        async def main() -> None:
-            async with pixelwire.Reader(cuda_chunk_bytes=1 << 40) as reader:
-                for _ in range(5):
-                    descs = [frontend.publish(data)["desc"] for data in images]
-                    _make_torch_streams_busy()
-                    got = [await reader.read_decoded(d, output="torch", device="cuda") for d in descs]
-                    for pixels, want in zip(got, expected, strict=True):
-                        np.testing.assert_array_equal(pixels.cpu().numpy(), want)
+    async def main() -> None:
+        async with pixelwire.Reader(cuda_chunk_bytes=1 << 40) as reader:
+            for _ in range(5):
+                descs = [frontend.publish(data)["desc"] for data in images]
+                _make_torch_streams_busy()
+                got = [await reader.read_decoded(d, output="torch", device="cuda") for d in descs]
+                for pixels, want in zip(got, expected, strict=True):
+                    np.testing.assert_array_equal(pixels.cpu().numpy(), want)
 
-        asyncio.run(main())
-    finally:
-        frontend.close()
+    asyncio.run(main())
