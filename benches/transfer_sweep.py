@@ -174,18 +174,20 @@ async def breakdown(sizes: list[int], n: int) -> list[dict[str, Any]]:
 def _start_to_cuda(
     native: Any, staging: Any, stream: Any, im: Any, device_addr: int, chunk: int, signal: Any = None
 ) -> Any:
-    """A native CUDA read through the bench's registered pinned `staging`."""
+    """A native CUDA read through the bench's registered pinned `staging`,
+    copied on to `device_addr`."""
     import torch
 
-    return native.start_read_to_cuda(
+    ticket = native.start_read_to_cuda(
         im,
         staging_addr=staging.data_ptr(),
-        device_addr=device_addr,
         device=torch.cuda.current_device(),
         stream=stream.cuda_stream,
         chunk_bytes=chunk,
         signal=signal,
     )
+    ticket.copy_into(device_addr)
+    return ticket
 
 
 async def _readable(fd: int) -> None:

@@ -221,6 +221,11 @@ impl Reader {
         self.agent.name()
     }
 
+    /// How long one read may take before it fails.
+    pub fn timeout(&self) -> Duration {
+        self.config.timeout
+    }
+
     /// Caller memory (CUDA staging) registered right now.
     pub fn foreign_count(&self) -> usize {
         self.foreign.lock().len()

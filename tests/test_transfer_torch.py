@@ -150,6 +150,64 @@ def test_cancelled_cuda_reads_keep_their_buffers_until_they_end() -> None:
         frontend.close()
 
 
+def test_a_cuda_read_whose_tensor_cannot_be_allocated_fails_and_the_next_reads_work(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The device tensor is allocated while the READ runs; when that fails
+    (out of device memory) the read raises the allocation's error, the READ
+    already started ends without copying anywhere, and the reads after it
+    get their own pixels (the staging buffer was not reused before that
+    READ ended); every READ, the failed ones' too, frees its frontend slot
+    by notification."""
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    real_empty = torch.empty
+    failures = {"left": 0}
+
+    def empty(*args: object, **kwargs: object) -> object:
+        device = kwargs.get("device")
+        if failures["left"] and device is not None and torch.device(device).type == "cuda":  # type: ignore[arg-type]
+            failures["left"] -= 1
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory (simulated)")
+        return real_empty(*args, **kwargs)  # type: ignore[call-overload]
+
+    # The read that fails is the largest: its READ is still landing in the
+    # staging buffer while a next read that did not wait would use it.
+    images = [ppm_of_size(24 << 20, seed=0)] + [
+        ppm_of_size((3 << 20) + 3 * 1024 * i, seed=i) for i in range(1, 4)
+    ]
+    frontend = FrontendProcess(lease=30.0)
+    try:
+
+        async def main() -> None:
+            async with pixelwire.Reader() as reader:
+                for round_ in range(3):
+                    published = [frontend.publish(d) for d in images]
+                    assert all("desc" in p for p in published), published
+                    descs = [p["desc"] for p in published]
+                    failures["left"] = 1
+                    monkeypatch.setattr(torch, "empty", empty)
+                    with pytest.raises(torch.cuda.OutOfMemoryError):
+                        await reader.read_decoded(descs[0], output="torch", device="cuda")
+                    monkeypatch.setattr(torch, "empty", real_empty)
+                    for desc, data in zip(descs[1:], images[1:], strict=True):
+                        got = await asyncio.wait_for(
+                            reader.read_decoded(desc, output="torch", device="cuda"), 30
+                        )
+                        want = pixelwire.decode_image(data)
+                        np.testing.assert_array_equal(got.cpu().numpy(), want, f"round {round_}")
+            # Every READ ended and notified, the failed reads' too.
+            deadline = time.monotonic() + 10
+            while frontend.stats()["freed_by_notification"] < 12 and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            stats = frontend.stats()
+            assert (stats["freed_by_notification"], stats["slots_in_use"]) == (12, 0)
+
+        asyncio.run(main())
+    finally:
+        frontend.close()
+
+
 @pytest.fixture
 def large_images() -> Iterator[tuple[FrontendProcess, list[bytes], list[np.ndarray]]]:
     """A frontend and four distinct 24 MiB images with their pixels (CUDA only)."""

@@ -295,7 +295,6 @@ class NativeReader:
         image: RemoteSource,
         *,
         staging_addr: int,
-        device_addr: int,
         device: int,
         stream: int,
         chunk_bytes: int,
@@ -303,27 +302,40 @@ class NativeReader:
     ) -> DeviceReadTicket:
         """Starts, on a native background thread, a READ into registered
         pinned host memory at ``staging_addr`` in chunks, each chunk copied
-        on to CUDA device ``device`` at ``device_addr`` on ``stream`` (a
-        ``cudaStream_t`` handle) as it lands; the slot header and, when the
-        reader verifies, the content hash are checked; the ticket is done
-        once the READ is checked and every copy queued (``signal`` raised
-        then): the device bytes are the image in ``stream``'s order (make
-        the using stream wait on it); after an error the copies have ended.
-        An earlier read's copies queued on ``stream`` are waited for before
-        the READ writes the staging memory. The caller keeps both buffers
-        until ``stream`` has run the copies (and the staging memory unused
-        for as long as a failure's ``may_land`` says the READ may still
-        land)."""
+        on to CUDA device ``device`` on ``stream`` (a ``cudaStream_t``
+        handle of that device) as it lands, into the device memory the
+        ticket is given meanwhile (:meth:`DeviceReadTicket.copy_into`); the
+        slot header and, when the reader verifies, the content hash are
+        checked; the ticket is done once the READ is checked and every copy
+        queued (``signal`` raised then): the device bytes are the image in
+        ``stream``'s order (and the ``ready_on`` stream's); after an error
+        the copies have ended. An earlier read's copies queued on
+        ``stream`` are waited for before the READ writes the staging
+        memory. The caller keeps both buffers until ``stream`` has run the
+        copies (and the staging memory unused for as long as a failure's
+        ``may_land`` says the READ may still land)."""
 
 @final
 class DeviceReadTicket:
-    """A read started by :meth:`NativeReader.start_read_to_cuda`; taken once."""
+    """A read started by :meth:`NativeReader.start_read_to_cuda`: given its
+    device memory with :meth:`copy_into` while the READ runs; taken once."""
 
+    def copy_into(self, device_addr: int, *, ready_on: int | None = None) -> None:
+        """The device memory (room for the image, on the read's device) the
+        landed chunks are copied into; ``ready_on``: a stream handle of that
+        device made to wait for the copies once all are queued. Given once
+        (a second call is a ``ValueError``); the first chunk to land
+        waits for it, up to the reader's timeout."""
+    def withhold(self) -> None:
+        """No device memory for this read: the READ still ends, nothing is
+        copied, and the read fails with a ``TransferError``. Dropping the ticket without
+        :meth:`copy_into` does the same."""
     def wait(self, timeout: float | None = None) -> bool | None:
         """True once the read has ended well and its copies are queued (the
-        device bytes are the published ones in the stream's order); raises
-        the read's error otherwise (every copy has ended then);
-        None if not finished within ``timeout`` (as :meth:`ReadTicket.wait`)."""
+        device bytes are the published ones in the stream's order, and the
+        ``ready_on`` stream waits for them); raises the read's error
+        otherwise (every copy has ended then); None if not finished within
+        ``timeout`` (as :meth:`ReadTicket.wait`)."""
     @property
     def done(self) -> bool:
         """Whether the read has finished."""

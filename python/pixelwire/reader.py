@@ -354,11 +354,13 @@ class Reader:
         not. A staging buffer a failed READ may still write is retired
         until the transfer has surely ended.
 
-        The tensor comes back once the READ is checked, with the last
-        chunk's copy possibly still queued: the caller's current stream is
-        made to wait for the copies, so the pixels are there for anything
-        it runs (as with ``tensor.to("cuda", non_blocking=True)``); another
-        stream must wait on the current one first."""
+        The device tensor is allocated while the READ runs (the first chunk
+        to land waits for it). The tensor comes back once the READ is
+        checked, with the last chunk's copy possibly still queued: the
+        caller's current stream (when the read starts) is made to wait for
+        the copies, so the pixels are there for anything it runs (as with
+        ``tensor.to("cuda", non_blocking=True)``); another stream must wait
+        on that one first."""
         import torch
 
         index = _device_index(device)
@@ -369,19 +371,17 @@ class Reader:
         await _locked(self._cuda_lock)
         held = True
         try:
-            tensor, registration = self._staging(native, index, image.size, "Dram")
+            staging, registration = self._staging(native, index, image.size, "Dram")
             stream = self._cuda_streams.get(index)
             if stream is None:
                 stream = self._cuda_streams[index] = torch.cuda.Stream(device=index)
-            out = torch.empty(image.size, dtype=torch.uint8, device=torch.device("cuda", index))
             # The loop watches its own completion signal; another loop's
             # read gets a signal of its own, waited for in a thread.
             completions = self._completions_here()
             signal = completions.signal if completions is not None else _native.ReadSignal()
             ticket = native.start_read_to_cuda(
                 image,
-                staging_addr=tensor.data_ptr(),
-                device_addr=out.data_ptr(),
+                staging_addr=staging.data_ptr(),
                 device=index,
                 stream=stream.cuda_stream,
                 chunk_bytes=self.cuda_chunk_bytes,
@@ -392,37 +392,51 @@ class Reader:
                 try:
                     ticket.wait()
                 except _native.PixelwireError as error:
-                    self._retire_staging_if(error, index, tensor, registration)
+                    self._retire_staging_if(error, index, staging, registration)
                     raise
 
+            def finish_abandoned() -> None:
+                finish()
+                stream.synchronize()
+
+            def let_go(*buffers: object) -> None:
+                # The read goes on into the staging buffer and `buffers`:
+                # both are kept, and the lock held, until it and its copies end.
+                nonlocal held
+                held = False
+                threading.Thread(
+                    target=_then_release,
+                    args=(finish_abandoned, self._cuda_lock, *buffers),
+                    daemon=True,
+                ).start()
+
+            try:
+                # While the READ runs: the tensor, and the stream made to
+                # wait for the copies (the caller's current one).
+                out = torch.empty(image.size, dtype=torch.uint8, device=torch.device("cuda", index))
+                caller_stream = torch.cuda.current_stream(index)
+                ticket.copy_into(out.data_ptr(), ready_on=caller_stream.cuda_stream)
+            except BaseException:
+                ticket.withhold()  # no copy is queued then: only the READ to wait for
+                let_go()
+                raise
             try:
                 if completions is not None:
                     await completions.finished(ticket)
                 else:
                     await asyncio.to_thread(select.select, [signal.fileno()], [], [])
             except asyncio.CancelledError:
-                # The read goes on into the staging buffer and `out`: both
-                # are kept, and the lock held, until it and its copies end.
-                held = False
-
-                def finish_abandoned() -> None:
-                    finish()
-                    stream.synchronize()
-
-                threading.Thread(
-                    target=_then_release, args=(finish_abandoned, self._cuda_lock, out), daemon=True
-                ).start()
+                let_go(out)
                 raise
             finish()
         finally:
             if held:
                 self._cuda_lock.release()
-        # The last copies may still be queued on the reader's stream.
-        torch.cuda.current_stream(index).wait_stream(stream)
         h, w, c = image.shape
         if image.pixel_bytes == c:
             return out.view(h, w, c)
-        return out.view(h, w, image.pixel_bytes)[:, :, :c].clone(memory_format=torch.contiguous_format)
+        with torch.cuda.stream(caller_stream):  # the stream the copies are ordered before
+            return out.view(h, w, image.pixel_bytes)[:, :, :c].clone(memory_format=torch.contiguous_format)
 
     def _read_cuda_direct(self, native: _native.NativeReader, image: RemoteImage, index: int) -> Any:
         """READ straight into registered device memory (``cuda_staging="direct"``)."""

@@ -12,7 +12,7 @@ use pyo3::types::{PyDict, PyList};
 use super::{limits_or_default, resize_target, Encoded, PyLimits};
 use crate::agent::ReadError;
 use crate::background::{DoneSignal, Taken, Ticket};
-use crate::cuda::{read_to_device, DeviceTarget};
+use crate::cuda::{read_to_device, Destination, DestinationCell};
 use crate::decode::{DecodeOptions, Mode};
 use crate::errors::Error;
 use crate::publisher::{BatchImage, Published, Publisher, PublisherConfig};
@@ -340,20 +340,42 @@ where
     }
 }
 
-/// A read into CUDA memory started by `NativeReader.start_read_to_cuda`;
-/// its outcome is taken once.
+/// A read into CUDA memory started by `NativeReader.start_read_to_cuda`:
+/// given its device memory with `copy_into` (while the READ runs); its
+/// outcome is taken once.
 #[pyclass(module = "pixelwire._native", frozen)]
 pub struct DeviceReadTicket {
     inner: Ticket<Result<(), ReadError>>,
+    destination: Arc<DestinationCell>,
 }
 
 #[pymethods]
 impl DeviceReadTicket {
+    /// The device memory at `device_addr` (room for the image, on the
+    /// read's device) the landed chunks are copied into; `ready_on`: a
+    /// stream of that device (a `cudaStream_t` handle) made to wait for the
+    /// copies once they are all queued, so it sees the pixels without a
+    /// wait of its own. Given once; the first chunk to land waits for it.
+    #[pyo3(signature = (device_addr, *, ready_on = None))]
+    fn copy_into(&self, device_addr: u64, ready_on: Option<usize>) -> PyResult<()> {
+        Ok(self.destination.give(Destination {
+            addr: device_addr,
+            ready_on,
+        })?)
+    }
+
+    /// Says the read gets no device memory (the caller could not allocate
+    /// it): the READ still ends, nothing is copied, and the read fails.
+    /// Dropping the ticket without `copy_into` does the same.
+    fn withhold(&self) {
+        self.destination.withhold();
+    }
+
     /// True once the read has ended well and its copies are queued (the
-    /// device bytes are the published ones in the stream's order); raises
-    /// the read's error (with `may_land`; every copy has ended) otherwise;
-    /// None if it has not finished within `timeout` (waited for as
-    /// `ReadTicket.wait`).
+    /// device bytes are the published ones in the stream's order, and the
+    /// `ready_on` stream waits for them); raises the read's error (with
+    /// `may_land`; every copy has ended) otherwise; None if it has not
+    /// finished within `timeout` (waited for as `ReadTicket.wait`).
     #[pyo3(signature = (timeout = None))]
     fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<bool>> {
         match take(py, &self.inner, timeout)? {
@@ -366,6 +388,14 @@ impl DeviceReadTicket {
     #[getter]
     fn done(&self) -> bool {
         self.inner.is_done()
+    }
+}
+
+impl Drop for DeviceReadTicket {
+    fn drop(&mut self) {
+        // A read whose caller let go before giving it device memory must
+        // not wait for it until the timeout.
+        self.destination.withhold();
     }
 }
 
@@ -556,46 +586,50 @@ impl NativeReader {
 
     /// Starts, on a native background thread, a READ into registered
     /// pinned host memory at `staging_addr` (room for the image) in chunks
-    /// of `chunk_bytes`, each chunk copied on to CUDA device `device` at
-    /// `device_addr` (room for the image) on `stream` (a `cudaStream_t`
-    /// handle) as it lands; the slot header and, when the reader verifies,
-    /// the content hash are checked. The ticket is done once the READ is
-    /// checked and every copy queued (with `signal`, the signal is raised
-    /// then): on success the device bytes are the image in `stream`'s order
-    /// (make the using stream wait on it); on an error the copies have
-    /// ended. Copies queued on `stream` by an earlier read, which read the
-    /// staging memory, are waited for before the READ writes it. The caller
-    /// keeps both buffers until `stream` has run the copies (and the
-    /// staging memory registered, and unused, for as long as a failure's
-    /// `may_land` says the READ may still land).
-    #[pyo3(signature = (image, *, staging_addr, device_addr, device, stream, chunk_bytes, signal = None))]
-    #[allow(clippy::too_many_arguments)] // keyword options of the Python API
+    /// of `chunk_bytes`, each chunk copied on to CUDA device `device` on
+    /// `stream` (a `cudaStream_t` handle of that device) as it lands, into
+    /// the device memory the ticket is given with `copy_into` meanwhile;
+    /// the slot header and, when the reader verifies, the content hash are
+    /// checked. The ticket is done once the READ is checked and every copy
+    /// queued (with `signal`, the signal is raised then): on success the
+    /// device bytes are the image in `stream`'s order (and `ready_on`'s);
+    /// on an error the copies have ended. Copies queued on `stream` by an
+    /// earlier read, which read the staging memory, are waited for before
+    /// the READ writes it. The caller keeps both buffers until `stream` has
+    /// run the copies (and the staging memory registered, and unused, for
+    /// as long as a failure's `may_land` says the READ may still land).
+    #[pyo3(signature = (image, *, staging_addr, device, stream, chunk_bytes, signal = None))]
     fn start_read_to_cuda(
         &self,
         image: RemoteImage,
         staging_addr: usize,
-        device_addr: u64,
         device: u32,
         stream: usize,
         chunk_bytes: usize,
         signal: Option<PyRef<'_, ReadSignal>>,
     ) -> DeviceReadTicket {
         let source = image.into_source();
-        let target = DeviceTarget {
-            addr: device_addr,
-            device,
-            stream,
-        };
+        let destination = Arc::new(DestinationCell::default());
+        let given = Arc::clone(&destination);
         let signal = signal.map(|s| Arc::clone(&s.inner));
         let inner = self.inner.soon(
             move |reader| {
                 // SAFETY: the documented contract of this method: the
                 // caller keeps both buffers until the ticket is done.
-                unsafe { read_to_device(reader, &source, staging_addr, target, chunk_bytes) }
+                unsafe {
+                    read_to_device(
+                        reader,
+                        &source,
+                        staging_addr,
+                        (device, stream),
+                        &given,
+                        chunk_bytes,
+                    )
+                }
             },
             move || raise(signal),
         );
-        DeviceReadTicket { inner }
+        DeviceReadTicket { inner, destination }
     }
 }
 
