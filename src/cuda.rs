@@ -287,11 +287,10 @@ impl DestinationCell {
     fn wait(&self, deadline: Instant) -> Option<Destination> {
         let mut state = self.state.lock();
         while matches!(*state, Handoff::Pending) {
-            if self.settled.wait_until(&mut state, deadline).timed_out() {
-                if matches!(*state, Handoff::Pending) {
-                    *state = Handoff::Withheld;
-                }
-                break;
+            if self.settled.wait_until(&mut state, deadline).timed_out()
+                && matches!(*state, Handoff::Pending)
+            {
+                *state = Handoff::Withheld;
             }
         }
         match *state {
@@ -354,19 +353,19 @@ pub unsafe fn read_to_device(
             unsafe { copier.copy(to.addr + at as u64, staging + at, len) }
         },
     );
-    let outcome =
-        outcome.and_then(
-            |()| match resolved.unwrap_or_else(|| destination.wait(deadline)) {
-                Some(Destination {
-                    ready_on: Some(waiter),
-                    ..
-                }) => copier.order_before(waiter).map_err(refused),
-                Some(_) => Ok(()),
-                None => Err(refused(Error::Transfer(
+    let outcome = outcome.and_then(|()| {
+        let to = resolved
+            .unwrap_or_else(|| destination.wait(deadline))
+            .ok_or_else(|| {
+                refused(Error::Transfer(
                     "the read was given no device memory to copy into: no pixels".into(),
-                ))),
-            },
-        );
+                ))
+            })?;
+        match to.ready_on {
+            Some(waiter) => copier.order_before(waiter).map_err(refused),
+            None => Ok(()),
+        }
+    });
     if outcome.is_err() {
         // Nothing may still write the device memory the caller is about to
         // drop (the READ's own landing is what `may_land` reports). The

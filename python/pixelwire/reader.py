@@ -410,6 +410,7 @@ class Reader:
                     daemon=True,
                 ).start()
 
+            out = None
             try:
                 # While the READ runs: the tensor, and the stream made to
                 # wait for the copies (the caller's current one).
@@ -417,8 +418,8 @@ class Reader:
                 caller_stream = torch.cuda.current_stream(index)
                 ticket.copy_into(out.data_ptr(), ready_on=caller_stream.cuda_stream)
             except BaseException:
-                ticket.withhold()  # no copy is queued then: only the READ to wait for
-                let_go()
+                ticket.withhold()  # unless given, no copy is queued: only the READ to wait for
+                let_go(out)  # kept all the same, in case it was given
                 raise
             try:
                 if completions is not None:
