@@ -41,6 +41,9 @@ pub enum Error {
     /// No pool slot became free within the acquire timeout.
     #[error("{0}")]
     PoolExhausted(String),
+    /// The caller gave the work up (its request went away) before it was done.
+    #[error("{0}")]
+    Cancelled(String),
     /// Input `index` of a batch failed with `error`; the Python class is
     /// `error`'s, with the index as an attribute.
     #[error("image {index}: {error}")]

@@ -9,6 +9,7 @@ pub mod background;
 pub mod cuda;
 pub mod decode;
 pub mod errors;
+pub mod fair;
 pub mod pool;
 pub mod publisher;
 mod python;

@@ -13,17 +13,20 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use parking_lot::{Mutex, RwLock};
-use rayon::prelude::*;
 
 use crate::agent::{Agent, AgentOptions, RegisteredPool, SlotPool};
 use crate::decode::{self, DecodeOptions, ImageInfo, Mode, OutputShape};
 use crate::errors::{Error, Result};
+use crate::fair::FairPool;
 use crate::pool::Slot;
 use crate::wire::{self, SlotHeader, SLOT_HEADER_BYTES};
 
 /// The shortest lease that can work: a descriptor must outlive the trip to
 /// the worker and its READ.
 pub const MIN_LEASE: Duration = Duration::from_millis(500);
+
+/// How often a publish waiting for a slot looks whether its batch was cancelled.
+const CANCEL_CHECK: Duration = Duration::from_millis(20);
 
 /// How long before the reclaim a lease is advertised to end: reads that
 /// start after the advertised end are refused by the reader, so a READ in
@@ -71,6 +74,28 @@ pub struct BatchImage<'a> {
     pub data: &'a [u8],
     /// The size to resize it to right after decoding, if any.
     pub resize: Option<crate::resize::Target>,
+}
+
+/// What the owner of a [`Publisher::publish_many`] batch can take back while
+/// it runs: [`Publisher::cancel`] stops the images not yet started, ends
+/// their waits for a slot, and frees every slot the batch has published so
+/// far and each one it publishes after (the owner will never hand them out).
+#[derive(Default)]
+pub struct BatchControl {
+    state: Mutex<ControlState>,
+}
+
+#[derive(Default)]
+struct ControlState {
+    cancelled: bool,
+    /// (slot, generation) of what the batch published while not cancelled.
+    published: Vec<(u64, u64)>,
+}
+
+impl BatchControl {
+    pub fn is_cancelled(&self) -> bool {
+        self.state.lock().cancelled
+    }
 }
 
 #[derive(Default)]
@@ -171,6 +196,17 @@ impl Publisher {
         rgbx: bool,
         resize: Option<&crate::resize::Target>,
     ) -> Result<Published> {
+        self.publish_controlled(data, opts, rgbx, resize, None)
+    }
+
+    fn publish_controlled(
+        &self,
+        data: &[u8],
+        opts: &DecodeOptions,
+        rgbx: bool,
+        resize: Option<&crate::resize::Target>,
+        control: Option<&BatchControl>,
+    ) -> Result<Published> {
         check_layout(opts, rgbx)?;
         let info = decode::probe(data, &opts.limits)?;
         let source_shape = info.output_shape(opts);
@@ -180,7 +216,7 @@ impl Publisher {
         } else {
             shape.len()
         };
-        let (slot, region, metadata_version) = self.shared.acquire(len)?;
+        let (slot, region, metadata_version) = self.shared.acquire(len, control)?;
         let mut taken = TakenSlot {
             shared: &self.shared,
             slot,
@@ -241,22 +277,56 @@ impl Publisher {
 
     /// Publishes every image of `images` as [`Publisher::publish`] would,
     /// each with its own resize target, decoding them side by side on
-    /// `pool`. One result per image, in input order: an image that fails
+    /// `pool`, which shares its threads out fairly with other callers'
+    /// batches. One result per image, in input order: an image that fails
     /// (not a format decoded here, corrupt, no slot free in time, even a
     /// panicking decoder) costs only itself and keeps no slot. Each `Ok` is a
-    /// published slot the caller now owns, freed as one from `publish` is.
+    /// published slot the caller now owns, freed as one from `publish` is;
+    /// after [`Publisher::cancel`] of `control`, images not yet published
+    /// fail with [`Error::Cancelled`] and those published were freed.
     /// Fails as a whole only for options no image could be published with.
     pub fn publish_many(
         &self,
-        pool: &rayon::ThreadPool,
+        pool: &FairPool,
         images: &[BatchImage<'_>],
         opts: &DecodeOptions,
         rgbx: bool,
+        control: &BatchControl,
     ) -> Result<Vec<Result<Published>>> {
         check_layout(opts, rgbx)?;
         Ok(each_on_pool(pool, images, |image| {
-            self.publish(image.data, opts, rgbx, image.resize.as_ref())
+            if control.is_cancelled() {
+                return Err(cancelled());
+            }
+            let published =
+                self.publish_controlled(image.data, opts, rgbx, image.resize.as_ref(), Some(control))?;
+            let mut state = control.state.lock();
+            if state.cancelled {
+                // Published after its owner gave it up: nobody will read it.
+                drop(state);
+                self.release(published.slot, published.generation);
+                return Err(cancelled());
+            }
+            state.published.push((published.slot, published.generation));
+            Ok(published)
         }))
+    }
+
+    /// Gives up a [`Publisher::publish_many`] batch (its request went away):
+    /// frees what it published, and makes the rest of it stop as soon as it
+    /// can. Returns how many slots this freed.
+    pub fn cancel(&self, control: &BatchControl) -> usize {
+        let published = {
+            let mut state = control.state.lock();
+            state.cancelled = true;
+            std::mem::take(&mut state.published)
+        };
+        // Wakes the batch's images waiting for a slot, so they see it.
+        self.shared.slots.notify_freed();
+        published
+            .into_iter()
+            .filter(|&(slot, generation)| self.release(slot, generation))
+            .count()
     }
 
     /// Frees a slot the caller no longer wants published.
@@ -302,7 +372,7 @@ fn check_layout(opts: &DecodeOptions, rgbx: bool) -> Result<()> {
 /// items' work may be done, and only their results say what the caller now
 /// owns (for a publish, which slots it must free).
 fn each_on_pool<I: Sync, T: Send>(
-    pool: &rayon::ThreadPool,
+    pool: &FairPool,
     items: &[I],
     work: impl Fn(&I) -> Result<T> + Sync,
 ) -> Vec<Result<T>> {
@@ -317,15 +387,14 @@ fn each_on_pool<I: Sync, T: Send>(
     if items.len() == 1 {
         return items.iter().map(one).collect();
     }
-    pool.install(|| {
-        items
-            .par_iter()
-            // One item per task, as in `decode::decode_many`: a large image
-            // must not hold back the ones queued behind it.
-            .with_max_len(1)
-            .map(one)
-            .collect()
-    })
+    // One item at a time, round-robin with other batches: a large image
+    // must not hold back the ones queued behind it, nor one request's
+    // batch another request's.
+    pool.run(items.len(), |index| one(&items[index]))
+}
+
+fn cancelled() -> Error {
+    Error::Cancelled("the batch was cancelled (its request went away)".to_string())
 }
 
 fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
@@ -360,7 +429,11 @@ impl Drop for TakenSlot<'_> {
 impl Shared {
     /// A slot for `len` pixel bytes plus its header, and the registered
     /// set's version it lives in (the metadata is brought up to it here).
-    fn acquire(&self, len: usize) -> Result<(Slot, Arc<crate::agent::HostRegion>, u64)> {
+    fn acquire(
+        &self,
+        len: usize,
+        control: Option<&BatchControl>,
+    ) -> Result<(Slot, Arc<crate::agent::HostRegion>, u64)> {
         let cap = self.config.pool_bytes;
         let need = len + SLOT_HEADER_BYTES;
         if need > cap {
@@ -369,12 +442,29 @@ impl Shared {
             )));
         }
         let deadline = Instant::now() + self.config.acquire_timeout;
-        let Some(a) = self.slots.acquire(&self.agent, need, deadline, |_| {})? else {
-            return Err(Error::PoolExhausted(format!(
-                "no {need}-byte slot became free within {:?} ({} bytes in use of {cap})",
-                self.config.acquire_timeout,
-                self.slots.lock().pool.bytes_in_use()
-            )));
+        // Waits in short steps, so a cancelled batch stops waiting at once
+        // (its cancel wakes the waiters) instead of at the deadline.
+        let gave_up = || control.is_some_and(BatchControl::is_cancelled);
+        let a = loop {
+            if gave_up() {
+                return Err(cancelled());
+            }
+            let step = deadline.min(Instant::now() + CANCEL_CHECK);
+            if let Some(a) = self.slots.acquire(&self.agent, need, step, |_| {})? {
+                if gave_up() {
+                    // Woken by its own cancel: the slot goes to the next caller.
+                    self.free(a.slot.id, a.slot.generation);
+                    return Err(cancelled());
+                }
+                break a;
+            }
+            if Instant::now() >= deadline {
+                return Err(Error::PoolExhausted(format!(
+                    "no {need}-byte slot became free within {:?} ({} bytes in use of {cap})",
+                    self.config.acquire_timeout,
+                    self.slots.lock().pool.bytes_in_use()
+                )));
+            }
         };
         if self.metadata.read().0 < a.version {
             let packed = match self.agent.local_metadata() {
@@ -493,7 +583,7 @@ mod tests {
 
     #[test]
     fn each_item_has_its_own_result_in_order_and_a_panic_fails_only_its_own() {
-        let pool = decode::thread_pool(Some(3)).unwrap();
+        let pool = FairPool::shared(Some(3)).unwrap();
         let items: Vec<usize> = (0..64).collect();
         for _ in 0..5 {
             let results = each_on_pool(&pool, &items, |&n| match n {

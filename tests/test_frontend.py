@@ -9,6 +9,7 @@ import base64
 import hashlib
 import http.client
 import http.server
+import io
 import json
 import socket
 import threading
@@ -52,6 +53,7 @@ class Upstream:
         self.plugin = plugin
         self.calls = 0
         self.paths: list[str] = []  # every request but /metrics, as the upstream saw its path
+        self.bodies: list[dict[str, Any]] = []  # every chat-shaped body, as the upstream got it
         self.redirect_to = ""
         self.received = threading.Event()
         self.port = stack.free_port()
@@ -99,6 +101,7 @@ class Upstream:
     async def chat(self, request: web.Request) -> web.StreamResponse:
         self.calls += 1
         body = await request.json()
+        self.bodies.append(body)
         self.received.set()
         if "hang" in body["model"]:
             await asyncio.sleep(3600)
@@ -656,6 +659,14 @@ def _user(*content: dict[str, Any]) -> list[dict[str, Any]]:
         ("/v2/embed", {"model": "m", "images": ["data:image/png;base64,AA=="]}),
         ("/cohere/v2/chat", {"model": "m", "messages": _user(_PART)}),
         ("/invocations", _chat(_URL)),
+        (
+            "/invocations",
+            {"model": "m", "messages": _user({"type": "video_url", "video_url": {"url": _URL}})},
+        ),
+        ("/v1/chat/completions/batch", {"model": "m", "messages": [_user({"video_url": _URL})]}),
+        ("/v1/chat/completions/batch", {"model": "m", "messages": [_user({"audio_url": {"url": _URL}})]}),
+        ("/v1/chat/completions/batch", {"model": "m", "messages": [_user({"image_url": None, "uuid": "u"})]}),
+        ("/v1/chat/completions/batch", {"model": "m", "messages": [_user({"type": "input_audio"})]}),
         ("/v1/completions", {"model": "m", "prompt": {"prompt": "x", "multi_modal_data": {"image": _URL}}}),
         ("/v1/completions", {"model": "m", "prompt": _REF}),
         ("/v1/responses", {"model": "m", "input": " " + _REF.upper()}),
@@ -816,3 +827,213 @@ def _answers_while_a_large_body_is_parsed(frontend: stack.Service) -> None:
     assert reply and b" 400 " in reply[0].split(b"\r\n")[0] and b"JSON object" in reply[0]
     assert before >= 10, before
     print(f"{before} /metrics answers while the body was parsed")
+
+
+# -- every medium guarded, no client-chosen cache keys ----------------------------------------
+
+
+def _media_part(kind: str, url: str, spelling: str) -> dict[str, Any]:
+    key = f"{kind}_url"
+    if spelling == "typed":
+        return {"type": key, key: {"url": url}}
+    if spelling == "untyped":
+        return {key: url}
+    return {"type": key, key: {"url": url}, "uuid": "chosen-by-client"}  # uuid: vLLM's untyped branch
+
+
+@pytest.mark.parametrize("spelling", ["typed", "untyped", "uuid"])
+@pytest.mark.parametrize("kind", ["video", "audio"])
+def test_video_and_audio_urls_to_private_addresses_are_refused(
+    frontend: stack.Service, upstream: Upstream, trap: Counting, kind: str, spelling: str
+) -> None:
+    """vLLM fetches video_url and audio_url parts itself, with no address
+    guard: the frontend's guard refuses them as it refuses images (400
+    naming the part), and vLLM never sees the request."""
+    calls, hits = upstream.calls, trap.hits
+    body = {"model": "m", "messages": _user(_media_part(kind, f"{trap.url}/x.mp4", spelling))}
+    status, answer = _post(frontend, body)
+    assert status == 400, answer
+    assert answer["error"]["param"] == "messages[0].content[0]", answer
+    assert f"{kind} URL refused" in answer["error"]["message"], answer
+    assert upstream.calls == calls and trap.hits == hits
+
+
+@pytest.mark.parametrize("kind", ["video", "audio"])
+def test_video_and_audio_are_fetched_through_the_guard_and_handed_on_as_bytes(
+    open_frontend: stack.Service, upstream: Upstream, images: Counting, kind: str
+) -> None:
+    """An allowed video or audio URL is fetched once, by the frontend, and
+    vLLM gets its bytes as a data: URL (never the URL, which it would fetch
+    again past the guard); a data: URL goes on untouched."""
+    hits = images.hits
+    inline = "data:video/jpeg;base64," + base64.b64encode(b"frame").decode()
+    key = f"{kind}_url"
+    content = [{"type": key, key: {"url": f"{images.url}/hopper.png"}}, {"type": key, key: {"url": inline}}]
+    status, raw = _post(open_frontend, {"model": "m", "messages": _user(*content)})
+    assert status == 201, raw
+    sent = upstream.bodies[-1]["messages"][0]["content"]
+    fetched = base64.b64decode(sent[0][key]["url"].split(",", 1)[1])
+    assert fetched == (CORPUS / "hopper.png").read_bytes()
+    assert sent[0][key]["url"].startswith("data:application/octet-stream;base64,")
+    assert sent[1][key]["url"] == inline
+    assert images.hits == hits + 1
+
+
+def test_client_uuids_never_reach_vllm(frontend: stack.Service, upstream: Upstream) -> None:
+    """vLLM uses a part's uuid as its cache key as given: one client could
+    have another's cached image answered for its own. The frontend takes
+    every uuid out; a part that only names a cached item is refused."""
+    url = stack.data_url("hopper.png")
+    content = [
+        {"type": "image_url", "image_url": {"url": url}, "uuid": "victims-key"},
+        {"image_url": url, "uuid": "other-key"},
+        {"type": "text", "text": "hi", "uuid": "text-key"},
+    ]
+    status, raw = _post(frontend, {"model": "m", "messages": _user(*content)})
+    assert status == 201, raw
+    assert "uuid" not in json.dumps(upstream.bodies[-1])
+    assert json.loads(raw)["images"] == [_expected("hopper.png")] * 2
+    calls = upstream.calls
+    for part in (
+        {"type": "image_url", "image_url": None, "uuid": "victims-key"},
+        {"image_url": None, "uuid": "victims-key"},
+        {"type": "video_url", "video_url": None, "uuid": "victims-key"},
+        {"type": "image_embeds", "uuid": "victims-key"},
+    ):
+        status, answer = _post(frontend, {"model": "m", "messages": _user(part)})
+        assert status == 400, (part, answer)
+        assert answer["error"]["param"] == "messages[0].content[0]", answer
+    assert upstream.calls == calls
+
+
+# -- the upstream connection ------------------------------------------------------------------
+
+
+class ClosingUpstream:
+    """An upstream that answers the first request on each connection and
+    closes the connection unanswered when a second arrives on it (as
+    uvicorn does to a connection after a request that made the app raise)."""
+
+    def __init__(self) -> None:
+        self.answered = 0
+        self.dropped = 0
+        self.port = stack.free_port()
+        self.loop = asyncio.new_event_loop()
+        started = threading.Event()
+        self.thread = threading.Thread(target=self._run, args=(started,), daemon=True)
+        self.thread.start()
+        assert started.wait(10)
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        served = 0
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = 0
+                for line in head.split(b"\r\n"):
+                    if line.lower().startswith(b"content-length:"):
+                        length = int(line.split(b":", 1)[1])
+                await reader.readexactly(length)
+                if served == 1 and not head.startswith(b"GET /metrics"):
+                    self.dropped += 1
+                    return  # closes without a byte of answer
+                served += 1
+                payload = INFO.encode() if head.startswith(b"GET /metrics") else b'{"ok": true}'
+                if not head.startswith(b"GET /metrics"):
+                    self.answered += 1
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                    + f"Content-Length: {len(payload)}\r\n\r\n".encode()
+                    + payload
+                )
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    def _run(self, started: threading.Event) -> None:
+        asyncio.set_event_loop(self.loop)
+        server = self.loop.run_until_complete(asyncio.start_server(self._connection, "127.0.0.1", self.port))
+        started.set()
+        self.loop.run_forever()
+        server.close()
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+
+def test_a_connection_the_upstream_closed_unanswered_is_retried_once(tmp_path: Path) -> None:
+    """After the upstream drops a pooled connection, the next request that
+    takes it (a POST, which aiohttp never retries itself) is sent again on a
+    fresh connection, not answered 502; errors never name the upstream's
+    address."""
+    closing = ClosingUpstream()
+    service = _frontend(tmp_path, f"http://127.0.0.1:{closing.port}", "--no-check-upstream")
+    text = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    try:
+        answers = [_send(service, "/v1/chat/completions", text)[0] for _ in range(6)]
+        assert answers == [200] * 6, answers
+        assert closing.dropped >= 1, "the test must have made the upstream drop a connection"
+        retries = stack.metric(service.get("/metrics"), "pixelwire_frontend_upstream_retries_total")
+        assert retries == closing.dropped
+    finally:
+        service.stop()
+        closing.close()
+    down = _frontend(tmp_path, f"http://127.0.0.1:{closing.port}", "--no-check-upstream")
+    try:
+        status, _, raw = _send(down, "/v1/chat/completions", text)
+        assert status == 502, raw
+        assert str(closing.port) not in raw.decode() and "127.0.0.1" not in raw.decode()
+    finally:
+        down.stop()
+
+
+def test_an_absolute_form_target_is_a_json_400(frontend: stack.Service, upstream: Upstream) -> None:
+    seen = len(upstream.paths)
+    status, headers, raw = _send(frontend, f"http://127.0.0.1:{frontend.port}/v1/models", method="GET")
+    assert status == 400, raw
+    assert headers["Content-Type"].startswith("application/json")
+    assert json.loads(raw)["error"]["type"] == "BadRequestError"
+    assert len(upstream.paths) == seen
+
+
+# -- a request cannot stall the others ----------------------------------------------------------
+
+
+def _flat_png(width: int, height: int) -> str:
+    """A data: URL of a one-colour PNG: small bytes, many pixels."""
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.new("RGB", (width, height), (10, 20, 30)).save(buffer, "PNG", optimize=False)
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+
+
+def test_pixel_and_pool_budgets_refuse_a_request_before_decoding(upstream: Upstream, tmp_path: Path) -> None:
+    """A request's decoded pixels (from the headers) and its images' size in
+    the pool are checked before they are decoded: over the pixel cap, or
+    more than the whole pool at once (it could never be served), is a 400
+    at once, not a decode and a wait for slots that never come."""
+    service = _frontend(
+        tmp_path, upstream.url, "--pool-bytes", str(32 << 20), "--region-bytes", str(32 << 20),
+        "--max-pixels-per-request", str(9_500_000),
+    )  # fmt: skip
+    try:
+        calls = upstream.calls
+        status, answer = _post(service, _chat(_flat_png(3100, 3100)))  # 9.6 MP
+        assert status == 400 and "max_pixels_per_request" in answer["error"]["message"], answer
+        # 8.8 MP, 35 MB in the pool (RGBX)
+        status, answer = _post(service, _chat(_flat_png(1000, 1000), _flat_png(2800, 2800)))
+        assert status == 400 and "pool_bytes" in answer["error"]["message"], answer
+        assert answer["error"]["param"] == "messages[0].content[1]"
+        assert upstream.calls == calls
+        published = stack.metric(service.get("/metrics"), "pixelwire_frontend_images_total", path="nixl")
+        assert published == 0, "nothing was decoded for a refused request"
+        # Within both budgets the same images are served.
+        status, raw = _post(service, _chat(_flat_png(2000, 1000), _flat_png(2000, 2000)))
+        assert status == 201, raw
+        assert _wait_empty(service, 5) == 0
+    finally:
+        service.stop()

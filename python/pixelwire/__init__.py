@@ -4,6 +4,7 @@ from typing import TYPE_CHECKING, Any
 
 from pixelwire._native import (
     BlockedURL,
+    Cancelled,
     DecodeError,
     DescriptorError,
     FetchError,
@@ -40,6 +41,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "BlockedURL",
+    "Cancelled",
     "DecodeError",
     "Decoded",
     "DescriptorError",

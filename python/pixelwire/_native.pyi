@@ -85,6 +85,17 @@ class TransferError(PixelwireError):
 class PoolExhausted(PixelwireError):
     """No registered pool slot became free within the acquire timeout."""
 
+class Cancelled(PixelwireError):
+    """The caller gave the work up (its request went away) before it was done."""
+
+@final
+class BatchControl:
+    """A handle on a running :meth:`NativePublisher.publish_many` batch, for
+    :meth:`NativePublisher.cancel`."""
+    def __new__(cls) -> BatchControl: ...
+    @property
+    def cancelled(self) -> bool: ...
+
 @final
 class Limits:
     """Decoding limits, checked from the header before pixel memory is taken."""
@@ -230,17 +241,26 @@ class NativePublisher:
         resize_kernel: Literal["torchvision", "pillow"] = "torchvision",
         resize_filter: Literal["bicubic", "bilinear"] = "bicubic",
         threads: int | None = None,
+        control: BatchControl | None = None,
     ) -> list[Published | PixelwireError | ValueError]:
         """:meth:`publish` for every input, input ``i`` resized to
         ``resizes[i]`` when that is not None, decoded side by side on a pool
-        of ``threads`` native threads (every core when None; the pools of
-        :func:`decode_many`) with the GIL released. One item per input, in
+        of ``threads`` native threads (every core when None), shared out
+        image by image, round-robin, with the other batches running, with
+        the GIL released. One item per input, in
         order: its fields, or the exception it failed with (returned, not
         raised, ``index`` unset: its position says which input; the others
         are published all the same and their slots are the caller's). A
         batch of one is decoded on the calling thread. Raises only for
-        options no input could be published with."""
+        options no input could be published with. After :meth:`cancel` of
+        ``control``, inputs not yet published come back as
+        :class:`Cancelled`."""
     def release(self, slot: int, generation: int) -> bool: ...
+    def cancel(self, control: BatchControl) -> int:
+        """Gives up the batch ``control`` was passed to: frees every slot it
+        published, stops its waits for a slot and skips what it has not
+        started; each image still decoding is freed once published. The
+        number of slots this call freed."""
     def stats(self) -> dict[str, int]: ...
     def close(self) -> None: ...
 

@@ -58,6 +58,7 @@ def _frontend(args: argparse.Namespace) -> int:
         max_request_bytes=args.max_request_bytes,
         max_images_per_request=args.max_images_per_request,
         max_image_bytes_per_request=args.max_image_bytes_per_request,
+        max_pixels_per_request=args.max_pixels_per_request,
         max_fetches_per_request=args.max_fetches_per_request,
         max_json_values=args.max_json_values,
         resize=resize,
@@ -184,6 +185,14 @@ def main(argv: list[str] | None = None) -> int:
         default=config.MAX_IMAGE_BYTES_PER_REQUEST,
         help="encoded image bytes in one request, 400 above it: data: URLs counted before any work, "
         f"fetched images as they arrive (default {config.MAX_IMAGE_BYTES_PER_REQUEST >> 20} MiB)",
+    )
+    front.add_argument(
+        "--max-pixels-per-request",
+        type=int,
+        default=config.MAX_PIXELS_PER_REQUEST,
+        help="decoded pixels of one request's images, 400 above it, from their headers before any "
+        f"decode (default {config.MAX_PIXELS_PER_REQUEST:,}: 32 photos of 12 MP fit); a request's "
+        "images must also fit in the pool at once",
     )
     front.add_argument(
         "--max-json-values",

@@ -105,6 +105,15 @@ MAX_FETCHES_PER_REQUEST = 8
 # tiny values (64 MiB of `{},`) would otherwise take ~45 s of the Python
 # scanner. A long chat with tools is a few thousand values.
 MAX_JSON_VALUES = 500_000
+# Decoded pixels of one request's images, from their headers, before any is
+# decoded: 32 large photos (12 MP each) fit, 32 pixel bombs (a 2 KB WebP
+# can claim 50 MP) do not. A request's images must also fit in the pool
+# at once, at the size they ship: it could never be served otherwise.
+MAX_PIXELS_PER_REQUEST = 400_000_000
+# Publish calls in flight at once in one process. Each holds a thread that
+# waits (GIL released) while the native pool, which shares its threads out
+# among requests, decodes; a cancelled call ends within about one image.
+PUBLISH_CALLS = 64
 UPSTREAM_TIMEOUT = 600.0
 CONNECT_TIMEOUT = 10.0
 
@@ -265,6 +274,9 @@ class FrontendConfig:
     # Total encoded image bytes in one request (400 above it): data: URLs
     # are counted before any work, fetched bodies as they arrive.
     max_image_bytes_per_request: int = MAX_IMAGE_BYTES_PER_REQUEST
+    # Decoded pixels in one request (400 above it), from the images' headers
+    # before any decode, whatever the resize.
+    max_pixels_per_request: int = MAX_PIXELS_PER_REQUEST
     # The model's resize (pixelwire frontend --model): images ship at the
     # size its processor would resize them to.
     resize: ResizePolicy | None = None

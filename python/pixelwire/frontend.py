@@ -4,11 +4,14 @@ For ``POST /v1/chat/completions`` (and vLLM's other routes whose body is a
 chat ``messages`` list: ``/tokenize``, ``/pooling``, ``/v1/embeddings``,
 ``/classify``) it decodes every image part concurrently into NIXL-registered
 memory, swaps each URL for a (signed) descriptor reference that vLLM's
-pixelwire media connector reads over NIXL, forwards the request and streams
+pixelwire media connector reads over NIXL, fetches every video and audio URL
+through the same guard and hands vLLM the bytes, takes out every part's
+client-chosen ``uuid`` (vLLM's cache key), forwards the request and streams
 the answer back. Every other route passes through, except that a JSON body
-holding an image or a ``pixelwire:`` reference is refused there (vLLM would
-load such images itself, past this frontend's guard). Upstream redirects are
-handed back, never followed. ``/metrics`` is the frontend's own.
+holding a medium, a ``uuid`` media part or a ``pixelwire:`` reference is
+refused there (vLLM would load such media itself, past this frontend's
+guard). Upstream redirects are handed back, never followed. ``/metrics`` is
+the frontend's own.
 """
 
 from __future__ import annotations
@@ -20,7 +23,6 @@ import json.scanner
 import logging
 import posixpath
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
@@ -38,13 +40,15 @@ from pixelwire._native import (
     PixelwireError,
     PoolExhausted,
     UnsupportedFormat,
+    probe_image,
 )
 from pixelwire.config import DECODED_MODES, FrontendConfig, Layout, Mode
 from pixelwire.descriptor import Decoded, PassThrough
 from pixelwire.fetch import Fetcher
+from pixelwire.media_parts import MediaPart, MediaPartRefused, data_url_bytes, foreign_media, media_parts
 from pixelwire.metrics import ImageMetrics
 from pixelwire.publisher import Publisher
-from pixelwire.signing import encode_reference, is_reference
+from pixelwire.signing import encode_reference
 
 if TYPE_CHECKING:
     from pixelwire.resize import ResizePolicy
@@ -109,96 +113,11 @@ class _Fetched:
 
 
 @dataclass
-class _ImagePart:
-    where: str  # messages[i].content[j], for error messages
-    holder: dict[str, Any]  # the dict whose "url" (or "image_url") key holds the URL
-    key: str
-    url: str
+class _Budget:
+    """What is left of a request's decoded pixels and pool bytes."""
 
-
-def _image_parts(body: dict[str, Any]) -> list[_ImagePart]:
-    """Every image content part of ``messages`` that vLLM's chat parser
-    (vllm/renderers/chat_utils.py, MM_PARSER_MAP and its untyped branch)
-    loads from a URL: ``image_url`` (object or string), ``input_image``, and
-    parts without a type (or with a ``uuid``) holding ``image_url``. Refuses
-    client-supplied descriptor references anywhere in a non-text part (only
-    this frontend mints them)."""
-    parts: list[_ImagePart] = []
-    messages = body.get("messages")
-    if not isinstance(messages, list):
-        return parts  # upstream validates the request's shape
-    for i, message in enumerate(messages):
-        content = message.get("content") if isinstance(message, dict) else None
-        if not isinstance(content, list):
-            continue
-        for j, part in enumerate(content):
-            if not isinstance(part, dict):
-                continue
-            where = f"messages[{i}].content[{j}]"
-            kind = part.get("type")
-            if kind != "text" and _holds_reference(part):
-                raise OpenAIError(
-                    400,
-                    f"{where}: pixelwire descriptors are minted by the frontend, not sent by clients",
-                    param=where,
-                )
-            typed = kind in ("image_url", "input_image") and part.get("uuid") is None
-            if not (typed or ((kind is None or part.get("uuid") is not None) and "image_url" in part)):
-                continue
-            image_url = part.get("image_url")
-            if isinstance(image_url, dict) and isinstance(image_url.get("url"), str):
-                parts.append(_ImagePart(where, image_url, "url", image_url["url"]))
-            elif isinstance(image_url, str):
-                parts.append(_ImagePart(where, part, "image_url", image_url))
-    return parts
-
-
-# Content-part types vLLM loads an image for (chat_utils' MM_PARSER_MAP,
-# Anthropic's and Cohere's image blocks). image_embeds are tensors, not images.
-_IMAGE_TYPES = frozenset({"image_url", "input_image", "image", "image_pil", "image_file"})
-_IMAGE_KEYS = frozenset({"image_url", "image_pil"})
-
-
-def _walk(value: Any) -> Iterator[tuple[str, Any]]:
-    """(path, value) for every value in a JSON document, iteratively (a
-    deeply nested body cannot exhaust the stack)."""
-    stack: list[tuple[str, Any]] = [("", value)]
-    while stack:
-        path, item = stack.pop()
-        yield path, item
-        if isinstance(item, dict):
-            stack.extend((f"{path}.{k}" if path else str(k), v) for k, v in item.items())
-        elif isinstance(item, list):
-            stack.extend((f"{path}[{n}]", v) for n, v in enumerate(item))
-
-
-def _foreign_image(body: Any) -> str | None:
-    """Where in ``body`` an image or a descriptor reference sits, for a route
-    this frontend does not rewrite; None when there is none."""
-    for path, item in _walk(body):
-        if isinstance(item, str):
-            if is_reference(item.lstrip()):
-                return path or "body"
-        elif isinstance(item, dict):
-            kind = item.get("type")
-            if kind in _IMAGE_TYPES:
-                return path or "body"
-            if kind is None or "uuid" in item:
-                # An untyped part holding a URL (a JSON schema's "image_url"
-                # property, {"type": "string"}, is not one).
-                for key in _IMAGE_KEYS & item.keys():
-                    value = item[key]
-                    if isinstance(value, str) or (
-                        isinstance(value, dict) and isinstance(value.get("url"), str)
-                    ):
-                        return f"{path}.{key}" if path else key
-            images = item.get("images")  # Cohere's embed request: a list of data: URIs
-            if isinstance(images, list) and images and all(isinstance(i, str) for i in images):
-                return f"{path}.images" if path else "images"
-            mm_data = item.get("multi_modal_data")
-            if isinstance(mm_data, dict) and "image" in mm_data:
-                return f"{path}.multi_modal_data" if path else "multi_modal_data"
-    return None
+    pixels: int
+    pool_bytes: int
 
 
 def _canonical_path(raw_path: str) -> str:
@@ -236,16 +155,6 @@ def _bytes_url(data: bytes) -> str:
     return "data:application/octet-stream;base64," + base64.b64encode(data).decode("ascii")
 
 
-def _holds_reference(value: Any) -> bool:
-    if isinstance(value, str):
-        return is_reference(value.lstrip())
-    if isinstance(value, dict):
-        return any(_holds_reference(v) for v in value.values())
-    if isinstance(value, list):
-        return any(_holds_reference(v) for v in value)
-    return False
-
-
 def _image_settings(defaults: dict[str, Any], body: dict[str, Any]) -> tuple[Any, tuple[int, int, int]]:
     """(image_mode, rgba_background_color) the worker's vLLM will ask for:
     the server-wide defaults overridden by the request's media_io_kwargs."""
@@ -265,19 +174,25 @@ def _image_settings(defaults: dict[str, Any], body: dict[str, Any]) -> tuple[Any
     return settings["image_mode"], (background[0], background[1], background[2])
 
 
-def _image_error(part: _ImagePart, error: BaseException) -> OpenAIError:
+def _media_error(part: MediaPart, error: BaseException) -> OpenAIError:
+    medium = part.kind
     if isinstance(error, PoolExhausted):
         return OpenAIError(503, f"{part.where}: the frontend's image pool is full; retry shortly")
     if isinstance(error, BlockedURL):
-        return OpenAIError(400, f"{part.where}: image URL refused: {error}", param=part.where)
+        return OpenAIError(400, f"{part.where}: {medium} URL refused: {error}", param=part.where)
     if isinstance(error, FetchError):
-        return OpenAIError(400, f"{part.where}: could not fetch the image: {error}", param=part.where)
+        return OpenAIError(400, f"{part.where}: could not fetch the {medium}: {error}", param=part.where)
     if isinstance(error, DecodeError):
-        return OpenAIError(400, f"{part.where}: could not decode the image: {error}", param=part.where)
+        return OpenAIError(400, f"{part.where}: could not decode the {medium}: {error}", param=part.where)
     if isinstance(error, (PixelwireError, ValueError)):
         return OpenAIError(400, f"{part.where}: {error}", param=part.where)
-    log.error("unexpected error publishing %s", part.where, exc_info=error)
-    return OpenAIError(500, f"{part.where}: internal error publishing the image")
+    log.error("unexpected error handling %s", part.where, exc_info=error)
+    return OpenAIError(500, f"{part.where}: internal error handling the {medium}")
+
+
+def _shipped_channels(mode: Mode, layout: Layout) -> int:
+    """Bytes a pixel takes in the pool, as published."""
+    return 4 if layout == "RGBX" or mode == "RGBA" else 3 if mode == "RGB" else 1
 
 
 class Frontend:
@@ -316,7 +231,13 @@ class Frontend:
             "Images still held when their request ended (freed then, not by a notification)",
             registry=self.registry,
         )
+        self.upstream_retries = Counter(
+            "pixelwire_frontend_upstream_retries",
+            "Requests sent again on a fresh connection after the upstream closed a pooled one unanswered",
+            registry=self.registry,
+        )
         self._session: aiohttp.ClientSession | None = None
+        self._fresh_session: aiohttp.ClientSession | None = None
         self._plugin_seen = not (config.check_upstream and config.decode_at == "frontend")
         self._checker: asyncio.Task[None] | None = None
 
@@ -331,7 +252,7 @@ class Frontend:
     # -- lifecycle -------------------------------------------------------------
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=self.config.max_request_bytes)
+        app = web.Application(client_max_size=self.config.max_request_bytes, middlewares=[_json_errors])
         app.router.add_get("/metrics", self.metrics_page)
         app.router.add_route("*", "/{tail:.*}", self.dispatch)
         app.on_startup.append(self._start)
@@ -343,6 +264,10 @@ class Frontend:
             total=self.config.upstream_timeout, sock_connect=self.config.connect_timeout
         )
         self._session = aiohttp.ClientSession(timeout=timeout, auto_decompress=False)
+        # A connection of its own for each retry (never a pooled one).
+        self._fresh_session = aiohttp.ClientSession(
+            timeout=timeout, auto_decompress=False, connector=aiohttp.TCPConnector(force_close=True)
+        )
         await asyncio.to_thread(self.publisher.open)
         if not self._plugin_seen:
             self._checker = asyncio.create_task(self._check_upstream())
@@ -350,8 +275,9 @@ class Frontend:
     async def _stop(self, _app: web.Application) -> None:
         if self._checker is not None:
             self._checker.cancel()
-        if self._session is not None:
-            await self._session.close()
+        for session in (self._session, self._fresh_session):
+            if session is not None:
+                await session.close()
         await self.publisher.close()
         await self.fetcher.close()
 
@@ -392,6 +318,11 @@ class Frontend:
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def dispatch(self, request: web.Request) -> web.StreamResponse:
+        if not request.raw_path.startswith("/"):
+            # An absolute-form target (GET http://host/x) is for a forward
+            # proxy, which this is not.
+            refused = OpenAIError(400, "the request target must be a path (this is not a forward proxy)")
+            return refused.response()
         path = _canonical_path(request.raw_path)
         route = _REWRITTEN.get(path)
         if route is not None and request.method == "POST":
@@ -435,7 +366,7 @@ class Frontend:
             if where is not None:
                 raise OpenAIError(
                     400,
-                    f"{where}: images are accepted only on the routes this frontend rewrites "
+                    f"{where}: media are accepted only on the routes this frontend rewrites "
                     f"({', '.join(sorted(_REWRITTEN))}), not on {path}; pixelwire descriptors are "
                     "minted by the frontend, not sent by clients",
                     param=where,
@@ -444,9 +375,6 @@ class Frontend:
         except OpenAIError as e:
             self.requests.labels(route="other", status=str(e.status)).inc()
             return e.response()
-
-    async def chat_completions(self, request: web.Request) -> web.StreamResponse:
-        return await self.rewrite(request, "/v1/chat/completions", "chat")
 
     async def rewrite(self, request: web.Request, path: str, route: str) -> web.StreamResponse:
         published: list[Decoded] = []
@@ -476,50 +404,52 @@ class Frontend:
                 if self.publisher.release(decoded):
                     self.released.inc()
 
-    def _check_caps(self, parts: list[_ImagePart]) -> None:
+    def _check_caps(self, parts: list[MediaPart]) -> None:
         """The per-request caps that can be checked before any work."""
         limit = self.config.max_images_per_request
         if len(parts) > limit:
             raise OpenAIError(
                 400,
-                f"the request has {len(parts)} images, over the limit of {limit} per request "
+                f"the request has {len(parts)} media parts, over the limit of {limit} per request "
                 "(max_images_per_request)",
                 param="messages",
             )
-        encoded = sum(_data_url_bytes(p.url) for p in parts)
+        encoded = sum(data_url_bytes(p.url) for p in parts)
         limit = self.config.max_image_bytes_per_request
         if encoded > limit:
             raise OpenAIError(
                 400,
-                f"the request's data: URLs hold {encoded} bytes of images, over the limit of {limit} "
+                f"the request's data: URLs hold {encoded} bytes of media, over the limit of {limit} "
                 "bytes per request (max_image_bytes_per_request)",
                 param="messages",
             )
 
-    async def _publish_parts(self, body: dict[str, Any], parts: list[_ImagePart], out: list[Decoded]) -> None:
+    async def _publish_parts(self, body: dict[str, Any], parts: list[MediaPart], out: list[Decoded]) -> None:
         mode, background = _image_settings(self.config.image_kwargs, body)
         native = self.config.decode_at == "frontend" and mode in DECODED_MODES
 
         # A request with its own mm_processor_kwargs may change the
-        # processor's size: its images ship at full resolution.
+        # processor's size: its images ship at full resolution (within the
+        # request's pixel and pool budget, checked before any decode).
         resize = self.config.resize if mode == "RGB" and "mm_processor_kwargs" not in body else None
+        budget = _Budget(self.config.max_pixels_per_request, self.config.pool_bytes)
 
-        budget = self.config.max_image_bytes_per_request
+        encoded_limit = self.config.max_image_bytes_per_request
         fetched = 0
         over: list[OpenAIError] = []
 
-        async def fetch(part: _ImagePart) -> bytes:
+        async def fetch(part: MediaPart) -> bytes:
             nonlocal fetched
             if over:
                 raise over[0]
             data = await self.fetcher.fetch(part.url)
             fetched += len(data)
-            if fetched > budget and not over:
+            if fetched > encoded_limit and not over:
                 over.append(
                     OpenAIError(
                         400,
-                        f"{part.where}: the request's images reach {fetched} encoded bytes, over the limit "
-                        f"of {budget} bytes per request (max_image_bytes_per_request)",
+                        f"{part.where}: the request's media reach {fetched} encoded bytes, over the limit "
+                        f"of {encoded_limit} bytes per request (max_image_bytes_per_request)",
                         param=part.where,
                     )
                 )
@@ -527,14 +457,22 @@ class Frontend:
                 raise over[0]
             return data
 
-        async def one(part: _ImagePart) -> str | _Fetched:
+        async def one(part: MediaPart) -> str | _Fetched:
             """The part's new URL; for an image to decode here, its bytes."""
             if self.config.decode_at == "worker":
                 # The worker fetches, with its own guard (vLLM's allowed
                 # domains); refuse here what this one would refuse too.
                 self.fetcher.check(part.url)
-                self.metrics.handled("passthrough", 0)
+                if part.kind == "image":
+                    self.metrics.handled("passthrough", 0)
                 return part.url
+            if part.kind != "image":
+                # Video and audio: vLLM decodes them, from bytes fetched
+                # here through this guard; a data: URL holds its bytes
+                # already (and vLLM reads it without any fetch).
+                if part.url[:5].lower() == "data:":
+                    return part.url
+                return _bytes_url(await fetch(part))
             started = perf_counter()
             data = await fetch(part)
             if not native:
@@ -564,9 +502,10 @@ class Frontend:
                         results[fetching[task]] = error if error is not None else task.result()
                     if any(isinstance(r, BaseException) for r in results):
                         break
-                    batch = [(fetching[task], results[fetching[task]]) for task in done]
+                    batch = sorted((fetching[task], results[fetching[task]]) for task in done)
                     to_decode = [(index, item) for index, item in batch if isinstance(item, _Fetched)]
                     if to_decode:
+                        self._spend(budget, [(parts[i], item) for i, item in to_decode], mode, resize)
                         await self._decode_fetched(to_decode, results, mode, background, resize, out)
             finally:
                 for task in pending:
@@ -579,6 +518,44 @@ class Frontend:
         for part, result in zip(parts, results, strict=True):
             assert isinstance(result, str)
             part.holder[part.key] = result
+
+    def _spend(
+        self,
+        budget: _Budget,
+        fetched: list[tuple[MediaPart, _Fetched]],
+        mode: Mode,
+        resize: ResizePolicy | None,
+    ) -> None:
+        """Takes the images about to be decoded out of the request's budget,
+        from their headers (no pixel memory yet): decoded pixels, and pool
+        bytes at the size they ship. Over either, the request is refused
+        before they are decoded. An image whose header cannot be read is
+        left to the decode, which says why."""
+        layout: Layout = "RGBX" if mode == "RGB" else "HWC"
+        channels = _shipped_channels(mode, layout)
+        for part, item in fetched:
+            try:
+                height, width = probe_image(item.data)["oriented_size"]
+            except (PixelwireError, ValueError):
+                continue
+            budget.pixels -= height * width
+            if budget.pixels < 0:
+                limit = self.config.max_pixels_per_request
+                raise OpenAIError(
+                    400,
+                    f"{part.where}: the request's images reach more than {limit} decoded pixels, the "
+                    "limit per request (max_pixels_per_request)",
+                    param=part.where,
+                )
+            shipped = resize.target(height, width) if resize is not None else (height, width)
+            budget.pool_bytes -= shipped[0] * shipped[1] * channels
+            if budget.pool_bytes < 0:
+                raise OpenAIError(
+                    400,
+                    f"{part.where}: the request's images need more than the frontend's whole image pool "
+                    f"({self.config.pool_bytes} bytes) at once, so it could never be served (pool_bytes)",
+                    param=part.where,
+                )
 
     async def _decode_fetched(
         self,
@@ -619,22 +596,27 @@ class Frontend:
                 self.metrics.handled("nixl", outcome.size, at_source)
                 results[index] = encode_reference(outcome.to_dict(), self.config.secret)
 
-    def _raise_first_failure(self, parts: list[_ImagePart], results: list[Any]) -> None:
-        """The request's answer when one of its images failed: the first one's error."""
+    def _raise_first_failure(self, parts: list[MediaPart], results: list[Any]) -> None:
+        """The request's answer when one of its media failed: the first one's error."""
         for part, result in zip(parts, results, strict=True):
             if isinstance(result, BaseException):
                 if not isinstance(result, Exception):
                     raise result
                 self.metrics.failed(result)
-                raise _image_error(part, result)
+                raise _media_error(part, result)
 
     async def _forward(
         self, request: web.Request, body: bytes, *, route: str, path: str | None = None
     ) -> web.StreamResponse:
         """Sends the request upstream: to ``path`` (the canonical route the
         body was inspected for) when given, else to the path as the client
-        spelt it. A redirect is answered as is, never followed."""
-        assert self._session is not None
+        spelt it. A redirect is answered as is, never followed. A request
+        that fails on a pooled connection before any byte of the answer
+        arrived (the upstream closed that connection: after another
+        request's failure, uvicorn drops it) is sent once more, on a fresh
+        connection; until an answer begins, the upstream has done nothing
+        for it."""
+        assert self._session is not None and self._fresh_session is not None
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_HEADERS}
         target = request.raw_path
         if path is not None:
@@ -642,9 +624,32 @@ class Frontend:
             target = path + (f"?{query}" if query else "")
         url = URL(f"{self.upstream}{target}", encoded=True)
         self.upstream_calls.inc()
+        try:
+            return await self._relay(self._session, request, url, headers, body, route)
+        except _StaleConnection as stale:
+            log.info("upstream connection closed before answering %s (%r); sending it again", target, stale)
+            self.upstream_retries.inc()
+        try:
+            return await self._relay(self._fresh_session, request, url, headers, body, route)
+        except _StaleConnection as stale:
+            log.warning("the upstream %s closed a fresh connection too: %r", self.upstream, stale)
+            raise OpenAIError(502, "the upstream closed the connection without answering") from None
+
+    async def _relay(
+        self,
+        session: aiohttp.ClientSession,
+        request: web.Request,
+        url: URL,
+        headers: dict[str, str],
+        body: bytes,
+        route: str,
+    ) -> web.StreamResponse:
+        """One try of :meth:`_forward`: raises :class:`_StaleConnection` when
+        the connection closed before the answer began. Errors name "the
+        upstream", not its address (the log has it)."""
         response: web.StreamResponse | None = None
         try:
-            async with self._session.request(
+            async with session.request(
                 request.method, url, data=body, headers=headers, allow_redirects=False
             ) as upstream:
                 out_headers = {k: v for k, v in upstream.headers.items() if k.lower() not in _HOP_HEADERS}
@@ -665,11 +670,41 @@ class Frontend:
                 # Mid-stream: the status is sent, so the connection just ends.
                 log.warning("upstream stream or client connection broke on %s: %r", request.rel_url, e)
                 raise
+            if response is None and _closed_before_answering(e):
+                raise _StaleConnection(repr(e)) from None
             if isinstance(e, (TimeoutError, aiohttp.ServerTimeoutError)):
-                raise OpenAIError(504, f"the upstream {self.upstream} timed out") from None
-            raise OpenAIError(
-                502, f"the upstream {self.upstream} is unreachable: {type(e).__name__}"
-            ) from None
+                log.warning("the upstream %s timed out on %s", self.upstream, request.rel_url)
+                raise OpenAIError(504, "the upstream timed out") from None
+            log.warning("the upstream %s is unreachable: %r", self.upstream, e)
+            raise OpenAIError(502, f"the upstream is unreachable: {type(e).__name__}") from None
+
+
+@web.middleware
+async def _json_errors(request: web.Request, handler: Any) -> web.StreamResponse:
+    """Every answer the frontend makes itself is OpenAI's error JSON, an
+    unexpected failure too (aiohttp's own would be a plain-text 500)."""
+    try:
+        response: web.StreamResponse = await handler(request)
+        return response
+    except web.HTTPException as e:
+        if e.status < 400:
+            raise
+        return OpenAIError(e.status, e.reason).response()
+    except Exception:
+        log.exception("unexpected error on %s %s", request.method, request.raw_path[:200])
+        return OpenAIError(500, "internal error in the frontend").response()
+
+
+class _StaleConnection(Exception):
+    """The upstream closed a connection before any byte of its answer."""
+
+
+def _closed_before_answering(error: BaseException) -> bool:
+    """Whether ``error`` is a connection the upstream closed (or reset)
+    before answering, rather than one that could not be made or a timeout."""
+    if isinstance(error, aiohttp.ClientConnectorError):
+        return False  # no connection was made: the upstream is down
+    return isinstance(error, (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError, ConnectionResetError))
 
 
 def json_value_bound(raw: bytes) -> int:
@@ -700,19 +735,22 @@ def _parse(raw: bytes) -> Any:
         raise OpenAIError(400, f"request body is not valid JSON: {e}") from None
 
 
-def _inspect_chat(raw: bytes) -> tuple[dict[str, Any], list[_ImagePart]]:
-    """A chat-shaped body and its image parts (run off the loop when large).
-    An image or a descriptor outside ``messages`` is refused: only the parts
-    found here are guarded."""
+def _inspect_chat(raw: bytes) -> tuple[dict[str, Any], list[MediaPart]]:
+    """A chat-shaped body and its media parts, client uuids taken out (run
+    off the loop when large). A medium or a descriptor outside ``messages``
+    is refused: only the parts found here are guarded."""
     body = _parse(raw)
     if not isinstance(body, dict):
         raise OpenAIError(400, "request body must be a JSON object")
-    parts = _image_parts(body)
-    where = _foreign_image({k: v for k, v in body.items() if k != "messages"})
+    try:
+        parts = media_parts(body)
+    except MediaPartRefused as refused:
+        raise OpenAIError(400, str(refused), param=refused.where) from None
+    where = foreign_media({k: v for k, v in body.items() if k != "messages"})
     if where is not None:
         raise OpenAIError(
             400,
-            f"{where}: images are accepted in messages[].content only; pixelwire descriptors are "
+            f"{where}: media are accepted in messages[].content only; pixelwire descriptors are "
             "minted by the frontend, not sent by clients",
             param=where,
         )
@@ -720,9 +758,9 @@ def _inspect_chat(raw: bytes) -> tuple[dict[str, Any], list[_ImagePart]]:
 
 
 def _inspect_foreign(raw: bytes) -> str | None:
-    """Where a passed-through JSON body holds an image or a descriptor. A
+    """Where a passed-through JSON body holds a medium or a descriptor. A
     body that is not JSON passes untouched: vLLM parses JSON with the same
-    json.loads, so it cannot read images out of it either."""
+    json.loads, so it cannot read media out of it either."""
     if not raw.strip():
         return None
     try:
@@ -732,24 +770,12 @@ def _inspect_foreign(raw: bytes) -> str | None:
         return "body (nested too deeply to inspect)"
     except ValueError:
         return None
-    return _foreign_image(body)
+    return foreign_media(body)
 
 
 def _dump(body: dict[str, Any]) -> bytes:
     # Not one-shot: the Python encoder, which lets go of the GIL (see _loads).
     return "".join(json.JSONEncoder(separators=(",", ":")).iterencode(body)).encode()
-
-
-def _data_url_bytes(url: str) -> int:
-    """The bytes a base64 data: URL decodes to (an upper bound), without
-    decoding it; 0 for other URLs."""
-    if url[:5].lower() != "data:":
-        return 0
-    comma = url.find(",")
-    if comma < 0:
-        return 0
-    payload = len(url) - comma - 1
-    return payload // 4 * 3 + 3 if ";base64" in url[:comma].lower() else payload
 
 
 def run(config: FrontendConfig, host: str, port: int) -> None:

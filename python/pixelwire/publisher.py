@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import concurrent.futures
+import functools
 import hashlib
+import threading
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -18,6 +21,7 @@ from pixelwire.config import (
     BACKGROUND,
     LEASE_SECONDS,
     POOL_BYTES,
+    PUBLISH_CALLS,
     REGION_BYTES,
     DecodeAt,
     Layout,
@@ -40,6 +44,22 @@ def default_fetcher() -> Fetcher:
     return Fetcher(allow_private=allow_private_from_env())
 
 
+_executor_lock = threading.Lock()
+_executor: concurrent.futures.ThreadPoolExecutor | None = None
+
+
+def _publish_executor() -> concurrent.futures.ThreadPoolExecutor:
+    """The threads publish calls wait on (GIL released) while the native
+    pool decodes: their own, so that publishing never waits for, nor fills,
+    the event loop's default executor that other work (parsing bodies,
+    reads) uses."""
+    global _executor
+    with _executor_lock:
+        if _executor is None:
+            _executor = concurrent.futures.ThreadPoolExecutor(PUBLISH_CALLS, "pixelwire-publish")
+        return _executor
+
+
 def _resize_target(
     data: bytes | bytearray, resize: ResizePolicy | None
 ) -> tuple[int, int] | Exception | None:
@@ -60,6 +80,7 @@ def _publish_many(
     background: tuple[int, int, int],
     layout: Layout,
     resize: ResizePolicy | None,
+    control: _native.BatchControl,
 ) -> list[tuple[_native.Published, str] | Exception]:
     """Decode-and-publish of every source (each resized as `resize` says),
     side by side on native threads, plus each published source's SHA-256, in
@@ -77,6 +98,7 @@ def _publish_many(
             background=background,
             rgbx=layout == "RGBX",
             resizes=[target for target in targets if not isinstance(target, Exception)],
+            control=control,
             **options,
         )
         if to_publish
@@ -92,7 +114,9 @@ def _publish_many(
 
 
 def _release_when_published(native: _native.NativePublisher) -> Any:
-    """A done-callback that frees what an abandoned batch published."""
+    """A done-callback that frees whatever an abandoned batch still reports
+    as published (its cancel freed the rest; a second free of a slot is a
+    no-op, by its generation)."""
 
     def release(work: asyncio.Future[list[tuple[_native.Published, str] | Exception]]) -> None:
         if work.cancelled() or work.exception() is not None:
@@ -339,14 +363,17 @@ class Publisher:
         resize: ResizePolicy | None,
     ) -> list[Decoded | Exception]:
         """:func:`_publish_many` in a worker thread, each result as its descriptor."""
-        work = asyncio.ensure_future(
-            asyncio.to_thread(_publish_many, native, sources, mode, background, layout, resize)
-        )
+        control = _native.BatchControl()
+        call = functools.partial(_publish_many, native, sources, mode, background, layout, resize, control)
+        work = asyncio.get_running_loop().run_in_executor(_publish_executor(), call)
         try:
             outcomes = await asyncio.shield(work)
         except asyncio.CancelledError:
-            # The caller went away mid-decode; the decode threads go on, so
-            # the slots they fill are freed as soon as they are published.
+            # The caller went away mid-decode: what the batch published is
+            # freed now, images still waiting for a slot stop waiting, those
+            # not started are skipped, and each one still decoding is freed
+            # as soon as it is published.
+            native.cancel(control)
             work.add_done_callback(_release_when_published(native))
             raise
         published_at = time.time()

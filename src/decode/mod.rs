@@ -7,7 +7,7 @@
 //! conversion otherwise.
 
 mod batch;
-pub use batch::{decode_many, thread_pool, Decoded};
+pub use batch::{decode_many, thread_pool, Decoded, MAX_THREADS};
 mod convert;
 pub use convert::expand_rgb_to_rgbx;
 mod fresh;

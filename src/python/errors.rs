@@ -61,6 +61,12 @@ create_exception!(
     PixelwireError,
     "No registered pool slot became free within the acquire timeout."
 );
+create_exception!(
+    pixelwire,
+    Cancelled,
+    PixelwireError,
+    "The caller gave the work up (its request went away) before it was done."
+);
 
 impl From<Error> for PyErr {
     fn from(err: Error) -> PyErr {
@@ -91,6 +97,7 @@ impl From<Error> for PyErr {
             Error::Descriptor(m) => DescriptorError::new_err(m),
             Error::Transfer(m) => TransferError::new_err(m),
             Error::PoolExhausted(m) => PoolExhausted::new_err(m),
+            Error::Cancelled(m) => Cancelled::new_err(m),
         }
     }
 }
@@ -189,5 +196,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("DescriptorError", py.get_type::<DescriptorError>())?;
     m.add("TransferError", py.get_type::<TransferError>())?;
     m.add("PoolExhausted", py.get_type::<PoolExhausted>())?;
+    m.add("Cancelled", py.get_type::<Cancelled>())?;
     Ok(())
 }

@@ -15,7 +15,8 @@ use crate::background::{DoneSignal, Taken, Ticket};
 use crate::cuda::{read_to_device, Destination, DestinationCell};
 use crate::decode::{DecodeOptions, Mode};
 use crate::errors::Error;
-use crate::publisher::{BatchImage, Published, Publisher, PublisherConfig};
+use crate::fair::FairPool;
+use crate::publisher::{BatchControl, BatchImage, Published, Publisher, PublisherConfig};
 use crate::wire::{notification_for, SlotHeader};
 use std::sync::Arc;
 
@@ -163,7 +164,7 @@ impl NativePublisher {
     /// released. One item per input, in order: its descriptor fields, or the
     /// exception that image failed with (returned, not raised: the others
     /// are published all the same).
-    #[pyo3(signature = (inputs, *, mode = "RGB", background = (255, 255, 255), rgbx = false, resizes = None, resize_kernel = "torchvision", resize_filter = "bicubic", threads = None))]
+    #[pyo3(signature = (inputs, *, mode = "RGB", background = (255, 255, 255), rgbx = false, resizes = None, resize_kernel = "torchvision", resize_filter = "bicubic", threads = None, control = None))]
     #[allow(clippy::too_many_arguments)]
     fn publish_many<'py>(
         &self,
@@ -176,6 +177,7 @@ impl NativePublisher {
         resize_kernel: &str,
         resize_filter: &str,
         threads: Option<usize>,
+        control: Option<&NativeBatchControl>,
     ) -> PyResult<Bound<'py, PyList>> {
         let opts = self.decode_options(mode, background)?;
         let resizes = resizes.unwrap_or_else(|| vec![None; inputs.len()]);
@@ -197,8 +199,10 @@ impl NativePublisher {
                 })
             })
             .collect::<PyResult<Vec<_>>>()?;
-        let pool = crate::decode::thread_pool(threads)?;
-        let outcomes = py.detach(|| self.inner.publish_many(&pool, &images, &opts, rgbx))?;
+        let pool = FairPool::shared(threads)?;
+        let uncontrolled = BatchControl::default();
+        let control = control.map_or(&uncontrolled, |c| &*c.inner);
+        let outcomes = py.detach(|| self.inner.publish_many(&pool, &images, &opts, rgbx, control))?;
         let published: Vec<&Published> = outcomes.iter().flatten().collect();
         self.owned_by_python(&published, || {
             let items = outcomes
@@ -217,6 +221,12 @@ impl NativePublisher {
 
     fn release(&self, slot: u64, generation: u64) -> bool {
         self.inner.release(slot, generation)
+    }
+
+    /// Gives up the batch `control` was passed to: frees what it published
+    /// and stops the rest; the number of slots freed.
+    fn cancel(&self, control: &NativeBatchControl) -> usize {
+        self.inner.cancel(&control.inner)
     }
 
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
@@ -238,6 +248,27 @@ impl NativePublisher {
 
     fn close(&self, py: Python<'_>) {
         py.detach(|| self.inner.close());
+    }
+}
+
+/// A handle on a running `publish_many` batch, for `NativePublisher.cancel`.
+#[pyclass(module = "pixelwire._native", frozen, name = "BatchControl")]
+pub struct NativeBatchControl {
+    inner: Arc<BatchControl>,
+}
+
+#[pymethods]
+impl NativeBatchControl {
+    #[new]
+    fn new() -> Self {
+        NativeBatchControl {
+            inner: Arc::new(BatchControl::default()),
+        }
+    }
+
+    #[getter]
+    fn cancelled(&self) -> bool {
+        self.inner.is_cancelled()
     }
 }
 
@@ -679,6 +710,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     )?;
     m.add_function(wrap_pyfunction!(load_nixl, m)?)?;
     m.add_class::<NativePublisher>()?;
+    m.add_class::<NativeBatchControl>()?;
     m.add_class::<NativeReader>()?;
     m.add_class::<PixelBuffer>()?;
     m.add_class::<ReadTicket>()?;

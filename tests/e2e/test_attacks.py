@@ -505,6 +505,10 @@ def test_an_expired_reference_is_refused(served: Served) -> None:
 # -- every route and spelling --------------------------------------------------------------------
 
 
+def _video_message(url: str) -> dict[str, Any]:
+    return {"role": "user", "content": [{"video_url": {"url": url}}, {"type": "text", "text": "hi"}]}
+
+
 def _route_body(kind: str, url: str) -> dict[str, Any]:
     if kind == "responses":
         image = {"type": "input_image", "image_url": url, "detail": "auto"}
@@ -523,6 +527,12 @@ def _route_body(kind: str, url: str) -> dict[str, Any]:
         body = _chat([])
         body["messages"][0]["content"].insert(0, {"image_url": {"url": url}})
         return body
+    if kind in ("video_url", "audio_url"):
+        body = _chat([])
+        body["messages"][0]["content"].insert(0, {"type": kind, kind: {"url": url}})
+        return body
+    if kind == "batch":
+        return {"model": "tiny", "messages": [_chat([])["messages"] + [_video_message(url)]]}
     if kind == "uuid":
         body = _chat([])
         body["messages"][0]["content"].insert(0, {"type": "image_url", "image_url": url, "uuid": "u1"})
@@ -546,6 +556,11 @@ ROUTES: dict[str, tuple[str, str, str]] = {
     "chat-input_image-part": ("/v1/chat/completions", "input_image", "read"),
     "chat-untyped-part": ("/v1/chat/completions", "untyped", "read"),
     "chat-uuid-part": ("/v1/chat/completions", "uuid", "read"),
+    "chat-video_url-part": ("/v1/chat/completions", "video_url", "bytes"),
+    "chat-audio_url-part": ("/v1/chat/completions", "audio_url", "bytes"),
+    "tokenize-video_url-part": ("/tokenize", "video_url", "bytes"),
+    "chat-batch-video": ("/v1/chat/completions/batch", "batch", "refused"),
+    "invocations-video": ("/invocations", "video_url", "refused"),
     "tokenize": ("/tokenize", "chat", "read"),
     "pooling": ("/pooling", "chat", "unserved"),
     "embeddings": ("/v1/embeddings", "chat", "unserved"),
@@ -580,7 +595,9 @@ def test_every_route_and_spelling_refuses_the_trap(served: Served, route: str, s
     assert _worker_images(served.vllm) == worker
 
 
-@pytest.mark.parametrize("route", sorted(r for r, (_, _, outcome) in ROUTES.items() if outcome != "refused"))
+@pytest.mark.parametrize(
+    "route", sorted(r for r, (_, _, outcome) in ROUTES.items() if outcome in ("read", "unserved"))
+)
 def test_rewritten_routes_hand_vllm_a_reference_never_the_url(served: Served, route: str) -> None:
     """An allowed image on each rewritten route and spelling: the frontend
     fetches it and vLLM gets a reference (or nothing), never the URL (its
@@ -656,12 +673,14 @@ def test_decode_at_worker_never_lets_the_worker_reach_the_trap(served: Served) -
     directly or by a redirect from an allowed host."""
     trap_before = len(served.trap_hits)
     outcomes = []
-    for url in (served.trap_urls()["localhost"], f"{served.images}/to-trap.png"):
-        status, _, raw = _send(served.worker_mode, "/v1/chat/completions", _chat([url]))
-        outcomes.append((url, status, raw[:300]))
+    for kind in ("image", "video_url", "audio_url"):
+        for url in (served.trap_urls()["localhost"], f"{served.images}/to-trap.png"):
+            body = _chat([url]) if kind == "image" else _route_body(kind, url)
+            status, _, raw = _send(served.worker_mode, "/v1/chat/completions", body)
+            outcomes.append((f"{kind} {url}", status, raw[:300]))
     print("\n" + "\n".join(f"  {url}: {status} {raw!r}" for url, status, raw in outcomes))
     served.assert_trap_untouched(trap_before)
-    assert [status for _, status, _ in outcomes] == [400, 400]
+    assert [status for _, status, _ in outcomes] == [400] * 6
 
 
 @pytest.mark.parametrize("vllm", ["media_io_kwargs-disabled", "media_io_kwargs-enabled"])

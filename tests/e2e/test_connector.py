@@ -116,6 +116,87 @@ def test_private_addresses_are_refused_unless_allowed(connectors: tuple[Any, Any
         asyncio.run(ours_cls().fetch_image_async(slow_server))
 
 
+class _Counting(http.server.BaseHTTPRequestHandler):
+    hits = 0
+
+    def do_GET(self) -> None:
+        type(self).hits += 1
+        self.send_response(200)
+        self.send_header("Content-Length", "4")
+        self.end_headers()
+        self.wfile.write(b"trap")
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.mark.parametrize("medium", ["video", "audio"])
+def test_every_medium_vllm_fetches_goes_through_the_guard(
+    connectors: tuple[Any, Any], medium: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """vLLM's own loaders fetch video and audio URLs with no address guard;
+    with the plug-in, every URL vLLM fetches passes pixelwire's guard (async
+    and sync), and a data: URL stays vLLM's (no fetch)."""
+    ours_cls, _ = connectors
+    monkeypatch.delenv("PIXELWIRE_ALLOW_PRIVATE", raising=False)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Counting)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/a.mp4"
+    try:
+        connector = ours_cls()
+        fetch_async = getattr(connector, f"fetch_{medium}_async")
+        with pytest.raises(ValueError, match="refused"):
+            asyncio.run(fetch_async(url))
+        with pytest.raises(ValueError, match="refused"):
+            getattr(connector, f"fetch_{medium}")(url.replace("127.0.0.1", "localhost"))
+        with pytest.raises(ValueError, match="allowed_domains"):
+            asyncio.run(
+                getattr(ours_cls(allowed_media_domains=["images.test"]), f"fetch_{medium}_async")(url)
+            )
+        assert _Counting.hits == 0, "the guard let a fetch through"
+        # Allowed, the bytes reach vLLM's own loader (which finds no medium in them).
+        monkeypatch.setenv("PIXELWIRE_ALLOW_PRIVATE", "1")
+        with pytest.raises(Exception) as failed:
+            asyncio.run(fetch_async(url))
+        assert "refused" not in str(failed.value)
+        assert _Counting.hits == 1
+    finally:
+        server.shutdown()
+        server.server_close()
+        _Counting.hits = 0
+
+
+def test_a_read_image_is_keyed_by_its_signed_identity(monkeypatch: pytest.MonkeyPatch) -> None:
+    """vLLM keys its caches on what its hasher reads from an item. For an
+    image the plug-in read over NIXL that is the signed identity (source
+    digest, mode, background, resize policy) keyed with PIXELWIRE_SECRET:
+    not the pixels, which anyone who has the image can hash as vLLM does."""
+    from PIL import Image
+    from vllm.multimodal.hasher import MultiModalHasher
+    from vllm.multimodal.media import MediaWithBytes
+
+    from pixelwire.vllm.connector import cache_identity
+
+    image = Image.new("RGB", (8, 8), (1, 2, 3))
+
+    def key(item: Any) -> str:
+        return str(MultiModalHasher.hash_kwargs("sha256", model_id="m", image=item))
+
+    monkeypatch.setenv("PIXELWIRE_SECRET", "one")
+    one = cache_identity("ab" * 32, "RGB", (255, 255, 255), "")
+    assert key(MediaWithBytes(image, one)) == key(MediaWithBytes(image.copy(), one))
+    assert key(MediaWithBytes(image, one)) != key(image), "not the pixels' hash"
+    assert key(MediaWithBytes(image, one)) == key(MediaWithBytes(Image.new("RGB", (2, 2)), one))
+    for other in (
+        cache_identity("cd" * 32, "RGB", (255, 255, 255), ""),
+        cache_identity("ab" * 32, "RGB", (0, 0, 0), ""),
+        cache_identity("ab" * 32, "RGB", (255, 255, 255), "qwen2_vl:smart"),
+    ):
+        assert other != one
+    monkeypatch.setenv("PIXELWIRE_SECRET", "two")
+    assert cache_identity("ab" * 32, "RGB", (255, 255, 255), "") != one, "keyed with the secret"
+
+
 @pytest.fixture
 def unsigned_allowed(monkeypatch: pytest.MonkeyPatch) -> None:
     """These tests hand the connector unsigned references on purpose."""

@@ -5,19 +5,20 @@ from __future__ import annotations
 import asyncio
 import functools
 import hashlib
+import hmac
 import json
 import logging
 import os
 import threading
 import time
-import uuid
 from collections.abc import Coroutine
 from typing import Any
 
 import vllm.envs as envs
-from PIL import ExifTags, Image
+from PIL import Image
 from prometheus_client import REGISTRY, Gauge
 from vllm.multimodal.media import MediaConnector, MediaWithBytes
+from vllm.multimodal.media.base import MediaIO
 from vllm.multimodal.media.image import ImageMediaIO
 
 from pixelwire import __version__
@@ -31,7 +32,7 @@ from pixelwire._native import (
 )
 from pixelwire.config import DECODED_MODES, Mode, allow_private_from_env
 from pixelwire.descriptor import RemoteImage, decoded_as, parse_descriptor
-from pixelwire.fetch import Fetcher
+from pixelwire.fetch import DEFAULT_MAX_BYTES, Fetcher
 from pixelwire.metrics import ImageMetrics
 from pixelwire.outputs import as_output
 from pixelwire.reader import Reader
@@ -153,17 +154,27 @@ def install_metrics(selected: str) -> ImageMetrics:
         return _metrics
 
 
-def _fetcher(domains: list[str] | None, local_path: Any) -> Fetcher:
-    """One Fetcher per event loop and vLLM setting (allowed domains, local path, timeout)."""
+def _fetcher(
+    domains: list[str] | None,
+    local_path: Any,
+    timeout: float | None = None,
+    max_bytes: int | None = None,
+) -> Fetcher:
+    """One Fetcher per event loop and vLLM setting (allowed domains, local
+    path, timeout: vLLM's image fetch timeout unless another is given,
+    body cap)."""
     allow_private = allow_private_from_env()
+    timeout = float(envs.VLLM_IMAGE_FETCH_TIMEOUT if timeout is None else timeout)
+    max_bytes = max_bytes or DEFAULT_MAX_BYTES
     # A Fetcher's HTTP session belongs to one event loop: vLLM's, or the sync one.
     loop = asyncio.get_running_loop()
-    key = (loop, tuple(domains or ()), str(local_path or ""), envs.VLLM_IMAGE_FETCH_TIMEOUT, allow_private)
+    key = (loop, tuple(domains or ()), str(local_path or ""), timeout, max_bytes, allow_private)
     with _state_lock:
         fetcher = _fetchers.get(key)
         if fetcher is None:
             fetcher = Fetcher(
-                timeout=float(envs.VLLM_IMAGE_FETCH_TIMEOUT),
+                timeout=timeout,
+                max_bytes=max_bytes,
                 max_redirects=3 if envs.VLLM_MEDIA_URL_ALLOW_REDIRECTS else 0,
                 allowed_domains=domains or None,
                 allow_private=allow_private,
@@ -222,13 +233,55 @@ def _decode_for_model(
     return pixels, height * width * pixels.shape[2]
 
 
+def cache_identity(
+    source_sha256: str, mode: str | None, background: tuple[int, int, int], policy: str
+) -> bytes:
+    """What vLLM's multimodal caches key a frontend-decoded image on (the
+    bytes its hasher reads in place of the encoded image): the signed
+    identity of the pixels (source digest, mode, background, resize
+    policy), keyed with PIXELWIRE_SECRET when there is one, so nobody
+    without the secret can compute it."""
+    identity = f"pixelwire-image:{source_sha256}:{mode}:{list(background)}:{policy}".encode()
+    secret = secret_from_env()
+    digest = (
+        hmac.new(secret, identity, hashlib.sha256).digest()
+        if secret is not None
+        else hashlib.sha256(identity).digest()
+    )
+    # Tagged, so it is no image's encoded bytes either.
+    return b"pixelwire-cache-identity:" + digest
+
+
 class PixelwireMediaConnector(MediaConnector):
     """vLLM's MediaConnector with images taken over: descriptor references
     are read over NIXL (signed, unless PIXELWIRE_ALLOW_UNSIGNED=1); every
     ``http(s)``, ``data:`` and allowed ``file:`` URL is fetched by
     pixelwire's guarded Fetcher and decoded natively (off the GIL) when the
     mode asked for is one pixelwire decodes (RGB, RGBA, L); other modes and
-    formats go to vLLM's own loader as the bytes already fetched."""
+    formats go to vLLM's own loader as the bytes already fetched. Every
+    other medium vLLM loads from a URL (video, audio) is fetched by the same
+    guard too, and decoded by vLLM's own loader."""
+
+    async def load_from_url_async(
+        self, url: str, media_io: MediaIO[Any], *, fetch_timeout: int | None = None
+    ) -> Any:
+        # vLLM's one way to every URL it fetches (video and audio; images
+        # come through fetch_image_async). data: URLs hold their bytes, and
+        # what is not a URL vLLM refuses itself: both stay vLLM's.
+        if not isinstance(url, str) or url[:5].lower() == "data:" or ":" not in url:
+            return await super().load_from_url_async(url, media_io, fetch_timeout=fetch_timeout)
+        fetcher = _fetcher(
+            self.allowed_media_domains, self.allowed_local_media_path, fetch_timeout, media_io.get_max_bytes()
+        )
+        try:
+            data = await fetcher.fetch(url)
+        except PixelwireError as e:
+            install_metrics("pixelwire").failed(e)
+            raise ValueError(f"pixelwire: {e}") from e
+        return await asyncio.to_thread(media_io.load_bytes, data)
+
+    def load_from_url(self, url: str, media_io: MediaIO[Any], *, fetch_timeout: int | None = None) -> Any:
+        return _run_sync(self.load_from_url_async(url, media_io, fetch_timeout=fetch_timeout))
 
     def _image_settings(self, image_mode: str | None) -> tuple[str | None, tuple[int, int, int]]:
         # ImageMediaIO validates the kwargs exactly as vLLM does.
@@ -259,7 +312,7 @@ class PixelwireMediaConnector(MediaConnector):
 
     async def _read_reference(
         self, reference: str, mode: str | None, background: tuple[int, int, int], metrics: ImageMetrics
-    ) -> Image.Image:
+    ) -> Image.Image | MediaWithBytes:
         # The signature is checked before anything reaches NIXL; without
         # PIXELWIRE_SECRET every reference is refused unless
         # PIXELWIRE_ALLOW_UNSIGNED=1 (reference_secret raises).
@@ -282,19 +335,23 @@ class PixelwireMediaConnector(MediaConnector):
         metrics.handled(
             "nixl", remote.size, remote.size * source_h * source_w // max(1, image.width * image.height)
         )
-        if remote.source_sha256 is not None:
-            # vLLM keys its multimodal caches on an EXIF ImageID UUID when an
-            # image has one, instead of hashing every pixel (~20 ms for 4K).
-            # The resize policy is part of what the pixels are.
-            identity = hashlib.sha256(
-                f"pixelwire-image:{remote.source_sha256}:{mode}:{list(background)}:{policy}".encode()
-            ).digest()
-            image.getexif()[ExifTags.Base.ImageID] = uuid.UUID(bytes=identity[:16])
-        return image
+        # vLLM's hasher keys a MediaWithBytes image on its bytes (it neither
+        # re-normalises it nor hashes its pixels): here the signed identity,
+        # which no client can choose (the frontend takes out their uuids)
+        # nor compute. Without a source digest, the pixels' content hash,
+        # covered by the signature too, stands in; with neither, vLLM hashes
+        # the pixels themselves.
+        if remote.source_sha256:
+            source = remote.source_sha256
+        elif remote.content_hash:
+            source = f"content:{remote.content_hash}"
+        else:
+            return image
+        return MediaWithBytes(image, cache_identity(source, mode, background, policy))
 
     async def _load_url(
         self, url: str, mode: str | None, background: tuple[int, int, int], metrics: ImageMetrics
-    ) -> MediaWithBytes:
+    ) -> Image.Image | MediaWithBytes:
         fetcher = _fetcher(self.allowed_media_domains, self.allowed_local_media_path)
         data = await fetcher.fetch(url)
         if mode not in DECODED_MODES:
