@@ -1,7 +1,7 @@
 //! A thread pool that shares its threads out fairly between callers: each
 //! caller's batch is handed out one item at a time, round-robin across the
-//! batches waiting, so one caller's long batch cannot hold every thread
-//! while another's waits behind it (a work-stealing pool such as rayon's
+//! batches waiting (a new batch first), so one caller's long batch cannot
+//! hold every thread while another's waits behind it (a work-stealing pool such as rayon's
 //! finishes the batch it is on first). Used for publishing, where each
 //! batch is one request's images.
 
@@ -10,9 +10,6 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 
 use crate::errors::{Error, Result};
-
-/// Most threads one pool may have (as for the decode pools).
-const MAX_THREADS: usize = crate::decode::MAX_THREADS;
 
 /// One caller's batch: `job(i)` for every `i < len`.
 struct Batch {
@@ -57,7 +54,9 @@ pub struct FairPool {
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl FairPool {
@@ -79,15 +78,7 @@ impl FairPool {
     /// made on first use. Its threads live as long as the process.
     pub fn shared(threads: Option<usize>) -> Result<Arc<FairPool>> {
         static POOLS: OnceLock<Mutex<HashMap<usize, Arc<FairPool>>>> = OnceLock::new();
-        let threads = match threads {
-            Some(n) if n == 0 || n > MAX_THREADS => {
-                return Err(Error::InvalidArgument(format!(
-                    "threads must be between 1 and {MAX_THREADS}, not {n}"
-                )))
-            }
-            Some(n) => n,
-            None => std::thread::available_parallelism().map_or(1, |n| n.get()),
-        };
+        let threads = crate::decode::thread_count(threads)?;
         let mut pools = lock(POOLS.get_or_init(Default::default));
         // Few sizes are ever asked for (the default, and tests'); the
         // bound keeps a caller naming many from starting threads unbounded.
@@ -133,7 +124,9 @@ impl FairPool {
             remaining: Mutex::new(len),
             finished: Condvar::new(),
         });
-        lock(&self.queue.waiting).push_back((Arc::clone(&batch), 0));
+        // A new batch goes first: a request's first image waits only for
+        // the images already being decoded, then takes its turn.
+        lock(&self.queue.waiting).push_front((Arc::clone(&batch), 0));
         self.queue.ready.notify_all();
         batch.wait();
         results
@@ -190,8 +183,8 @@ mod tests {
     #[test]
     fn a_short_batch_is_not_held_behind_a_long_one() {
         // One thread: a long batch of slow items is running when a batch of
-        // one item arrives. Round-robin hands the newcomer the next item, so
-        // it finishes after about two slow items, not after the whole batch.
+        // one item arrives. It goes first, so it runs as soon as the item in
+        // progress ends, not after the whole long batch.
         let pool = Arc::new(FairPool::new(1).unwrap());
         let started = Arc::new(AtomicUsize::new(0));
         let long = {
@@ -199,7 +192,7 @@ mod tests {
             std::thread::spawn(move || {
                 pool.run(20, |_| {
                     started.fetch_add(1, Ordering::SeqCst);
-                    std::thread::sleep(Duration::from_millis(50));
+                    std::thread::sleep(Duration::from_millis(20));
                 })
             })
         };
@@ -207,14 +200,54 @@ mod tests {
             std::thread::yield_now();
         }
         let asked = Instant::now();
-        pool.run(1, |_| ());
+        let long_items_before = pool.run(1, |_| started.load(Ordering::SeqCst))[0];
         let waited = asked.elapsed();
-        let long_items_before = started.load(Ordering::SeqCst);
         long.join().unwrap();
-        assert!(
-            long_items_before <= 2,
+        assert_eq!(
+            long_items_before, 1,
             "the short batch waited for {long_items_before} items of the long one ({waited:?})"
         );
+    }
+
+    #[test]
+    fn batches_take_turns_item_by_item() {
+        // One thread, two batches queued while a third item holds it: the
+        // items then alternate between them.
+        let pool = Arc::new(FairPool::new(1).unwrap());
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let gate = Arc::new(AtomicUsize::new(0));
+        let holder = {
+            let (pool, gate) = (Arc::clone(&pool), Arc::clone(&gate));
+            std::thread::spawn(move || {
+                pool.run(1, |_| {
+                    gate.store(1, Ordering::SeqCst);
+                    std::thread::sleep(Duration::from_millis(500));
+                })
+            })
+        };
+        while gate.load(Ordering::SeqCst) == 0 {
+            std::thread::yield_now();
+        }
+        let batches: Vec<_> = ["a", "b"]
+            .into_iter()
+            .map(|name| {
+                let (pool, order) = (Arc::clone(&pool), Arc::clone(&order));
+                let batch = std::thread::spawn(move || {
+                    pool.run(3, |i| lock(&order).push(format!("{name}{i}")))
+                });
+                std::thread::sleep(Duration::from_millis(50));
+                batch
+            })
+            .collect();
+        holder.join().unwrap();
+        for batch in batches {
+            batch.join().unwrap();
+        }
+        let order = lock(&order).clone();
+        assert_eq!(order.len(), 6);
+        for pair in order.windows(2) {
+            assert_ne!(pair[0][..1], pair[1][..1], "items alternate: {order:?}");
+        }
     }
 
     #[test]

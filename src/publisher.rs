@@ -298,8 +298,13 @@ impl Publisher {
             if control.is_cancelled() {
                 return Err(cancelled());
             }
-            let published =
-                self.publish_controlled(image.data, opts, rgbx, image.resize.as_ref(), Some(control))?;
+            let published = self.publish_controlled(
+                image.data,
+                opts,
+                rgbx,
+                image.resize.as_ref(),
+                Some(control),
+            )?;
             let mut state = control.state.lock();
             if state.cancelled {
                 // Published after its owner gave it up: nobody will read it.

@@ -18,19 +18,22 @@ pub const MAX_THREADS: usize = 1024;
 /// grow the process without bound.
 const KEPT_POOLS: usize = 4;
 
+/// A pool's thread count: `threads`, checked, or every core when `None`.
+pub fn thread_count(threads: Option<usize>) -> Result<usize> {
+    match threads {
+        Some(n) if n == 0 || n > MAX_THREADS => Err(Error::InvalidArgument(format!(
+            "threads must be between 1 and {MAX_THREADS}, not {n}"
+        ))),
+        Some(n) => Ok(n),
+        None => Ok(std::thread::available_parallelism().map_or(1, |n| n.get())),
+    }
+}
+
 /// The pool of `threads` threads (all cores when `None`), made on first use
 /// and kept for the next calls.
 pub fn thread_pool(threads: Option<usize>) -> Result<Arc<rayon::ThreadPool>> {
     static POOLS: Mutex<VecDeque<(usize, Arc<rayon::ThreadPool>)>> = Mutex::new(VecDeque::new());
-    let threads = match threads {
-        Some(n) if n == 0 || n > MAX_THREADS => {
-            return Err(Error::InvalidArgument(format!(
-                "threads must be between 1 and {MAX_THREADS}, not {n}"
-            )))
-        }
-        Some(n) => n,
-        None => std::thread::available_parallelism().map_or(1, |n| n.get()),
-    };
+    let threads = thread_count(threads)?;
     let mut pools = POOLS
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());

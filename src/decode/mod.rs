@@ -7,7 +7,7 @@
 //! conversion otherwise.
 
 mod batch;
-pub use batch::{decode_many, thread_pool, Decoded, MAX_THREADS};
+pub use batch::{decode_many, thread_count, thread_pool, Decoded};
 mod convert;
 pub use convert::expand_rgb_to_rgbx;
 mod fresh;

@@ -202,7 +202,10 @@ impl NativePublisher {
         let pool = FairPool::shared(threads)?;
         let uncontrolled = BatchControl::default();
         let control = control.map_or(&uncontrolled, |c| &*c.inner);
-        let outcomes = py.detach(|| self.inner.publish_many(&pool, &images, &opts, rgbx, control))?;
+        let outcomes = py.detach(|| {
+            self.inner
+                .publish_many(&pool, &images, &opts, rgbx, control)
+        })?;
         let published: Vec<&Published> = outcomes.iter().flatten().collect();
         self.owned_by_python(&published, || {
             let items = outcomes
