@@ -78,7 +78,12 @@ impl FairPool {
     /// made on first use. Its threads live as long as the process.
     pub fn shared(threads: Option<usize>) -> Result<Arc<FairPool>> {
         static POOLS: OnceLock<Mutex<HashMap<usize, Arc<FairPool>>>> = OnceLock::new();
-        let threads = crate::decode::thread_count(threads)?;
+        // Every core but one by default: the event loop and the images
+        // decoded inline keep a core of their own.
+        let threads = match threads {
+            None => crate::decode::thread_count(None)?.saturating_sub(1).max(1),
+            given => crate::decode::thread_count(given)?,
+        };
         let mut pools = lock(POOLS.get_or_init(Default::default));
         // Few sizes are ever asked for (the default, and tests'); the
         // bound keeps a caller naming many from starting threads unbounded.
@@ -140,9 +145,28 @@ impl FairPool {
     }
 }
 
+/// How much a pool thread's priority is lowered (a Linux nice value, per
+/// thread): bulk decoding yields the CPU to the process's other threads,
+/// the event loop and the small images decoded where they are asked for,
+/// so that requests of many large images cannot crowd out small ones. It
+/// costs nothing when nothing else wants the CPU.
+const NICE: libc::c_int = 10;
+
+fn lower_priority() {
+    #[cfg(target_os = "linux")]
+    // SAFETY: plain system calls on this thread's own id.
+    unsafe {
+        let tid = libc::gettid();
+        // A failure leaves the thread at the process's priority: only
+        // latency, never correctness, depends on it.
+        libc::setpriority(libc::PRIO_PROCESS as _, tid as libc::id_t, NICE);
+    }
+}
+
 /// A pool thread: takes the next item of the batch at the front of the
 /// queue, puts that batch at the back if it has more, and runs the item.
 fn serve(queue: &Queue) {
+    lower_priority();
     loop {
         let (batch, index) = {
             let mut waiting = lock(&queue.waiting);

@@ -25,6 +25,11 @@ use crate::wire::{self, SlotHeader, SLOT_HEADER_BYTES};
 /// the worker and its READ.
 pub const MIN_LEASE: Duration = Duration::from_millis(500);
 
+/// A single image of at most this many pixels is published on the caller's
+/// thread (4 MP: a 1440p photo, about 15 ms to decode); a larger one waits
+/// its turn on the publish pool, whose threads yield to the caller's.
+const INLINE_PIXELS: u64 = 4_000_000;
+
 /// How often a publish waiting for a slot looks whether its batch was cancelled.
 const CANCEL_CHECK: Duration = Duration::from_millis(20);
 
@@ -294,7 +299,16 @@ impl Publisher {
         control: &BatchControl,
     ) -> Result<Vec<Result<Published>>> {
         check_layout(opts, rgbx)?;
-        Ok(each_on_pool(pool, images, |image| {
+        // A single small image is decoded on the caller's thread, at its
+        // priority: nothing to overlap, and it never waits behind the pool's
+        // large images. Anything larger goes through the pool's turns.
+        let inline = match images {
+            [image] => decode::probe(image.data, &opts.limits).map_or(true, |info| {
+                info.width as u64 * info.height as u64 <= INLINE_PIXELS
+            }),
+            _ => false,
+        };
+        Ok(each_on_pool(pool, images, inline, |image| {
             if control.is_cancelled() {
                 return Err(cancelled());
             }
@@ -372,13 +386,13 @@ fn check_layout(opts: &DecodeOptions, rgbx: bool) -> Result<()> {
 }
 
 /// `work` applied to every item, side by side on `pool` (on the caller's
-/// thread for a single item: nothing to overlap), one result each in input
-/// order. A `work` that panics fails only its own item: by then the other
+/// thread when `inline`), one result each in input order. A `work` that panics fails only its own item: by then the other
 /// items' work may be done, and only their results say what the caller now
 /// owns (for a publish, which slots it must free).
 fn each_on_pool<I: Sync, T: Send>(
     pool: &FairPool,
     items: &[I],
+    inline: bool,
     work: impl Fn(&I) -> Result<T> + Sync,
 ) -> Vec<Result<T>> {
     let one = |item: &I| {
@@ -389,7 +403,7 @@ fn each_on_pool<I: Sync, T: Send>(
             )))
         })
     };
-    if items.len() == 1 {
+    if inline {
         return items.iter().map(one).collect();
     }
     // One item at a time, round-robin with other batches: a large image
@@ -591,7 +605,7 @@ mod tests {
         let pool = FairPool::shared(Some(3)).unwrap();
         let items: Vec<usize> = (0..64).collect();
         for _ in 0..5 {
-            let results = each_on_pool(&pool, &items, |&n| match n {
+            let results = each_on_pool(&pool, &items, false, |&n| match n {
                 7 => panic!("item {n} panics"),
                 9 => Err(Error::UnsupportedFormat(format!("item {n} fails"))),
                 _ => Ok(n * 10),
@@ -610,9 +624,9 @@ mod tests {
                 }
             }
         }
-        // A single item runs on the caller's thread.
+        // An inline item runs on the caller's thread.
         let caller = std::thread::current().id();
-        let results = each_on_pool(&pool, &[()], |()| Ok(std::thread::current().id()));
+        let results = each_on_pool(&pool, &[()], true, |()| Ok(std::thread::current().id()));
         assert_eq!(results, [Ok(caller)]);
     }
 

@@ -45,20 +45,30 @@ def test_every_url_medium_is_found_as_vllm_reads_it() -> None:
     assert "https://a/" not in json.dumps(body)
 
 
-def test_uuids_are_taken_out_and_parts_are_then_read_by_type() -> None:
+def test_uuids_are_taken_out_and_parts_read_as_vllm_read_them_with_one() -> None:
+    """With a uuid, vLLM reads a part through its untyped branch (image_url
+    first, whatever the type); the part is rewritten so that, without the
+    uuid, vLLM reads the same medium by its type."""
     body = _body(
-        # With its uuid vLLM would read image_url (the untyped branch); without, video_url.
         {
             "type": "video_url",
-            "image_url": "https://a/i.png",
+            "image_url": "https://a/i",
             "video_url": {"url": "https://a/v.mp4"},
             "uuid": "u",
         },
-        {"type": "text", "text": "hi", "uuid": "t"},
+        {
+            "type": "image_url",
+            "image_url": "https://a/s.png",
+            "uuid": "u",
+        },  # a string: typed, it would be refused
+        {"type": "video_url", "video_url": {"url": "https://a/w.mp4"}, "uuid": None},  # None: no uuid
     )
     found = [(p.kind, p.url) for p in media_parts(body)]
-    assert found == [("video", "https://a/v.mp4")]
+    assert found == [("image", "https://a/i"), ("image", "https://a/s.png"), ("video", "https://a/w.mp4")]
+    content = body["messages"][0]["content"]
     assert "uuid" not in json.dumps(body)
+    assert content[0]["type"] == "image_url" and content[0]["image_url"] == {"url": "https://a/i"}
+    assert content[1] == {"type": "image_url", "image_url": {"url": "https://a/s.png"}}
 
 
 @pytest.mark.parametrize(
@@ -69,6 +79,7 @@ def test_uuids_are_taken_out_and_parts_are_then_read_by_type() -> None:
         {"type": "video_url", "uuid": "someone-elses"},
         {"type": "image_embeds", "uuid": "someone-elses"},
         {"type": "input_audio", "input_audio": None},
+        {"type": "text", "text": "hi", "uuid": "t"},  # vLLM reads it as a medium too, and finds none
         {"type": "image_url", "image_url": {"url": encode_reference({"x": 1}, None)}},
     ],
 )

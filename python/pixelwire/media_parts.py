@@ -117,15 +117,16 @@ def _holds_reference(value: Any) -> bool:
     return False
 
 
-def _part_medium(part: dict[str, Any]) -> tuple[str, MediaKind | None, Any] | None:
-    """(key, kind, value) of the medium vLLM reads from a part with no
-    ``uuid``: kind None for media it does not fetch (embeddings, inline
-    audio); None for a text part or a type vLLM does not load."""
+def _part_medium(part: dict[str, Any], *, had_uuid: bool) -> tuple[str, MediaKind | None, Any] | None:
+    """(key, kind, value) of the medium vLLM reads from a part: kind None
+    for media it does not fetch (embeddings, inline audio); None for a text
+    part or a type vLLM does not load. A part that had a ``uuid`` is read as
+    vLLM reads it then (the untyped branch, whatever its type)."""
     kind = part.get("type")
-    if isinstance(kind, str) and kind in _TYPED:
+    if not had_uuid and isinstance(kind, str) and kind in _TYPED:
         key, medium = _TYPED[kind]
         return key, medium, part.get(key)
-    if kind is None:
+    if kind is None or had_uuid:
         for key in _UNTYPED_KEYS:
             if key in part:
                 return key, _URL_KINDS.get(key), part[key]
@@ -133,6 +134,17 @@ def _part_medium(part: dict[str, Any]) -> tuple[str, MediaKind | None, Any] | No
     if kind == "input_audio" or (isinstance(kind, str) and kind.endswith("_embeds")):
         return kind, None, part.get(kind)
     return None
+
+
+def _as_typed(part: dict[str, Any], key: str, url: str | None) -> None:
+    """Rewrites a part vLLM read through its untyped branch (it had a uuid)
+    so that, without the uuid, vLLM reads the same medium by its type."""
+    if key == "prompt_embeds":
+        part["type"], part["data"] = key, part[key]
+        return
+    part["type"] = key
+    if url is not None:
+        part[key] = {"url": url}
 
 
 def media_parts(body: dict[str, Any]) -> list[MediaPart]:
@@ -162,9 +174,9 @@ def media_parts(body: dict[str, Any]) -> list[MediaPart]:
                     where, "pixelwire descriptors are minted by the frontend, not sent by clients"
                 )
             had_uuid = part.pop("uuid", None) is not None
-            medium = _part_medium(part)
+            medium = _part_medium(part, had_uuid=had_uuid)
             if medium is None:
-                if had_uuid and kind not in _TEXT_TYPES:
+                if had_uuid:
                     raise MediaPartRefused(
                         where, "a part with a uuid must carry its medium (uuid-only parts are not accepted)"
                     )
@@ -176,11 +188,12 @@ def media_parts(body: dict[str, Any]) -> list[MediaPart]:
                     f"{key} is missing or null: a medium is sent by URL or data, not named by a uuid "
                     "(uuids are not accepted through the frontend)",
                 )
-            if medium_kind is None:
-                continue  # not fetched (inline data, or embeddings vLLM checks itself)
-            url = _url_of(value)
-            if url is None:
-                continue  # not a URL vLLM could load (it refuses the shape itself)
+            url = _url_of(value) if medium_kind is not None else None
+            if had_uuid:
+                _as_typed(part, key, url)
+                value = part[key] if key != "prompt_embeds" else value
+            if medium_kind is None or url is None:
+                continue  # not fetched, or not a URL vLLM could load (it refuses the shape itself)
             holder, url_key = (value, "url") if isinstance(value, dict) else (part, key)
             parts.append(MediaPart(where, medium_kind, holder, url_key, url))
     return parts

@@ -227,6 +227,39 @@ def test_a_different_image_changes_the_logprobs(served: dict[str, Any]) -> None:
     assert other == _complete(served["reference_vllm"], [stack.data_url(OTHER_PNG)])
 
 
+def test_a_client_chosen_uuid_never_serves_another_clients_image(served: dict[str, Any]) -> None:
+    """vLLM keys its multimodal caches on a part's uuid as given: a client
+    that sent image A under a uuid would have a later client who sends B
+    under the same uuid answered on A, and a part naming the uuid with no
+    image answered on A too. Through the frontend the second client is
+    answered on its own image, and the uuid-only part is refused."""
+    import openai
+
+    key = f"shared-{time.time_ns()}"
+
+    def under_key(name: str) -> list[dict[str, Any]]:
+        part = {"type": "image_url", "image_url": {"url": stack.data_url(name)}, "uuid": key}
+        return [{"role": "user", "content": [part, {"type": "text", "text": "Describe the image."}]}]
+
+    def complete(messages: list[dict[str, Any]]) -> list[tuple[str, float]]:
+        with _client(served["frontend"]) as client:
+            response = client.chat.completions.create(
+                model="tiny", messages=messages, temperature=0, max_tokens=8, logprobs=True, seed=0
+            )
+            return [(t.token, t.logprob) for t in response.choices[0].logprobs.content]
+
+    first = complete(under_key(PNG))
+    second = complete(under_key(OTHER_PNG))
+    assert second != first, "the second client was answered on the first client's image"
+    assert second == _complete(served["frontend"], [stack.data_url(OTHER_PNG)])
+    theft = [{"type": "image_url", "image_url": None, "uuid": key}, {"type": "text", "text": "hi"}]
+    with _client(served["frontend"]) as client, pytest.raises(openai.BadRequestError):
+        client.chat.completions.create(
+            model="tiny", messages=[{"role": "user", "content": theft}], max_tokens=2
+        )
+    assert _wait_pool_empty(served["frontend"], 5.0) == 0
+
+
 @pytest.mark.parametrize("case", ["png_base64", "jpeg_base64", "http_url", "two_images"])
 def test_decode_at_worker_gives_the_same_texts(served: dict[str, Any], case: str) -> None:
     urls = _cases(served["images"])[case]
