@@ -78,12 +78,7 @@ impl FairPool {
     /// made on first use. Its threads live as long as the process.
     pub fn shared(threads: Option<usize>) -> Result<Arc<FairPool>> {
         static POOLS: OnceLock<Mutex<HashMap<usize, Arc<FairPool>>>> = OnceLock::new();
-        // Every core but one by default: the event loop and the images
-        // decoded inline keep a core of their own.
-        let threads = match threads {
-            None => crate::decode::thread_count(None)?.saturating_sub(1).max(1),
-            given => crate::decode::thread_count(given)?,
-        };
+        let threads = crate::decode::thread_count(threads)?;
         let mut pools = lock(POOLS.get_or_init(Default::default));
         // Few sizes are ever asked for (the default, and tests'); the
         // bound keeps a caller naming many from starting threads unbounded.

@@ -829,6 +829,32 @@ def _answers_while_a_large_body_is_parsed(frontend: stack.Service) -> None:
     print(f"{before} /metrics answers while the body was parsed")
 
 
+def _peak_rss_mib(pid: int) -> float:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(status.split("VmHWM:")[1].split()[0]) / 1024
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/completions"])
+def test_a_body_of_one_long_key_and_many_values_costs_memory_linear_in_it(
+    frontend: stack.Service, path: str
+) -> None:
+    """A 251 KiB body: a 125,000-character key holding 42,000 empty lists.
+    Spelling every value's path before looking at it took the frontend to
+    5.6 GB of memory and blocked its loop for 4.7 s; the walk spells a path
+    only for a hit, and a body of many values is walked off the loop."""
+    key = "k" * 125_000
+    raw = json.dumps({"model": "m", "messages": [], key: [[] for _ in range(42_000)]}).encode()
+    before = _peak_rss_mib(frontend.pid)
+    answers = []
+    for _ in range(3):
+        status, _, _ = _send(frontend, path, raw)
+        answers.append(status)
+    grown = _peak_rss_mib(frontend.pid) - before
+    print(f"\n  {len(raw) >> 10} KiB body x3 on {path}: peak RSS grew {grown:.0f} MiB; answers {answers}")
+    assert all(status in (201, 404) for status in answers), answers  # forwarded: the upstream's answer
+    assert grown < 200
+
+
 # -- every medium guarded, no client-chosen cache keys ----------------------------------------
 
 
@@ -959,6 +985,8 @@ class ClosingUpstream:
         started.set()
         self.loop.run_forever()
         server.close()
+        self.loop.run_until_complete(server.wait_closed())
+        self.loop.close()
 
     def close(self) -> None:
         self.loop.call_soon_threadsafe(self.loop.stop)

@@ -110,6 +110,13 @@ MAX_JSON_VALUES = 500_000
 # can claim 50 MP) do not. A request's images must also fit in the pool
 # at once, at the size they ship: it could never be served otherwise.
 MAX_PIXELS_PER_REQUEST = 400_000_000
+# Threads of the publish pool, which decodes a request's images taking
+# turns with the other requests' (at a lower priority than the process's
+# other threads): every core but one, so the event loop and the single
+# small images decoded where they are asked for keep a core of their own.
+# With every core, abandoned batches of pixel bombs took a small image's
+# p99 to 3-5x its unloaded value on 2 cores; with one left, 1.4-1.8x.
+PUBLISH_THREADS = max(1, (os.cpu_count() or 1) - 1)
 # Publish calls in flight at once in one process. Each holds a thread that
 # waits (GIL released) while the native pool, which shares its threads out
 # among requests, decodes; a cancelled call ends within about one image.
@@ -184,16 +191,19 @@ class PublisherSettings:
     region_bytes: int = REGION_BYTES
     lease_seconds: float = LEASE_SECONDS
     acquire_timeout: float = ACQUIRE_TIMEOUT
+    publish_threads: int = PUBLISH_THREADS
 
     @classmethod
     def from_env(cls) -> PublisherSettings:
         """``PIXELWIRE_POOL_BYTES``, ``PIXELWIRE_REGION_BYTES``,
-        ``PIXELWIRE_LEASE_SECONDS``, ``PIXELWIRE_ACQUIRE_TIMEOUT``."""
+        ``PIXELWIRE_LEASE_SECONDS``, ``PIXELWIRE_ACQUIRE_TIMEOUT``,
+        ``PIXELWIRE_PUBLISH_THREADS``."""
         return cls(
             pool_bytes=env_int("PIXELWIRE_POOL_BYTES", POOL_BYTES),
             region_bytes=env_int("PIXELWIRE_REGION_BYTES", REGION_BYTES),
             lease_seconds=env_float("PIXELWIRE_LEASE_SECONDS", LEASE_SECONDS),
             acquire_timeout=env_float("PIXELWIRE_ACQUIRE_TIMEOUT", ACQUIRE_TIMEOUT),
+            publish_threads=env_int("PIXELWIRE_PUBLISH_THREADS", PUBLISH_THREADS),
         )
 
 
@@ -259,6 +269,7 @@ class FrontendConfig:
     pool_bytes: int = POOL_BYTES
     region_bytes: int = REGION_BYTES
     lease_seconds: float = LEASE_SECONDS
+    publish_threads: int = PUBLISH_THREADS
     secret: bytes | None = None
     # Server-wide defaults for images, as vLLM's --media-io-kwargs '{"image": {...}}'.
     image_kwargs: dict[str, Any] = field(default_factory=dict)
@@ -292,7 +303,8 @@ class FrontendConfig:
         """``settings`` as given (None means "not given"); the rest from
         ``PIXELWIRE_DECODE_AT``, ``PIXELWIRE_POOL_BYTES``,
         ``PIXELWIRE_REGION_BYTES``, ``PIXELWIRE_LEASE_SECONDS``,
-        ``PIXELWIRE_ALLOW_PRIVATE`` and ``PIXELWIRE_SECRET``, else the defaults."""
+        ``PIXELWIRE_PUBLISH_THREADS``, ``PIXELWIRE_ALLOW_PRIVATE`` and
+        ``PIXELWIRE_SECRET``, else the defaults."""
         from pixelwire.signing import secret_from_env
 
         given = {name: value for name, value in settings.items() if value is not None}
@@ -301,6 +313,7 @@ class FrontendConfig:
         given.setdefault("pool_bytes", publisher.pool_bytes)
         given.setdefault("region_bytes", publisher.region_bytes)
         given.setdefault("lease_seconds", publisher.lease_seconds)
+        given.setdefault("publish_threads", publisher.publish_threads)
         given["allow_private"] = bool(given.get("allow_private")) or allow_private_from_env()
         given.setdefault("secret", secret_from_env())
         return cls(upstream=upstream, **given)

@@ -138,6 +138,20 @@ def _canonical_path(raw_path: str) -> str:
 # Bodies up to this size are parsed by the C scanner on the loop (a few ms
 # at worst); larger ones off it, by the Python scanner (see _loads).
 _C_PARSE_BYTES = 256 * 1024
+# Bodies with more JSON values than this (an upper bound, counted before
+# parsing) are parsed, walked for media and written off the loop even when
+# small: the walk is Python, ~1 us a value. A chat body of a few turns has
+# hundreds.
+_LOOP_VALUES = 4096
+
+
+@dataclass(frozen=True)
+class _Body:
+    """A request's raw body and the bound on its JSON values."""
+
+    raw: bytes
+    values: int
+
 
 # vLLM 0.32's routes whose body is a chat request (`messages`, parsed by
 # chat_utils): rewritten and guarded like chat completions.
@@ -208,6 +222,7 @@ class Frontend:
             region_bytes=config.region_bytes,
             lease_seconds=config.lease_seconds,
             decode_at=config.decode_at,
+            publish_threads=config.publish_threads,
             fetcher=self.fetcher,
         )
         self.metrics = ImageMetrics("frontend", self.registry, self._pool_bytes_in_use)
@@ -329,8 +344,9 @@ class Frontend:
             return await self.rewrite(request, path, route)
         return await self.passthrough(request, path)
 
-    async def _read(self, request: web.Request) -> bytes:
-        """The body, within --max-request-bytes (413 naming the limit)."""
+    async def _read(self, request: web.Request) -> _Body:
+        """The body, within --max-request-bytes (413 naming the limit) and
+        --max-json-values (400)."""
         limit = self.config.max_request_bytes
         length = request.content_length
         if length is not None and length > limit:
@@ -343,26 +359,28 @@ class Frontend:
             raise OpenAIError(
                 413, f"request body is over the limit of {limit} bytes (max_request_bytes)"
             ) from None
-        values = await self._off_loop(len(raw), json_value_bound, raw)
+        sized = _Body(raw, len(raw))  # as many values as bytes, at most, until counted
+        values = await self._off_loop(sized, json_value_bound, raw)
         if values > self.config.max_json_values:
             raise OpenAIError(
                 400,
                 f"request body has up to {values} JSON values, over the limit of "
                 f"{self.config.max_json_values} (max_json_values)",
             )
-        return raw
+        return _Body(raw, values)
 
-    async def _off_loop(self, size: int, work: Any, *args: Any) -> Any:
-        """``work(*args)`` in a thread when the body is large: parsing a
-        maximum-size body on the event loop would stall every request."""
-        if size > _C_PARSE_BYTES:
+    async def _off_loop(self, body: _Body, work: Any, *args: Any) -> Any:
+        """``work(*args)`` in a thread when the body is large or holds many
+        values: parsing, walking or writing such a body on the event loop
+        would stall every request."""
+        if len(body.raw) > _C_PARSE_BYTES or body.values > _LOOP_VALUES:
             return await asyncio.to_thread(work, *args)
         return work(*args)
 
     async def passthrough(self, request: web.Request, path: str) -> web.StreamResponse:
         try:
-            raw = await self._read(request)
-            where = await self._off_loop(len(raw), _inspect_foreign, raw)
+            body = await self._read(request)
+            where = await self._off_loop(body, _inspect_foreign, body.raw)
             if where is not None:
                 raise OpenAIError(
                     400,
@@ -371,7 +389,7 @@ class Frontend:
                     "minted by the frontend, not sent by clients",
                     param=where,
                 )
-            return await self._forward(request, raw, route="other")
+            return await self._forward(request, body.raw, route="other")
         except OpenAIError as e:
             self.requests.labels(route="other", status=str(e.status)).inc()
             return e.response()
@@ -379,8 +397,8 @@ class Frontend:
     async def rewrite(self, request: web.Request, path: str, route: str) -> web.StreamResponse:
         published: list[Decoded] = []
         try:
-            raw = await self._read(request)
-            body, parts = await self._off_loop(len(raw), _inspect_chat, raw)
+            read = await self._read(request)
+            body, parts = await self._off_loop(read, _inspect_chat, read.raw)
             self._check_caps(parts)
             if parts:
                 if not self._plugin_seen and not await self._upstream_has_plugin():
@@ -390,9 +408,9 @@ class Frontend:
                         "(VLLM_MEDIA_CONNECTOR=pixelwire); see the frontend's log",
                     )
                 await self._publish_parts(body, parts, published)
-                payload: bytes = await self._off_loop(len(raw), _dump, body)
+                payload: bytes = await self._off_loop(read, _dump, body)
             else:
-                payload = raw  # nothing rewritten: the client's bytes, as sent
+                payload = read.raw  # nothing rewritten: the client's bytes, as sent
             return await self._forward(request, payload, route=route, path=path)
         except OpenAIError as e:
             self.requests.labels(route=route, status=str(e.status)).inc()

@@ -22,6 +22,7 @@ from pixelwire.config import (
     LEASE_SECONDS,
     POOL_BYTES,
     PUBLISH_CALLS,
+    PUBLISH_THREADS,
     REGION_BYTES,
     DecodeAt,
     Layout,
@@ -81,6 +82,7 @@ def _publish_many(
     layout: Layout,
     resize: ResizePolicy | None,
     control: _native.BatchControl,
+    threads: int,
 ) -> list[tuple[_native.Published, str] | Exception]:
     """Decode-and-publish of every source (each resized as `resize` says),
     side by side on native threads, plus each published source's SHA-256, in
@@ -99,6 +101,7 @@ def _publish_many(
             rgbx=layout == "RGBX",
             resizes=[target for target in targets if not isinstance(target, Exception)],
             control=control,
+            threads=threads,
             **options,
         )
         if to_publish
@@ -203,6 +206,7 @@ class Publisher:
         region_bytes: int = REGION_BYTES,
         decode_at: DecodeAt | None = None,
         fetcher: Fetcher | None = None,
+        publish_threads: int = PUBLISH_THREADS,
     ) -> None:
         self.decode_at = config.decode_at(decode_at)
         if not lease_seconds >= _native.MIN_LEASE_SECONDS:
@@ -217,6 +221,7 @@ class Publisher:
         self.limits = limits
         self.acquire_timeout = acquire_timeout
         self.region_bytes = min(region_bytes, pool_bytes)
+        self.publish_threads = publish_threads
         self._native: _native.NativePublisher | None = None
 
     # -- lifecycle -------------------------------------------------------------
@@ -364,7 +369,9 @@ class Publisher:
     ) -> list[Decoded | Exception]:
         """:func:`_publish_many` in a worker thread, each result as its descriptor."""
         control = _native.BatchControl()
-        call = functools.partial(_publish_many, native, sources, mode, background, layout, resize, control)
+        call = functools.partial(
+            _publish_many, native, sources, mode, background, layout, resize, control, self.publish_threads
+        )
         work = asyncio.get_running_loop().run_in_executor(_publish_executor(), call)
         try:
             outcomes = await asyncio.shield(work)
