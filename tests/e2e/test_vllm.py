@@ -260,36 +260,6 @@ def test_a_client_chosen_uuid_never_serves_another_clients_image(served: dict[st
     assert _wait_pool_empty(served["frontend"], 5.0) == 0
 
 
-def test_an_image_sent_under_a_victims_predicted_cache_key_poisons_nothing(served: dict[str, Any]) -> None:
-    """An attacker who knows the image a victim will send computes the key
-    vLLM would cache it under (vLLM's own hasher over the pixels the
-    frontend ships, with the model path /v1/models shows) and sends another
-    image under that uuid first. The victim, who sends no uuid, must be
-    answered on its own image: the frontend takes the attacker's uuid out,
-    and the plug-in keys read images on a secret-keyed identity instead of
-    the pixels anyone can hash."""
-    from vllm.multimodal.hasher import MultiModalHasher
-    from vllm.multimodal.media.image import ImageMediaIO
-
-    with urllib.request.urlopen(f"{served['frontend'].url}/v1/models", timeout=30) as response:
-        model_path = json.loads(response.read())["data"][0]["root"]
-    victims = ImageMediaIO(image_mode="RGB").load_bytes((stack.CORPUS / PNG).read_bytes()).media
-    predicted = MultiModalHasher.hash_kwargs("blake3", model_id=model_path, image=victims)
-    poison = {"type": "image_url", "image_url": {"url": stack.data_url(OTHER_PNG)}, "uuid": predicted}
-    with _client(served["frontend"]) as client:
-        client.chat.completions.create(
-            model="tiny",
-            messages=[{"role": "user", "content": [poison, {"type": "text", "text": "Describe the image."}]}],
-            temperature=0,
-            max_tokens=8,
-        )
-    answered = _complete(served["frontend"], [stack.data_url(JPEG)])
-    assert [t for t, _ in answered] == [
-        t for t, _ in _complete(served["reference_vllm"], [stack.data_url(JPEG)])
-    ]
-    assert answered != _complete(served["frontend"], [stack.data_url(OTHER_PNG)])
-
-
 @pytest.mark.parametrize("case", ["png_base64", "jpeg_base64", "http_url", "two_images"])
 def test_decode_at_worker_gives_the_same_texts(served: dict[str, Any], case: str) -> None:
     urls = _cases(served["images"])[case]
