@@ -24,6 +24,13 @@
 //! `RGBA`/`LA` image premultiplies alpha first (RGBa); this module resamples channels
 //! independently, which matches Pillow modes `RGB`, `L`, `RGBX`, `RGBa`, `CMYK`.
 
+use crate::errors::{Error, Result};
+
+/// An argument no resize can work with.
+fn invalid(message: impl Into<String>) -> Error {
+    Error::InvalidArgument(message.into())
+}
+
 use std::cell::RefCell;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -573,32 +580,34 @@ fn resize_impl(
     (oh, ow): (usize, usize),
     spec: ResizeSpec,
     simd: bool,
-) -> Result<(), String> {
+) -> Result<()> {
     if c == 0 || h == 0 || w == 0 || oh == 0 || ow == 0 {
-        return Err(format!("resize: empty size {h}x{w}x{c} -> {oh}x{ow}"));
+        return Err(invalid(format!(
+            "resize: empty size {h}x{w}x{c} -> {oh}x{ow}"
+        )));
     }
     let in_len = h
         .checked_mul(w)
         .and_then(|v| v.checked_mul(c))
-        .ok_or("resize: input size overflow")?;
+        .ok_or_else(|| invalid("resize: input size overflow"))?;
     let out_len = oh
         .checked_mul(ow)
         .and_then(|v| v.checked_mul(c))
-        .ok_or("resize: output size overflow")?;
+        .ok_or_else(|| invalid("resize: output size overflow"))?;
     if src.len() < in_len {
-        return Err(format!(
+        return Err(invalid(format!(
             "resize: src has {} bytes, need {in_len}",
             src.len()
-        ));
+        )));
     }
     if dst.len() < out_len {
-        return Err(format!(
+        return Err(invalid(format!(
             "resize: dst has {} bytes, need {out_len}",
             dst.len()
-        ));
+        )));
     }
     if h > i32::MAX as usize / 2 || w > i32::MAX as usize / 2 {
-        return Err("resize: image too large".into());
+        return Err(invalid("resize: image too large"));
     }
     let src = &src[..in_len];
     let dst = &mut dst[..out_len];
@@ -678,7 +687,7 @@ pub fn resize_into(
     dst: &mut [u8],
     (out_h, out_w): (usize, usize),
     spec: ResizeSpec,
-) -> Result<(), String> {
+) -> Result<()> {
     resize_impl(
         src,
         (h, w),
@@ -698,7 +707,7 @@ pub fn resize_into_scalar(
     dst: &mut [u8],
     (out_h, out_w): (usize, usize),
     spec: ResizeSpec,
-) -> Result<(), String> {
+) -> Result<()> {
     resize_impl(src, (h, w), channels, dst, (out_h, out_w), spec, false)
 }
 
@@ -709,32 +718,32 @@ pub fn resize(
     channels: usize,
     out_hw: (usize, usize),
     spec: ResizeSpec,
-) -> Result<Vec<u8>, String> {
+) -> Result<Vec<u8>> {
     let mut out = vec![0u8; out_hw.0 * out_hw.1 * channels];
     resize_into(src, hw, channels, &mut out, out_hw, spec)?;
     Ok(out)
 }
 
 impl Filter {
-    pub fn parse(name: &str) -> Result<Filter, String> {
+    pub fn parse(name: &str) -> Result<Filter> {
         match name {
             "bicubic" => Ok(Filter::Bicubic),
             "bilinear" => Ok(Filter::Bilinear),
-            other => Err(format!(
+            other => Err(invalid(format!(
                 "resize filter must be 'bicubic' or 'bilinear', not {other:?}"
-            )),
+            ))),
         }
     }
 }
 
 impl Kernel {
-    pub fn parse(name: &str) -> Result<Kernel, String> {
+    pub fn parse(name: &str) -> Result<Kernel> {
         match name {
             "torchvision" => Ok(Kernel::Torchvision),
             "pillow" => Ok(Kernel::Pillow),
-            other => Err(format!(
+            other => Err(invalid(format!(
                 "resize kernel must be 'torchvision' or 'pillow', not {other:?}"
-            )),
+            ))),
         }
     }
 }

@@ -111,6 +111,19 @@ def test_decoded_as_checks_the_frontends_settings_before_the_nixl_fields(where: 
         parse_descriptor(desc)
 
 
+@pytest.mark.parametrize("device_id", [2**64, -1, 1, True, "0", None])
+def test_a_device_id_other_than_host_memory_is_refused(device_id: Any) -> None:
+    """Host (Dram) memory is NIXL's device 0: any other device_id, or one
+    out of range, is a DescriptorError like every other bad number (2^64
+    used to be accepted and read as device 0)."""
+    desc = _decoded().to_dict()
+    desc["nixl_descriptor"]["device_id"] = device_id
+    with pytest.raises(pixelwire.DescriptorError, match="device_id"):
+        parse_descriptor(desc)
+    desc["nixl_descriptor"]["device_id"] = 0
+    assert parse_descriptor(desc).size == _decoded().size
+
+
 def test_optional_fields_that_are_malformed_are_left_out_not_trusted() -> None:
     desc = _decoded().to_dict()
     desc["pixelwire"].update(source_sha256="AB" * 32, published_at=float("nan"))

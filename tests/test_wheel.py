@@ -128,4 +128,6 @@ def test_wheel_runs_the_demo_over_nixl(venv: FreshVenv) -> None:
     assert done.returncode == 0, f"demo exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
     assert "verified 10 images pixel for pixel" in done.stdout, done.stdout
     assert "failures: 0" in done.stdout, done.stdout
+    # The first read's connection set-up is reported on its own, in no size's row.
+    assert "warm-up: first image read in" in done.stdout, done.stdout
     print(done.stdout)

@@ -11,6 +11,7 @@ keeps its default, so a typo never turns a guard off.
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -169,6 +170,39 @@ def env_flag(name: str, default: bool) -> bool:
     return default
 
 
+def secret_from_env() -> bytes | None:
+    """``PIXELWIRE_SECRET`` as bytes, or None when unset or empty: the key
+    descriptor references are signed and checked with."""
+    value = os.environ.get("PIXELWIRE_SECRET", "")
+    return value.encode() if value else None
+
+
+def allow_unsigned_from_env() -> bool:
+    """``PIXELWIRE_ALLOW_UNSIGNED``: only 1/true/yes turn it on (a typo is off)."""
+    return env_flag("PIXELWIRE_ALLOW_UNSIGNED", False)
+
+
+def nixl_library_from_env() -> str | None:
+    """``PIXELWIRE_NIXL_LIB``: a ``libnixl_capi.so`` to load instead of the
+    installed nixl wheel's; None when unset or empty."""
+    return os.environ.get("PIXELWIRE_NIXL_LIB") or None
+
+
+def worker_model_from_env() -> tuple[str | None, dict[str, Any]]:
+    """The plug-in's model and processor kwargs: ``PIXELWIRE_MODEL`` (vLLM's
+    ``--model``) and ``PIXELWIRE_MM_PROCESSOR_KWARGS`` (a JSON object, its
+    ``--mm-processor-kwargs``); (None, {}) when the model is unset."""
+    model = os.environ.get("PIXELWIRE_MODEL") or None
+    raw = os.environ.get("PIXELWIRE_MM_PROCESSOR_KWARGS") or "{}"
+    try:
+        kwargs = json.loads(raw)
+    except ValueError:
+        raise ValueError(f"PIXELWIRE_MM_PROCESSOR_KWARGS={raw!r} is not JSON") from None
+    if not isinstance(kwargs, dict):
+        raise ValueError(f"PIXELWIRE_MM_PROCESSOR_KWARGS={raw!r} is not a JSON object")
+    return model, kwargs
+
+
 def decode_at(value: str | None = None) -> DecodeAt:
     """``value``, else ``PIXELWIRE_DECODE_AT``, else ``"frontend"``."""
     chosen = value or os.environ.get("PIXELWIRE_DECODE_AT") or "frontend"
@@ -305,8 +339,6 @@ class FrontendConfig:
         ``PIXELWIRE_REGION_BYTES``, ``PIXELWIRE_LEASE_SECONDS``,
         ``PIXELWIRE_PUBLISH_THREADS``, ``PIXELWIRE_ALLOW_PRIVATE`` and
         ``PIXELWIRE_SECRET``, else the defaults."""
-        from pixelwire.signing import secret_from_env
-
         given = {name: value for name, value in settings.items() if value is not None}
         publisher = PublisherSettings.from_env()
         given["decode_at"] = decode_at(given.get("decode_at"))

@@ -302,6 +302,9 @@ def parse_descriptor(desc: Decoded | dict[str, Any], shape: Any | None = None) -
         raise DescriptorError("descriptor lacks nixl_descriptor or pixelwire keys")
     if nixl.get("mem_type") != "Dram":
         raise DescriptorError(f"unsupported mem_type {_short(nixl.get('mem_type'))}")
+    # Host memory is NIXL's device 0; the read never looks at another.
+    if _int(nixl.get("device_id", 0), "nixl_descriptor.device_id") != 0:
+        raise DescriptorError(f"nixl_descriptor.device_id must be 0 for Dram, not {nixl['device_id']}")
     content_hash = desc.get("content_hash")
     if not isinstance(content_hash, str) or not is_content_hash(content_hash):
         raise DescriptorError("content_hash must be 'xxh3-256k:' and 16 lowercase hex digits")

@@ -6,11 +6,11 @@ library of an installed ``nixl-cu13`` or ``nixl-cu12`` wheel (installed with
 from __future__ import annotations
 
 import importlib.util
-import os
 import threading
 from pathlib import Path
 
 from pixelwire._native import TransferError, load_nixl
+from pixelwire.config import nixl_library_from_env
 
 _loaded = False
 _load_lock = threading.Lock()
@@ -19,7 +19,7 @@ _load_lock = threading.Lock()
 def nixl_library_path() -> str:
     """Where ``libnixl_capi.so`` is: ``PIXELWIRE_NIXL_LIB``, else the installed
     ``nixl-cu13`` or ``nixl-cu12`` wheel."""
-    explicit = os.environ.get("PIXELWIRE_NIXL_LIB")
+    explicit = nixl_library_from_env()
     if explicit:
         return explicit
     for dist in ("nixl_cu13", "nixl_cu12"):

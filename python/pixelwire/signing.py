@@ -30,12 +30,11 @@ import binascii
 import hashlib
 import hmac
 import json
-import os
 import re
 from typing import Any
 
 from pixelwire._native import DescriptorError
-from pixelwire.config import env_flag
+from pixelwire.config import allow_unsigned_from_env, secret_from_env
 
 PREFIX = "pixelwire:"
 VERSION = "1"
@@ -54,17 +53,6 @@ _REFUSED_UNSIGNED = (
     "their signatures with. Set PIXELWIRE_SECRET to the frontend's secret, or "
     "PIXELWIRE_ALLOW_UNSIGNED=1 if every client that can reach this vLLM is trusted"
 )
-
-
-def secret_from_env() -> bytes | None:
-    """``PIXELWIRE_SECRET`` as bytes, or None when unset or empty."""
-    value = os.environ.get("PIXELWIRE_SECRET", "")
-    return value.encode() if value else None
-
-
-def allow_unsigned_from_env() -> bool:
-    """``PIXELWIRE_ALLOW_UNSIGNED``: only 1/true/yes turn it on (a typo is off)."""
-    return env_flag("PIXELWIRE_ALLOW_UNSIGNED", False)
 
 
 def reference_secret() -> bytes | None:

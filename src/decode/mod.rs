@@ -454,7 +454,6 @@ pub fn decode_resized_into(
                 (target.height, target.width),
                 target.spec,
             )
-            .map_err(Error::InvalidArgument)
         });
         if scratch.len() > KEEP_SCRATCH {
             *scratch = Vec::new();

@@ -118,8 +118,8 @@ pub fn resize_target(
 ) -> PyResult<Option<crate::resize::Target>> {
     let invalid = |e: String| PyErr::from(crate::errors::Error::InvalidArgument(e));
     let spec = crate::resize::ResizeSpec {
-        kernel: crate::resize::Kernel::parse(kernel).map_err(invalid)?,
-        filter: crate::resize::Filter::parse(filter).map_err(invalid)?,
+        kernel: crate::resize::Kernel::parse(kernel)?,
+        filter: crate::resize::Filter::parse(filter)?,
     };
     match size {
         None => Ok(None),

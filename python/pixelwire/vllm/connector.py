@@ -6,7 +6,6 @@ import asyncio
 import functools
 import hashlib
 import hmac
-import json
 import logging
 import os
 import threading
@@ -30,21 +29,21 @@ from pixelwire._native import (
     decode_image,
     probe_image,
 )
-from pixelwire.config import DECODED_MODES, Mode, allow_private_from_env
+from pixelwire.config import (
+    DECODED_MODES,
+    Mode,
+    allow_private_from_env,
+    allow_unsigned_from_env,
+    secret_from_env,
+    worker_model_from_env,
+)
 from pixelwire.descriptor import RemoteImage, decoded_as, parse_descriptor
 from pixelwire.fetch import DEFAULT_MAX_BYTES, Fetcher
 from pixelwire.metrics import ImageMetrics
 from pixelwire.outputs import as_output
 from pixelwire.reader import Reader
 from pixelwire.resize import ResizePolicy
-from pixelwire.signing import (
-    allow_unsigned_from_env,
-    decode_reference,
-    is_reference,
-    reference_secret,
-    secret_from_env,
-    signing_policy,
-)
+from pixelwire.signing import decode_reference, is_reference, reference_secret, signing_policy
 from pixelwire.transfer import default_reader
 
 _state_lock = threading.Lock()
@@ -62,10 +61,9 @@ def worker_resize_policy() -> ResizePolicy | None:
     PIXELWIRE_MODEL (vLLM's --model) and PIXELWIRE_MM_PROCESSOR_KWARGS (its
     --mm-processor-kwargs): vLLM 0.32 builds media connectors without the
     model config, so the plug-in is told. None without PIXELWIRE_MODEL."""
-    model = os.environ.get("PIXELWIRE_MODEL")
-    if not model:
+    model, kwargs = worker_model_from_env()
+    if model is None:
         return None
-    kwargs = json.loads(os.environ.get("PIXELWIRE_MM_PROCESSOR_KWARGS") or "{}")
     return ResizePolicy.from_pretrained(model, kwargs)
 
 
@@ -73,7 +71,7 @@ def check_resize_setting(argv: list[str]) -> None:
     """At start-up: PIXELWIRE_MODEL must name the model vLLM was started
     with (``--model M`` or ``serve M`` on its command line), else the
     plug-in's checks would compare against another model's processor."""
-    model = os.environ.get("PIXELWIRE_MODEL")
+    model, _ = worker_model_from_env()
     started = None
     for i, arg in enumerate(argv[:-1]):
         if arg == "--model" or (arg == "serve" and not argv[i + 1].startswith("-")):
