@@ -1103,3 +1103,13 @@ def test_one_client_cannot_starve_another() -> None:
                 await asyncio.gather(client_a, return_exceptions=True)
 
     run(main())
+
+
+def test_a_refused_private_address_names_both_settings_that_allow_it() -> None:
+    """Worker mode needs both (the frontend checks a URL, the plug-in checks
+    it again): the refusal names the frontend's flag and the plug-in's variable."""
+    with pytest.raises(pixelwire.BlockedURL) as refused:
+        pixelwire.Fetcher().check("http://127.0.0.1:9/x.png")
+    message = str(refused.value)
+    assert "loopback" in message
+    assert "--allow-private" in message and "PIXELWIRE_ALLOW_PRIVATE=1" in message

@@ -62,6 +62,7 @@ def _frontend(args: argparse.Namespace) -> int:
         max_fetches_per_request=args.max_fetches_per_request,
         max_json_values=args.max_json_values,
         resize=resize,
+        api_keys=args.api_key,
     )
     frontend.run(config, args.host, args.port)
     return 0
@@ -99,8 +100,20 @@ def main(argv: list[str] | None = None) -> int:
     )
     front = commands.add_parser("frontend", help="OpenAI-compatible proxy that decodes images for vLLM")
     front.add_argument("--upstream", required=True, help="the vLLM server, e.g. http://127.0.0.1:8000")
-    front.add_argument("--host", default="0.0.0.0")
-    front.add_argument("--port", type=int, default=8080)
+    front.add_argument(
+        "--host",
+        default="0.0.0.0",
+        help="address to listen on (default 0.0.0.0: every interface; without --api-key the frontend "
+        "warns at start-up that anyone who reaches it is served)",
+    )
+    front.add_argument("--port", type=int, default=8080, help="port to listen on (default 8080)")
+    front.add_argument(
+        "--api-key",
+        action="append",
+        default=None,
+        help="a Bearer token clients must send (Authorization) before any fetch, decode or publish, "
+        "as vLLM's --api-key (repeatable; default: VLLM_API_KEY, else none); forwarded to vLLM",
+    )
     front.add_argument(
         "--decode-at",
         choices=["frontend", "worker"],
@@ -156,7 +169,13 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="the same JSON as vLLM's --mm-processor-kwargs (e.g. '{\"max_pixels\": 1003520}')",
     )
-    front.add_argument("--upstream-timeout", type=float, default=config.UPSTREAM_TIMEOUT)
+    front.add_argument(
+        "--upstream-timeout",
+        type=float,
+        default=config.UPSTREAM_TIMEOUT,
+        help="seconds a forwarded request may take, its answer included "
+        f"(default {config.UPSTREAM_TIMEOUT:g})",
+    )
     front.add_argument(
         "--max-request-bytes",
         type=int,

@@ -182,6 +182,13 @@ def allow_unsigned_from_env() -> bool:
     return env_flag("PIXELWIRE_ALLOW_UNSIGNED", False)
 
 
+def api_keys_from_env() -> list[str]:
+    """``VLLM_API_KEY``, vLLM's own variable for its ``--api-key``: the
+    frontend takes the same key, so one setting guards both."""
+    key = os.environ.get("VLLM_API_KEY", "")
+    return [key] if key else []
+
+
 def nixl_library_from_env() -> str | None:
     """``PIXELWIRE_NIXL_LIB``: a ``libnixl_capi.so`` to load instead of the
     installed nixl wheel's; None when unset or empty."""
@@ -326,6 +333,9 @@ class FrontendConfig:
     # size its processor would resize them to.
     resize: ResizePolicy | None = None
     max_fetches_per_request: int = MAX_FETCHES_PER_REQUEST
+    # Bearer tokens a client must send (Authorization) before the frontend
+    # does any work for it; empty: every client is served.
+    api_keys: list[str] = field(default_factory=list)
     # JSON values in one body (400 above it), counted as 1 + the `{`, `[`
     # and `,` bytes anywhere in the body: an upper bound (characters inside
     # strings count too; base64 has none, and ordinary prose needs ~30 MB
@@ -337,8 +347,8 @@ class FrontendConfig:
         """``settings`` as given (None means "not given"); the rest from
         ``PIXELWIRE_DECODE_AT``, ``PIXELWIRE_POOL_BYTES``,
         ``PIXELWIRE_REGION_BYTES``, ``PIXELWIRE_LEASE_SECONDS``,
-        ``PIXELWIRE_PUBLISH_THREADS``, ``PIXELWIRE_ALLOW_PRIVATE`` and
-        ``PIXELWIRE_SECRET``, else the defaults."""
+        ``PIXELWIRE_PUBLISH_THREADS``, ``PIXELWIRE_ALLOW_PRIVATE``,
+        ``PIXELWIRE_SECRET`` and ``VLLM_API_KEY``, else the defaults."""
         given = {name: value for name, value in settings.items() if value is not None}
         publisher = PublisherSettings.from_env()
         given["decode_at"] = decode_at(given.get("decode_at"))
@@ -348,4 +358,5 @@ class FrontendConfig:
         given.setdefault("publish_threads", publisher.publish_threads)
         given["allow_private"] = bool(given.get("allow_private")) or allow_private_from_env()
         given.setdefault("secret", secret_from_env())
+        given["api_keys"] = list(given.get("api_keys") or api_keys_from_env())
         return cls(upstream=upstream, **given)

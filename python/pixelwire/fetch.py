@@ -131,6 +131,14 @@ def _error(
     return cls(message, status=status, retryable=retryable)
 
 
+# Both settings, since worker mode needs both: the frontend checks a URL
+# before passing it on, and the plug-in checks it again when vLLM fetches.
+_PRIVATE_HINT = (
+    "private addresses are allowed by --allow-private on pixelwire frontend and "
+    "PIXELWIRE_ALLOW_PRIVATE=1 for the vLLM plug-in"
+)
+
+
 def _blocked(message: str) -> FetchError:
     return _error(BlockedURL, message)
 
@@ -754,7 +762,7 @@ class Fetcher:
                 return  # a name: its addresses are checked when the connector resolves it
         reason = self._address_refusal(host, ip)
         if reason is not None:
-            raise _blocked(f"address {ip} is refused ({reason}): {where}")
+            raise _blocked(f"address {ip} is refused ({reason}): {where}; {_PRIVATE_HINT}")
 
     async def _getaddrinfo(self, host: str, port: int, family: int) -> list[tuple[int, int, str]]:
         """Resolves ``host``: ``(family, proto, address)`` for each result.
@@ -791,7 +799,7 @@ class Fetcher:
                 raise _blocked(f"host {host!r} resolved to an unparseable address") from None
             reason = self._address_refusal(host, ip)
             if reason is not None:
-                raise _blocked(f"host {host!r} resolves to {ip}, refused ({reason})")
+                raise _blocked(f"host {host!r} resolves to {ip}, refused ({reason}); {_PRIVATE_HINT}")
             results.append(
                 ResolveResult(
                     hostname=host,

@@ -18,6 +18,9 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import hashlib
+import hmac
+import ipaddress
 import json
 import json.scanner
 import logging
@@ -97,6 +100,7 @@ class OpenAIError(Exception):
 
 _KINDS = {
     400: "BadRequestError",
+    401: "AuthenticationError",
     413: "RequestEntityTooLargeError",
     502: "BadGatewayError",
     503: "ServiceUnavailableError",
@@ -251,6 +255,7 @@ class Frontend:
             "Requests sent again on a fresh connection after the upstream closed a pooled one unanswered",
             registry=self.registry,
         )
+        self._api_key_digests = [hashlib.sha256(key.encode()).digest() for key in config.api_keys]
         self._session: aiohttp.ClientSession | None = None
         self._fresh_session: aiohttp.ClientSession | None = None
         self._plugin_seen = not (config.check_upstream and config.decode_at == "frontend")
@@ -267,7 +272,9 @@ class Frontend:
     # -- lifecycle -------------------------------------------------------------
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=self.config.max_request_bytes, middlewares=[_json_errors])
+        app = web.Application(
+            client_max_size=self.config.max_request_bytes, middlewares=[_json_errors, self._authenticate]
+        )
         app.router.add_get("/metrics", self.metrics_page)
         app.router.add_route("*", "/{tail:.*}", self.dispatch)
         app.on_startup.append(self._start)
@@ -327,6 +334,32 @@ class Frontend:
         return self._plugin_seen
 
     # -- routes ----------------------------------------------------------------
+
+    @web.middleware
+    async def _authenticate(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        """With API keys set, a request without one of them as its Bearer
+        token is answered 401 before its body is read: an unauthenticated
+        client costs no fetch, decode or slot. The frontend's own /metrics,
+        a GET of /health (load balancers' probes) and OPTIONS are exempt."""
+        keys = self._api_key_digests
+        exempt = request.method == "OPTIONS" or (
+            request.method == "GET" and request.path in ("/metrics", "/health")
+        )
+        if keys and not exempt:
+            scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+            digest = hashlib.sha256(token.encode()).digest()
+            matched = False
+            for key in keys:
+                matched |= hmac.compare_digest(digest, key)
+            if scheme.lower() != "bearer" or not matched:
+                self.requests.labels(route="unauthenticated", status="401").inc()
+                response = OpenAIError(
+                    401, "a valid API key is required (Authorization: Bearer ...)"
+                ).response()
+                response.headers["WWW-Authenticate"] = "Bearer"
+                return response
+        answer: web.StreamResponse = await handler(request)
+        return answer
 
     async def metrics_page(self, _request: web.Request) -> web.Response:
         body = generate_latest(self.registry)
@@ -401,12 +434,16 @@ class Frontend:
             body, parts = await self._off_loop(read, _inspect_chat, read.raw)
             self._check_caps(parts)
             if parts:
-                if not self._plugin_seen and not await self._upstream_has_plugin():
-                    raise OpenAIError(
-                        502,
-                        "the upstream vLLM is not running the pixelwire media connector "
-                        "(VLLM_MEDIA_CONNECTOR=pixelwire); see the frontend's log",
-                    )
+                if not self._plugin_seen:
+                    seen = await self._upstream_has_plugin()
+                    if seen is None:
+                        raise OpenAIError(502, "the upstream is unreachable")
+                    if not seen:
+                        raise OpenAIError(
+                            502,
+                            "the upstream vLLM is not running the pixelwire media connector "
+                            "(start it with VLLM_MEDIA_CONNECTOR=pixelwire and pixelwire installed)",
+                        )
                 await self._publish_parts(body, parts, published)
                 payload: bytes = await self._off_loop(read, _dump, body)
             else:
@@ -725,6 +762,15 @@ def _closed_before_answering(error: BaseException) -> bool:
     return isinstance(error, (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError, ConnectionResetError))
 
 
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def json_value_bound(raw: bytes) -> int:
     """An upper bound on the JSON values in ``raw``, without parsing it:
     every value but the outermost is an array element or an object member,
@@ -814,6 +860,13 @@ def run(config: FrontendConfig, host: str, port: int) -> None:
             "PIXELWIRE_SECRET is unset: this frontend mints UNSIGNED descriptor references, which the "
             "vLLM plug-in refuses (400) unless it runs with PIXELWIRE_ALLOW_UNSIGNED=1 on a trusted "
             "network; set the same PIXELWIRE_SECRET on both sides"
+        )
+    if not config.api_keys and not _loopback(host):
+        log.warning(
+            "no API key: this frontend listens on %s and serves anyone who reaches it (it fetches, "
+            "decodes and holds their images); set --api-key or VLLM_API_KEY (the same key as vLLM's), "
+            "or listen on 127.0.0.1 behind your own gateway",
+            host,
         )
     # A client that goes away cancels its handler, which closes the upstream
     # request (vLLM aborts it) and frees the request's images at once.
