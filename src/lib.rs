@@ -14,6 +14,8 @@ pub mod pool;
 pub mod publisher;
 mod python;
 pub mod reader;
+pub mod region;
+pub mod remotes;
 pub mod resize;
 pub mod wire;
 

@@ -14,11 +14,12 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use parking_lot::{Mutex, RwLock};
 
-use crate::agent::{Agent, AgentOptions, RegisteredPool, SlotPool};
+use crate::agent::{Agent, AgentOptions};
 use crate::decode::{self, DecodeOptions, ImageInfo, Mode, OutputShape};
 use crate::errors::{Error, Result};
 use crate::fair::FairPool;
 use crate::pool::Slot;
+use crate::region::{RegisteredPool, SlotPool};
 use crate::wire::{self, SlotHeader, SLOT_HEADER_BYTES};
 
 /// The shortest lease that can work: a descriptor must outlive the trip to
@@ -452,7 +453,7 @@ impl Shared {
         &self,
         len: usize,
         control: Option<&BatchControl>,
-    ) -> Result<(Slot, Arc<crate::agent::HostRegion>, u64)> {
+    ) -> Result<(Slot, Arc<crate::region::HostRegion>, u64)> {
         let cap = self.config.pool_bytes;
         let need = len + SLOT_HEADER_BYTES;
         if need > cap {

@@ -1,13 +1,10 @@
 //! Worker side: pull published pixels with a NIXL READ into registered
 //! memory, check them, and hand them out.
 //!
-//! Frontends are remote agents whose metadata is loaded once and reloaded
-//! only for a newer version (the frontend's registered set changed) or after
-//! a failed transfer; a reload waits for the reads in flight against that
-//! frontend and no read starts during one, so no read ever sees a frontend
-//! half-reloaded. Each READ of a pixelwire descriptor is followed by a READ
-//! of the slot header: if the frontend freed or reused the slot meanwhile,
-//! the header says so and the pixels are refused (a seqlock over NIXL).
+//! The frontends read from are loaded and reloaded by `remotes.rs`. Each
+//! READ of a pixelwire descriptor is followed by a READ of the slot header:
+//! if the frontend freed or reused the slot meanwhile, the header says so
+//! and the pixels are refused (a seqlock over NIXL).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -15,22 +12,16 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nixl_sys::{MemType, RegistrationHandle};
-use parking_lot::{Mutex, RwLock};
+use parking_lot::Mutex;
 
-use crate::agent::{
-    Agent, AgentOptions, ForeignRegion, HostRegion, PostedRead, ReadError, SlotPool,
-};
+use crate::agent::{Agent, AgentOptions, PostedRead, ReadError};
 use crate::background::{Background, Ticket};
 use crate::errors::{Error, Result};
 use crate::pool::Slot;
+use crate::region::{ForeignRegion, HostRegion, SlotPool};
+use crate::remotes::Remotes;
 use crate::wire::{self, SlotHeader, SLOT_HEADER_BYTES};
 
-/// Agent metadata is a few hundred bytes; refuse anything absurd.
-const MAX_METADATA: usize = 1 << 20;
-/// Frontends remembered at once; the least recently used idle one goes first.
-const MAX_REMOTES: usize = 256;
-/// How long a reconnect to a frontend that failed a transfer is retried.
-const RECONNECT_FOR: Duration = Duration::from_secs(2);
 /// Background threads for [`Reader::read_soon`]: one per read in flight
 /// (a READ from a stuck frontend holds its thread until the timeout), so
 /// this bounds concurrent reads that way, not the pool.
@@ -118,38 +109,6 @@ impl Drop for Lease {
     }
 }
 
-/// What is loaded for one frontend.
-#[derive(Default)]
-struct RemoteState {
-    loaded: bool,
-    /// False after a failed transfer: the next read reloads first.
-    healthy: bool,
-    version: Option<u64>,
-    metadata: String,
-}
-
-impl RemoteState {
-    fn serves(&self, source: &Source) -> bool {
-        self.loaded
-            && self.healthy
-            && match source.metadata_version {
-                Some(wanted) => self.version.is_some_and(|v| v >= wanted),
-                None => self.metadata == source.metadata,
-            }
-    }
-
-    /// Whether the source's metadata is newer than what is loaded.
-    fn is_older_than(&self, source: &Source) -> bool {
-        !self.loaded
-            || match (source.metadata_version, self.version) {
-                (Some(wanted), Some(have)) => wanted > have,
-                _ => self.metadata != source.metadata,
-            }
-    }
-}
-
-/// `error`, marked as one after which bytes may still land if other READs
-/// into the same destination were in flight when it happened.
 /// The error of pixels whose content hash is not the descriptor's.
 fn hash_mismatch() -> Error {
     Error::Transfer(
@@ -157,6 +116,8 @@ fn hash_mismatch() -> Error {
     )
 }
 
+/// `error`, marked as one after which bytes may still land if other READs
+/// into the same destination were in flight when it happened.
 fn landing_if(error: ReadError, others_in_flight: bool) -> ReadError {
     ReadError {
         may_land: error.may_land || others_in_flight,
@@ -164,26 +125,12 @@ fn landing_if(error: ReadError, others_in_flight: bool) -> ReadError {
     }
 }
 
-/// One frontend: reads hold `gate` shared for their whole transfer; a
-/// (re)load holds it exclusively.
-struct Remote {
-    gate: RwLock<()>,
-    state: Mutex<RemoteState>,
-    last_used: AtomicU64,
-}
-
-#[derive(Default)]
-struct Remotes {
-    by_name: HashMap<String, Arc<Remote>>,
-    clock: u64,
-}
-
 pub struct Reader {
     slots: SlotPool,
     /// Slots whose READ failed after it was posted: the transfer may still
     /// land in them, so they stay out of use until this instant.
     quarantine: Mutex<Vec<(Slot, Instant)>>,
-    remotes: Mutex<Remotes>,
+    remotes: Remotes,
     foreign: Mutex<HashMap<u64, RegistrationHandle>>,
     next_foreign: AtomicU64,
     config: ReaderConfig,
@@ -197,7 +144,7 @@ impl Reader {
         Ok(Reader {
             slots: SlotPool::new(config.pool_bytes, config.region_bytes),
             quarantine: Mutex::new(Vec::new()),
-            remotes: Mutex::new(Remotes::default()),
+            remotes: Remotes::new(),
             foreign: Mutex::new(HashMap::new()),
             next_foreign: AtomicU64::new(1),
             config,
@@ -231,127 +178,15 @@ impl Reader {
         self.foreign.lock().len()
     }
 
+    /// Frontends whose metadata is loaded right now.
     pub fn remote_count(&self) -> usize {
-        self.remotes
-            .lock()
-            .by_name
-            .values()
-            .filter(|r| r.state.lock().loaded)
-            .count()
+        self.remotes.loaded_count()
     }
 
     /// (bytes held by receive slots, including quarantined ones; bytes registered).
     pub fn usage(&self) -> (usize, usize) {
         let state = self.slots.lock();
         (state.pool.bytes_in_use(), state.pool.region_bytes())
-    }
-
-    /// The frontend `source` names, loaded with metadata at least as new as
-    /// the source's. Fails before any transfer (nothing to quarantine).
-    fn remote(&self, source: &Source, deadline: Instant) -> Result<(String, Arc<Remote>)> {
-        let raw = || wire::unpack_metadata(&source.metadata, MAX_METADATA);
-        let name = if source.agent.is_empty() {
-            wire::metadata_agent_name(&raw()?)?
-        } else {
-            source.agent.clone()
-        };
-        let remote = self.entry(&name);
-        loop {
-            if remote.state.lock().serves(source) {
-                return Ok((name, remote));
-            }
-            let _exclusive = remote.gate.write();
-            let mut state = remote.state.lock();
-            if state.serves(source) {
-                continue;
-            }
-            // The newest metadata known: the source's, or what is loaded
-            // (reloaded after a failure, never replaced by an older one).
-            let (metadata, version) = if state.is_older_than(source) {
-                (source.metadata.clone(), source.metadata_version)
-            } else {
-                (state.metadata.clone(), state.version)
-            };
-            let bytes = wire::unpack_metadata(&metadata, MAX_METADATA)?;
-            let named = wire::metadata_agent_name(&bytes)?;
-            if named != name {
-                return Err(Error::Descriptor(format!(
-                    "descriptor names agent {name:?} but its metadata belongs to {named:?}"
-                )));
-            }
-            let reload = state.loaded;
-            if reload {
-                self.agent.forget_remote(&name);
-                state.loaded = false;
-            }
-            self.load(&bytes, reload, deadline)?;
-            *state = RemoteState {
-                loaded: true,
-                healthy: true,
-                version,
-                metadata,
-            };
-        }
-    }
-
-    /// Loads a frontend's metadata (connects to it). A reload after a
-    /// failed transfer is tried again for up to [`RECONNECT_FOR`] (within
-    /// the read's deadline): the UCX backend's threads tear their old
-    /// endpoints down in the background, and a connect right after a link
-    /// came back can fail until they have.
-    fn load(&self, metadata: &[u8], reload: bool, deadline: Instant) -> Result<()> {
-        let until = deadline.min(Instant::now() + RECONNECT_FOR);
-        loop {
-            match self.agent.load_remote(metadata) {
-                Ok(_) => return Ok(()),
-                Err(e) if !reload || Instant::now() >= until => return Err(e),
-                Err(_) => std::thread::sleep(Duration::from_millis(50)),
-            }
-        }
-    }
-
-    /// The entry for frontend `name`, made if new; past [`MAX_REMOTES`] the
-    /// least recently used frontends with no read in flight are forgotten.
-    fn entry(&self, name: &str) -> Arc<Remote> {
-        let mut remotes = self.remotes.lock();
-        remotes.clock += 1;
-        let now = remotes.clock;
-        if let Some(remote) = remotes.by_name.get(name) {
-            remote.last_used.store(now, Ordering::Relaxed);
-            return Arc::clone(remote);
-        }
-        if remotes.by_name.len() >= MAX_REMOTES {
-            let mut idle: Vec<(u64, String)> = remotes
-                .by_name
-                .iter()
-                .map(|(n, r)| (r.last_used.load(Ordering::Relaxed), n.clone()))
-                .collect();
-            idle.sort();
-            for (_, old) in idle {
-                if remotes.by_name.len() < MAX_REMOTES {
-                    break;
-                }
-                let remote = Arc::clone(&remotes.by_name[&old]);
-                let idle = remote.gate.try_write().is_some_and(|_exclusive| {
-                    if std::mem::take(&mut remote.state.lock().loaded) {
-                        self.agent.forget_remote(&old);
-                    }
-                    true
-                });
-                if idle {
-                    remotes.by_name.remove(&old);
-                }
-            }
-        }
-        let remote = Arc::new(Remote {
-            gate: RwLock::new(()),
-            state: Mutex::new(RemoteState::default()),
-            last_used: AtomicU64::new(now),
-        });
-        remotes
-            .by_name
-            .insert(name.to_string(), Arc::clone(&remote));
-        remote
     }
 
     /// Descriptors a READ of `len` bytes is split into.
@@ -388,8 +223,11 @@ impl Reader {
             may_land: false,
         };
         let deadline = Instant::now() + self.config.timeout;
-        let (name, remote) = self.remote(source, deadline).map_err(refused)?;
-        let _shared = remote.gate.read();
+        let (name, remote) = self
+            .remotes
+            .connect(&self.agent, source, deadline)
+            .map_err(refused)?;
+        let _shared = remote.reading();
         let notification = source.notification.as_bytes();
         let (to, mem, dev) = pixels_to;
         let chunk = chunk.max(1);
@@ -468,7 +306,7 @@ impl Reader {
             if e.may_land {
                 // The connection may be broken: the next read reloads it,
                 // once the reads in flight are done.
-                remote.state.lock().healthy = false;
+                remote.mark_broken();
             }
         }
         outcome

@@ -4,7 +4,7 @@ use numpy::{PyArray1, PyArrayMethods};
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 
-use super::{decode_options, resize_target, Encoded, PyLimits};
+use super::{decode_options, limits_or_default, resize_target, Encoded, PyLimits};
 use crate::decode;
 
 /// Decodes every image of `inputs` with `decode_image`'s options on a pool
@@ -26,7 +26,12 @@ pub fn decode_many<'py>(
     resize_filter: &str,
     threads: Option<usize>,
 ) -> PyResult<Bound<'py, PyList>> {
-    let opts = decode_options(mode, background, limits.as_deref(), apply_exif_orientation)?;
+    let opts = decode_options(
+        mode,
+        background,
+        limits_or_default(limits.as_deref()),
+        apply_exif_orientation,
+    )?;
     let target = resize_target(resize, resize_kernel, resize_filter)?;
     let pool = decode::thread_pool(threads)?;
     let slices: Vec<&[u8]> = inputs.iter().map(Encoded::as_slice).collect();

@@ -5,6 +5,7 @@ use pyo3::exceptions::{PyException, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{IntoPyDict, PyDict};
 
+use crate::agent::ReadError;
 use crate::errors::Error;
 
 create_exception!(
@@ -100,6 +101,15 @@ impl From<Error> for PyErr {
             Error::Cancelled(m) => Cancelled::new_err(m),
         }
     }
+}
+
+/// A failed READ as a Python exception whose `may_land` attribute says
+/// whether bytes may still arrive in the destination.
+pub fn read_error(py: Python<'_>, e: ReadError) -> PyErr {
+    let err = PyErr::from(e.error);
+    // Setting an attribute on a fresh exception instance cannot fail.
+    let _ = err.value(py).setattr("may_land", e.may_land);
+    err
 }
 
 /// The exception of input `index` of a batch: the class its own error maps

@@ -1,13 +1,17 @@
 //! Thin PyO3 wrappers over the plain-Rust core. Every heavy call runs with
 //! the GIL released.
 
+use std::time::Duration;
+
 use numpy::{PyArray1, PyArrayMethods};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
 mod batch;
 mod errors;
-mod transfer;
+mod publisher;
+mod reader;
+mod tickets;
 
 use crate::decode::{self, DecodeOptions, Mode};
 
@@ -95,18 +99,29 @@ pub fn limits_or_default(limits: Option<&PyLimits>) -> decode::Limits {
     limits.map(|l| l.inner).unwrap_or_default()
 }
 
-/// `decode_image`'s keyword options (shared with `decode_many`), checked.
+/// The decode options of `decode_image`, `decode_many` and a publish,
+/// checked.
 pub fn decode_options(
     mode: &str,
     background: (u8, u8, u8),
-    limits: Option<&PyLimits>,
+    limits: decode::Limits,
     apply_exif_orientation: bool,
 ) -> PyResult<DecodeOptions> {
     Ok(DecodeOptions {
         mode: Mode::parse(mode)?,
         background: [background.0, background.1, background.2],
-        limits: limits_or_default(limits),
+        limits,
         apply_exif_orientation,
+    })
+}
+
+/// A duration argument in seconds, checked.
+pub fn seconds(value: f64, what: &str) -> PyResult<Duration> {
+    Duration::try_from_secs_f64(value).map_err(|_| {
+        crate::errors::Error::InvalidArgument(format!(
+            "{what} must be a non-negative number of seconds"
+        ))
+        .into()
     })
 }
 
@@ -151,7 +166,12 @@ fn decode_image<'py>(
     resize_kernel: &str,
     resize_filter: &str,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let opts = decode_options(mode, background, limits.as_deref(), apply_exif_orientation)?;
+    let opts = decode_options(
+        mode,
+        background,
+        limits_or_default(limits.as_deref()),
+        apply_exif_orientation,
+    )?;
     let target = resize_target(resize, resize_kernel, resize_filter)?;
     let bytes = data.as_slice();
     let (shape, pixels) = py.detach(|| {
@@ -213,6 +233,12 @@ fn is_content_hash(text: &str) -> bool {
     crate::wire::is_content_hash(text)
 }
 
+/// Makes NIXL's C API loadable from the installed wheel's copy.
+#[pyfunction]
+fn load_nixl(path: &str) -> PyResult<()> {
+    Ok(crate::agent::load_library(path)?)
+}
+
 /// The notification that frees a published slot (`pw1:<slot>:<generation>`):
 /// the frontend mints it, a reader sends it back after its READ.
 #[pyfunction]
@@ -222,7 +248,10 @@ fn notification_for(slot: u64, generation: u64) -> String {
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     errors::register(m)?;
-    transfer::register(m)?;
+    m.add_function(wrap_pyfunction!(load_nixl, m)?)?;
+    publisher::register(m)?;
+    reader::register(m)?;
+    tickets::register(m)?;
     m.add_function(wrap_pyfunction!(decode_data_url, m)?)?;
     m.add_function(wrap_pyfunction!(content_hash, m)?)?;
     m.add_function(wrap_pyfunction!(is_content_hash, m)?)?;

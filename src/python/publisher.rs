@@ -1,0 +1,251 @@
+//! PyO3 wrappers for the frontend side of the transfer: `NativePublisher`
+//! decodes into registered slots (GIL released; the Python layer calls it
+//! from worker threads so the event loop never blocks) and
+//! `BatchControl` cancels a running batch.
+
+use std::sync::Arc;
+
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList};
+
+use super::{decode_options, limits_or_default, resize_target, seconds, Encoded, PyLimits};
+use crate::decode::DecodeOptions;
+use crate::errors::Error;
+use crate::fair::FairPool;
+use crate::publisher::{BatchControl, BatchImage, Published, Publisher, PublisherConfig};
+use crate::wire::notification_for;
+
+#[pyclass(module = "pixelwire._native", frozen)]
+pub struct NativePublisher {
+    inner: Publisher,
+    limits: crate::decode::Limits,
+}
+
+impl NativePublisher {
+    /// The decode options of a publish: the publisher's limits, and the
+    /// EXIF orientation applied, as vLLM (0.32) applies it to every image.
+    fn decode_options(&self, mode: &str, background: (u8, u8, u8)) -> PyResult<DecodeOptions> {
+        decode_options(mode, background, self.limits, true)
+    }
+
+    /// `to_python()`, the Python objects that describe `published`; should
+    /// building them fail, the slots are freed rather than left published
+    /// with nobody holding their descriptors.
+    fn owned_by_python<T>(
+        &self,
+        published: &[&Published],
+        to_python: impl FnOnce() -> PyResult<T>,
+    ) -> PyResult<T> {
+        to_python().inspect_err(|_| {
+            for p in published {
+                self.inner.release(p.slot, p.generation);
+            }
+        })
+    }
+}
+
+/// What `NativePublisher.publish` returns for one image.
+fn published_fields<'py>(py: Python<'py>, p: &Published) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("addr", p.addr)?;
+    d.set_item("size", p.len)?;
+    d.set_item("shape", (p.shape.height, p.shape.width, p.shape.channels))?;
+    d.set_item(
+        "source_shape",
+        (p.source_shape.height, p.source_shape.width),
+    )?;
+    d.set_item("format", p.info.format.name())?;
+    d.set_item("color_type", p.info.color_type)?;
+    d.set_item("content_hash", &p.content_hash)?;
+    d.set_item("slot", p.slot)?;
+    d.set_item("generation", p.generation)?;
+    d.set_item("expires_at", p.expires_at)?;
+    d.set_item("notification", notification_for(p.slot, p.generation))?;
+    d.set_item("metadata", &p.metadata)?;
+    d.set_item("metadata_version", p.metadata_version)?;
+    Ok(d)
+}
+
+#[pymethods]
+impl NativePublisher {
+    #[new]
+    #[pyo3(signature = (*, pool_bytes, region_bytes, lease_seconds, acquire_timeout, limits = None))]
+    fn new(
+        py: Python<'_>,
+        pool_bytes: usize,
+        region_bytes: usize,
+        lease_seconds: f64,
+        acquire_timeout: f64,
+        limits: Option<PyRef<'_, PyLimits>>,
+    ) -> PyResult<Self> {
+        let config = PublisherConfig {
+            pool_bytes,
+            region_bytes: region_bytes.max(1),
+            lease: seconds(lease_seconds, "lease_seconds")?,
+            acquire_timeout: seconds(acquire_timeout, "acquire_timeout")?,
+        };
+        let inner = py.detach(|| Publisher::new(config))?;
+        Ok(NativePublisher {
+            inner,
+            limits: limits_or_default(limits.as_deref()),
+        })
+    }
+
+    #[getter]
+    fn agent_name(&self) -> String {
+        self.inner.agent_name().to_string()
+    }
+
+    #[getter]
+    fn metadata(&self) -> String {
+        self.inner.metadata()
+    }
+
+    /// Decodes into a registered slot (resized to `resize=(height, width)`
+    /// if given); returns the descriptor fields.
+    #[pyo3(signature = (data, *, mode = "RGB", background = (255, 255, 255), rgbx = false, resize = None, resize_kernel = "torchvision", resize_filter = "bicubic"))]
+    #[allow(clippy::too_many_arguments)]
+    fn publish<'py>(
+        &self,
+        py: Python<'py>,
+        data: Encoded<'py>,
+        mode: &str,
+        background: (u8, u8, u8),
+        rgbx: bool,
+        resize: Option<(usize, usize)>,
+        resize_kernel: &str,
+        resize_filter: &str,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let target = resize_target(resize, resize_kernel, resize_filter)?;
+        let opts = self.decode_options(mode, background)?;
+        let bytes = data.as_slice();
+        let published = py.detach(|| self.inner.publish(bytes, &opts, rgbx, target.as_ref()))?;
+        self.owned_by_python(&[&published], || published_fields(py, &published))
+    }
+
+    /// Publishes every image of `inputs` as `publish` would, image `i`
+    /// resized to `resizes[i]` when that is not None, decoding them on a pool
+    /// of `threads` native threads (all cores by default) with the GIL
+    /// released. One item per input, in order: its descriptor fields, or the
+    /// exception that image failed with (returned, not raised: the others
+    /// are published all the same).
+    #[pyo3(signature = (inputs, *, mode = "RGB", background = (255, 255, 255), rgbx = false, resizes = None, resize_kernel = "torchvision", resize_filter = "bicubic", threads = None, control = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn publish_many<'py>(
+        &self,
+        py: Python<'py>,
+        inputs: Vec<Encoded<'py>>,
+        mode: &str,
+        background: (u8, u8, u8),
+        rgbx: bool,
+        resizes: Option<Vec<Option<(usize, usize)>>>,
+        resize_kernel: &str,
+        resize_filter: &str,
+        threads: Option<usize>,
+        control: Option<&NativeBatchControl>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let opts = self.decode_options(mode, background)?;
+        let resizes = resizes.unwrap_or_else(|| vec![None; inputs.len()]);
+        if resizes.len() != inputs.len() {
+            return Err(Error::InvalidArgument(format!(
+                "resizes has {} entries for {} inputs (one each, None for no resize)",
+                resizes.len(),
+                inputs.len()
+            ))
+            .into());
+        }
+        let images = inputs
+            .iter()
+            .zip(resizes)
+            .map(|(data, size)| {
+                Ok(BatchImage {
+                    data: data.as_slice(),
+                    resize: resize_target(size, resize_kernel, resize_filter)?,
+                })
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        let pool = FairPool::shared(threads)?;
+        let uncontrolled = BatchControl::default();
+        let control = control.map_or(&uncontrolled, |c| &*c.inner);
+        let outcomes = py.detach(|| {
+            self.inner
+                .publish_many(&pool, &images, &opts, rgbx, control)
+        })?;
+        let published: Vec<&Published> = outcomes.iter().flatten().collect();
+        self.owned_by_python(&published, || {
+            let items = outcomes
+                .iter()
+                .map(|outcome| match outcome {
+                    Ok(p) => Ok(published_fields(py, p)?.into_any()),
+                    Err(e) => Ok(PyErr::from(e.clone())
+                        .into_value(py)
+                        .into_bound(py)
+                        .into_any()),
+                })
+                .collect::<PyResult<Vec<_>>>()?;
+            PyList::new(py, items)
+        })
+    }
+
+    fn release(&self, slot: u64, generation: u64) -> bool {
+        self.inner.release(slot, generation)
+    }
+
+    /// Gives up the batch `control` was passed to: frees what it published
+    /// and stops the rest; the number of slots freed.
+    fn cancel(&self, control: &NativeBatchControl) -> usize {
+        self.inner.cancel(&control.inner)
+    }
+
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let (slots, bytes, registered, regions) = self.inner.usage();
+        let c = self.inner.counters();
+        let load = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+        let d = PyDict::new(py);
+        d.set_item("slots_in_use", slots)?;
+        d.set_item("bytes_in_use", bytes)?;
+        d.set_item("registered_bytes", registered)?;
+        d.set_item("regions", regions)?;
+        d.set_item("published", load(&c.published))?;
+        d.set_item("freed_by_notification", load(&c.freed_by_notification))?;
+        d.set_item("reclaimed_by_lease", load(&c.reclaimed_by_lease))?;
+        d.set_item("returned", load(&c.returned))?;
+        d.set_item("stale_notifications", load(&c.stale_notifications))?;
+        Ok(d)
+    }
+
+    fn close(&self, py: Python<'_>) {
+        py.detach(|| self.inner.close());
+    }
+}
+
+/// A handle on a running `publish_many` batch, for `NativePublisher.cancel`.
+#[pyclass(module = "pixelwire._native", frozen, name = "BatchControl")]
+pub struct NativeBatchControl {
+    inner: Arc<BatchControl>,
+}
+
+#[pymethods]
+impl NativeBatchControl {
+    #[new]
+    fn new() -> Self {
+        NativeBatchControl {
+            inner: Arc::new(BatchControl::default()),
+        }
+    }
+
+    #[getter]
+    fn cancelled(&self) -> bool {
+        self.inner.is_cancelled()
+    }
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add(
+        "MIN_LEASE_SECONDS",
+        crate::publisher::MIN_LEASE.as_secs_f64(),
+    )?;
+    m.add_class::<NativePublisher>()?;
+    m.add_class::<NativeBatchControl>()?;
+    Ok(())
+}
