@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import functools
 import json
 import os
@@ -92,20 +91,10 @@ async def breakdown(sizes: list[int], n: int) -> list[dict[str, Any]]:
     front = FrontendProcess(pool_bytes=8192 << 20, lease=120, region_bytes=256 << 20)
     try:
         for verify in (True, False):
-            settings = {**dataclasses.asdict(config.ReaderSettings.from_env()), "verify": verify}
-            settings["pool_bytes"] = 512 << 20
-            async with pixelwire.Reader(**settings) as r:
+            settings = config.ReaderSettings.from_env()
+            async with pixelwire.Reader(settings, verify=verify, pool_bytes=512 << 20) as r:
                 # The native reader alone, with the same settings.
-                native = NativeReader(
-                    pool_bytes=512 << 20,
-                    region_bytes=config.REGION_BYTES,
-                    timeout=config.READ_TIMEOUT,
-                    verify=verify,
-                    read_threads=r.read_threads,
-                    split_min_bytes=r.split_min_bytes,
-                    chunk_bytes=r.chunk_bytes,
-                    hash_threads=r.hash_threads,
-                )
+                native = NativeReader(r.settings)
                 pinned: Any = None
                 if cuda:
                     import torch
@@ -151,7 +140,7 @@ async def breakdown(sizes: list[int], n: int) -> list[dict[str, Any]]:
                             # the event loop woken by the read's eventfd.
                             x = torch.empty(size, dtype=torch.uint8, device="cuda")
                             signal = ReadSignal()
-                            chunk = r.cuda_chunk_bytes
+                            chunk = r.settings.cuda_chunk_bytes
                             ticket = _start_to_cuda(native, pinned, stream, im, x.data_ptr(), chunk, signal)
                             await _readable(signal.fileno())
                             ticket.wait()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import copy
+import dataclasses
 import io
 import time
 from collections.abc import Iterator
@@ -18,7 +19,7 @@ from PIL import Image
 
 import pixelwire
 from pixelwire.benchmarks import ppm_of_size
-from pixelwire.config import Layout
+from pixelwire.config import Layout, ReaderSettings
 from pixelwire.frontend_process import FrontendProcess
 from pixelwire.resize import ResizePolicy
 
@@ -691,9 +692,7 @@ def test_chunked_read_into_calls_back_in_order_and_checks_the_slot_last() -> Non
 
     ensure_nixl()
     # The native reader is what is under test.
-    native = NativeReader(
-        pool_bytes=config.POOL_BYTES, region_bytes=config.REGION_BYTES, timeout=10, verify=True
-    )
+    native = NativeReader(config.ReaderSettings(timeout=10, verify=True))
     try:
         data = ppm_of_size(3 * (1 << 20), seed=11)
         expected = pixelwire.decode_image(data).reshape(-1)
@@ -814,9 +813,7 @@ def test_read_into_host_memory_checks_the_content_hash(frontend: FrontendProcess
     want = pixelwire.decode_image(data).reshape(-1)
     other = frontend.publish(ppm_of_size(1 << 20, seed=22))["desc"]
     for verify in (True, False):
-        native = NativeReader(
-            pool_bytes=config.POOL_BYTES, region_bytes=config.REGION_BYTES, timeout=10, verify=verify
-        )
+        native = NativeReader(config.ReaderSettings(timeout=10, verify=verify))
         buffer = np.zeros(want.size, dtype=np.uint8)
         registration = native.register(addr=buffer.ctypes.data, size=buffer.size, mem_type="Dram", device=0)
         fields = {"local_addr": buffer.ctypes.data, "mem_type": "Dram", "device": 0, "chunk_bytes": 1 << 20}
@@ -836,6 +833,37 @@ def test_read_into_host_memory_checks_the_content_hash(frontend: FrontendProcess
         assert native.deregister(registration)
 
 
+def test_a_reader_takes_its_settings_whole_or_field_by_field() -> None:
+    """`Reader(settings)` and `Reader(field=...)` make one `ReaderSettings`
+    (defaults from `pixelwire.config` only), brought into range when made;
+    the native reader is built from that object alone, and refuses one
+    that lacks a field it reads."""
+    from pixelwire._native import NativeReader
+    from pixelwire.nixl import ensure_nixl
+
+    settings = ReaderSettings(timeout=5, pool_bytes=8 * MiB, region_bytes=64 * MiB, chunk_bytes=0)
+    assert (settings.region_bytes, settings.chunk_bytes) == (8 * MiB, 1)
+    assert pixelwire.Reader(settings).settings == settings
+    assert pixelwire.Reader(settings, verify=False).settings == dataclasses.replace(settings, verify=False)
+    assert pixelwire.Reader(timeout=30).settings == ReaderSettings(timeout=30)
+    assert pixelwire.Reader().settings == ReaderSettings()
+    with pytest.raises(TypeError):
+        pixelwire.Reader(no_such_setting=1)
+    with pytest.raises(ValueError, match="inline_wait"):
+        pixelwire.Reader(inline_wait=-1.0)
+    with pytest.raises(ValueError, match="cuda_staging"):
+        ReaderSettings(cuda_staging="nowhere")  # type: ignore[arg-type]
+
+    async def main() -> None:
+        async with pixelwire.Reader(settings) as reader:
+            assert reader.stats()["bytes_in_use"] == 0
+
+    run(main())
+    ensure_nixl()
+    with pytest.raises(AttributeError, match="pool_bytes"):
+        NativeReader(object())  # type: ignore[arg-type]
+
+
 def test_a_started_read_is_taken_once(frontend: FrontendProcess) -> None:
     """`start_read` returns at once; its ticket gives the pixels when the
     read ends (or None while it has not, within a zero wait), then refuses
@@ -845,9 +873,7 @@ def test_a_started_read_is_taken_once(frontend: FrontendProcess) -> None:
     from pixelwire.nixl import ensure_nixl
 
     ensure_nixl()
-    native = NativeReader(
-        pool_bytes=config.POOL_BYTES, region_bytes=config.REGION_BYTES, timeout=10, verify=True
-    )
+    native = NativeReader(config.ReaderSettings(timeout=10, verify=True))
     data = _png(33, 21, seed=5)
     image = pixelwire.descriptor.parse_descriptor(frontend.publish(data)["desc"], None)
     ticket = native.start_read(image)

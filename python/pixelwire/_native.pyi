@@ -29,6 +29,29 @@ class RemoteSource(Protocol):
     @property
     def generation(self) -> int | None: ...
 
+class NativeReaderSettings(Protocol):
+    """What the native reader reads of ``pixelwire.config.ReaderSettings``,
+    by attribute (Python owns the defaults and the checks)."""
+
+    @property
+    def pool_bytes(self) -> int: ...
+    @property
+    def region_bytes(self) -> int: ...
+    @property
+    def timeout(self) -> float: ...
+    @property
+    def verify(self) -> bool: ...
+    @property
+    def progress_thread(self) -> bool: ...
+    @property
+    def read_threads(self) -> int: ...
+    @property
+    def split_min_bytes(self) -> int: ...
+    @property
+    def chunk_bytes(self) -> int: ...
+    @property
+    def hash_threads(self) -> int: ...
+
 class PixelwireError(Exception):
     """Base class of every pixelwire error."""
 
@@ -266,19 +289,8 @@ class NativePublisher:
 
 @final
 class NativeReader:
-    def __new__(
-        cls,
-        *,
-        pool_bytes: int,
-        region_bytes: int,
-        timeout: float,
-        verify: bool,
-        progress_thread: bool = True,
-        read_threads: int = 0,
-        split_min_bytes: int = 0,
-        chunk_bytes: int = ...,
-        hash_threads: int = 4,
-    ) -> NativeReader: ...
+    def __new__(cls, settings: NativeReaderSettings) -> NativeReader:
+        """A NIXL agent and its receive pool, as ``settings`` say."""
     @property
     def agent_name(self) -> str: ...
     @property

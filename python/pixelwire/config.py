@@ -250,7 +250,12 @@ class PublisherSettings:
 
 @dataclass(frozen=True)
 class ReaderSettings:
-    """A :class:`pixelwire.Reader`'s receive pool and checks."""
+    """A :class:`pixelwire.Reader`'s receive pool and checks, handed whole
+    to the native reader, which reads the fields it uses by name. Made
+    consistent when made: ``region_bytes`` at most ``pool_bytes``, chunk
+    sizes and hashing threads at least 1, ``inline_bytes`` at least 0; a
+    negative ``inline_wait`` or an unknown ``cuda_staging`` is a
+    ``ValueError``."""
 
     timeout: float = READ_TIMEOUT
     verify: bool = True
@@ -266,6 +271,23 @@ class ReaderSettings:
     inline_wait: float = READ_INLINE_WAIT
     cuda_staging: CudaStaging = CUDA_STAGING
     cuda_chunk_bytes: int = CUDA_CHUNK_BYTES
+
+    def __post_init__(self) -> None:
+        if not self.inline_wait >= 0:
+            raise ValueError(
+                f"inline_wait must be a non-negative number of seconds, not {self.inline_wait!r}"
+            )
+        consistent = {
+            "region_bytes": min(self.region_bytes, self.pool_bytes),
+            "chunk_bytes": max(1, self.chunk_bytes),
+            "hash_threads": max(1, self.hash_threads),
+            "inline_bytes": max(0, self.inline_bytes),
+            "cuda_staging": cuda_staging(self.cuda_staging),
+            "cuda_chunk_bytes": max(1, self.cuda_chunk_bytes),
+        }
+        for name, value in consistent.items():
+            # Frozen: set once, here, before anyone holds the settings.
+            object.__setattr__(self, name, value)
 
     @classmethod
     def from_env(cls) -> ReaderSettings:

@@ -5,6 +5,7 @@ as the caller asked; the READ's notification frees the frontend's slot."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import select
 import threading
@@ -15,25 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from pixelwire import _native
-from pixelwire.config import (
-    CUDA_CHUNK_BYTES,
-    CUDA_STAGING,
-    HASH_THREADS,
-    MAX_PIXELS,
-    POOL_BYTES,
-    READ_CHUNK_BYTES,
-    READ_INLINE_BYTES,
-    READ_INLINE_WAIT,
-    READ_SPLIT_MIN_BYTES,
-    READ_THREADS,
-    READ_TIMEOUT,
-    READER_PROGRESS_THREAD,
-    REGION_BYTES,
-    CudaStaging,
-    Mode,
-    Output,
-)
-from pixelwire.config import cuda_staging as check_cuda_staging
+from pixelwire.config import Mode, Output, ReaderSettings
 from pixelwire.descriptor import Decoded, PassThrough, RemoteImage, parse_descriptor
 from pixelwire.nixl import ensure_nixl
 from pixelwire.outputs import OUTPUTS, as_output, rgb_image_over
@@ -111,42 +94,15 @@ class Reader:
     """
 
     def __init__(
-        self,
-        *,
-        timeout: float = READ_TIMEOUT,
-        verify: bool = True,
-        max_pixels: int = MAX_PIXELS,
-        pool_bytes: int = POOL_BYTES,
-        region_bytes: int = REGION_BYTES,
-        fetcher: Fetcher | None = None,
-        progress_thread: bool = READER_PROGRESS_THREAD,
-        read_threads: int = READ_THREADS,
-        split_min_bytes: int = READ_SPLIT_MIN_BYTES,
-        chunk_bytes: int = READ_CHUNK_BYTES,
-        hash_threads: int = HASH_THREADS,
-        inline_bytes: int = READ_INLINE_BYTES,
-        inline_wait: float = READ_INLINE_WAIT,
-        cuda_staging: CudaStaging = CUDA_STAGING,
-        cuda_chunk_bytes: int = CUDA_CHUNK_BYTES,
+        self, settings: ReaderSettings | None = None, *, fetcher: Fetcher | None = None, **fields: Any
     ) -> None:
+        """``settings`` (:class:`pixelwire.config.ReaderSettings`, its
+        defaults when None), with any of its fields given by keyword
+        instead: ``Reader(timeout=30, verify=True)``. ``fetcher`` fetches
+        pass-through URLs (one is made on first use when None)."""
         self._fetcher = fetcher
         self._own_fetcher = fetcher is None
-        self.timeout = timeout
-        self.verify = verify
-        self.max_pixels = max_pixels
-        self.pool_bytes = pool_bytes
-        self.region_bytes = min(region_bytes, pool_bytes)
-        self.progress_thread = progress_thread
-        self.read_threads = read_threads
-        self.split_min_bytes = split_min_bytes
-        self.chunk_bytes = max(1, chunk_bytes)
-        self.hash_threads = max(1, hash_threads)
-        self.inline_bytes = max(0, inline_bytes)
-        if not inline_wait >= 0:
-            raise ValueError(f"inline_wait must be a non-negative number of seconds, not {inline_wait!r}")
-        self.inline_wait = inline_wait
-        self.cuda_staging: CudaStaging = check_cuda_staging(cuda_staging)
-        self.cuda_chunk_bytes = max(1, cuda_chunk_bytes)
+        self.settings = dataclasses.replace(settings or ReaderSettings(), **fields)
         self._native: _native.NativeReader | None = None
         # Read completions for the loop that first awaited a read (other
         # loops wait for theirs in a thread); False where a loop cannot
@@ -173,17 +129,7 @@ class Reader:
         from async code, ``async with`` does it off the loop)."""
         if self._native is None:
             ensure_nixl()
-            self._native = _native.NativeReader(
-                pool_bytes=self.pool_bytes,
-                region_bytes=self.region_bytes,
-                timeout=self.timeout,
-                verify=self.verify,
-                progress_thread=self.progress_thread,
-                read_threads=self.read_threads,
-                split_min_bytes=self.split_min_bytes,
-                chunk_bytes=self.chunk_bytes,
-                hash_threads=self.hash_threads,
-            )
+            self._native = _native.NativeReader(self.settings)
         return self
 
     async def close(self) -> None:
@@ -292,7 +238,7 @@ class Reader:
         if output not in OUTPUTS:
             raise ValueError(f"output must be 'pil', 'numpy' or 'torch', not {output!r}")
         image = parse_descriptor(desc, shape)
-        image.check(self.max_pixels, time.time())
+        image.check(self.settings.max_pixels, time.time())
         native = self._opened()
         if device != "cpu":
             if output != "torch":
@@ -317,7 +263,7 @@ class Reader:
         ends (:class:`_LoopCompletions`)."""
         completions = self._completions_here()
         ticket = native.start_read(image, completions.signal if completions is not None else None)
-        flat = ticket.wait(self.inline_wait) if image.size <= self.inline_bytes else None
+        flat = ticket.wait(self.settings.inline_wait) if image.size <= self.settings.inline_bytes else None
         if flat is None and completions is not None:
             await completions.finished(ticket)
             flat = ticket.wait(0)
@@ -366,7 +312,7 @@ class Reader:
         index = _device_index(device)
         if index is None:
             index = torch.cuda.current_device()
-        if self.cuda_staging == "direct":
+        if self.settings.cuda_staging == "direct":
             return await asyncio.to_thread(self._read_cuda_direct, native, image, index)
         await _locked(self._cuda_lock)
         held = True
@@ -384,7 +330,7 @@ class Reader:
                 staging_addr=staging.data_ptr(),
                 device=index,
                 stream=stream.cuda_stream,
-                chunk_bytes=self.cuda_chunk_bytes,
+                chunk_bytes=self.settings.cuda_chunk_bytes,
                 signal=signal,
             )
 
@@ -474,7 +420,7 @@ class Reader:
                     # Copies of the last read may still read it.
                     stream.synchronize()
                 native.deregister(staging[1])
-            size = max(size, self.region_bytes)
+            size = max(size, self.settings.region_bytes)
             if mem_type == "Dram":
                 tensor = torch.empty(size, dtype=torch.uint8, pin_memory=True)
                 registration = native.register(addr=tensor.data_ptr(), size=size, mem_type="Dram", device=0)
@@ -491,7 +437,7 @@ class Reader:
         buffer the READ may still write is retired for twice the timeout."""
         if getattr(error, "may_land", True) and self._cuda_staging.get(index, (None,))[0] is tensor:
             del self._cuda_staging[index]
-            self._cuda_quarantine.append((time.monotonic() + 2 * self.timeout, tensor, registration))
+            self._cuda_quarantine.append((time.monotonic() + 2 * self.settings.timeout, tensor, registration))
 
 
 @functools.lru_cache(maxsize=64)

@@ -39,7 +39,7 @@ def default_reader() -> Reader:
     global _default_reader
     with _defaults_lock:
         if _default_reader is None:
-            _default_reader = Reader(**dataclasses.asdict(ReaderSettings.from_env()))
+            _default_reader = Reader(ReaderSettings.from_env())
         return _default_reader
 
 

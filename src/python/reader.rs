@@ -36,31 +36,8 @@ fn mem_type(name: &str) -> PyResult<nixl_sys::MemType> {
 #[pymethods]
 impl NativeReader {
     #[new]
-    #[pyo3(signature = (*, pool_bytes, region_bytes, timeout, verify, progress_thread = true, read_threads = 0, split_min_bytes = 0, chunk_bytes = usize::MAX, hash_threads = 4))]
-    #[allow(clippy::too_many_arguments)]
-    fn new(
-        py: Python<'_>,
-        pool_bytes: usize,
-        region_bytes: usize,
-        timeout: f64,
-        verify: bool,
-        progress_thread: bool,
-        read_threads: usize,
-        split_min_bytes: usize,
-        chunk_bytes: usize,
-        hash_threads: usize,
-    ) -> PyResult<Self> {
-        let config = ReaderConfig {
-            pool_bytes,
-            region_bytes: region_bytes.max(1),
-            timeout: seconds(timeout, "timeout")?,
-            verify,
-            progress_thread,
-            read_threads,
-            split_min_bytes,
-            chunk_bytes,
-            hash_threads,
-        };
+    fn new(py: Python<'_>, settings: ReaderSettings) -> PyResult<Self> {
+        let config = settings.into_config()?;
         Ok(NativeReader {
             inner: Arc::new(py.detach(|| Reader::new(config))?),
         })
@@ -214,6 +191,38 @@ impl NativeReader {
             move || raise(signal),
         );
         DeviceReadTicket { inner, destination }
+    }
+}
+
+/// What the native reader needs of `pixelwire.config.ReaderSettings`, read
+/// from its attributes: Python owns the settings, their defaults and their
+/// checks; this side only reads them.
+#[derive(FromPyObject)]
+struct ReaderSettings {
+    pool_bytes: usize,
+    region_bytes: usize,
+    timeout: f64,
+    verify: bool,
+    progress_thread: bool,
+    read_threads: usize,
+    split_min_bytes: usize,
+    chunk_bytes: usize,
+    hash_threads: usize,
+}
+
+impl ReaderSettings {
+    fn into_config(self) -> PyResult<ReaderConfig> {
+        Ok(ReaderConfig {
+            pool_bytes: self.pool_bytes,
+            region_bytes: self.region_bytes,
+            timeout: seconds(self.timeout, "timeout")?,
+            verify: self.verify,
+            progress_thread: self.progress_thread,
+            read_threads: self.read_threads,
+            split_min_bytes: self.split_min_bytes,
+            chunk_bytes: self.chunk_bytes,
+            hash_threads: self.hash_threads,
+        })
     }
 }
 
