@@ -864,6 +864,28 @@ def test_a_reader_takes_its_settings_whole_or_field_by_field() -> None:
         NativeReader(object())  # type: ignore[arg-type]
 
 
+def test_read_remote_reads_a_parsed_descriptor_and_still_checks_it(frontend: FrontendProcess) -> None:
+    """`Reader.read_remote` reads what `parse_descriptor` made (no second
+    parse) as `read_decoded` reads the descriptor itself; the reader's own
+    checks still apply: an expired lease or an image over `max_pixels` is
+    refused before any READ."""
+    data = _png(40, 30, seed=3)
+    image = pixelwire.descriptor.parse_descriptor(frontend.publish(data)["desc"])
+
+    async def main() -> None:
+        async with pixelwire.Reader(timeout=10, max_pixels=40 * 30) as reader:
+            expired = dataclasses.replace(image, expires_at=time.time() - 1)
+            with pytest.raises(pixelwire.DescriptorError, match="expired"):
+                await reader.read_remote(expired)
+            async with pixelwire.Reader(max_pixels=40 * 30 - 1) as small:
+                with pytest.raises(pixelwire.DescriptorError, match="max_pixels"):
+                    await small.read_remote(image)
+            got = await reader.read_remote(image, output="numpy")
+            np.testing.assert_array_equal(got, pixelwire.decode_image(data))
+
+    run(main())
+
+
 def test_a_started_read_is_taken_once(frontend: FrontendProcess) -> None:
     """`start_read` returns at once; its ticket gives the pixels when the
     read ends (or None while it has not, within a zero wait), then refuses

@@ -235,9 +235,15 @@ class Reader:
     ) -> Any:
         """Reads the pixels a descriptor names; returns a PIL image, a numpy
         array (H, W, C) or a torch tensor (H, W, C), all owning their pixels."""
-        if output not in OUTPUTS:
-            raise ValueError(f"output must be 'pil', 'numpy' or 'torch', not {output!r}")
-        image = parse_descriptor(desc, shape)
+        _check_output(output)  # before the descriptor's own errors
+        return await self.read_remote(parse_descriptor(desc, shape), output=output, device=device)
+
+    async def read_remote(self, image: RemoteImage, *, output: Output = "pil", device: str = "cpu") -> Any:
+        """:meth:`read_decoded` of a descriptor already parsed
+        (:func:`pixelwire.descriptor.parse_descriptor`), for a caller that
+        looked at it first: it is checked (expiry, ``max_pixels``) and read,
+        not parsed again."""
+        _check_output(output)
         image.check(self.settings.max_pixels, time.time())
         native = self._opened()
         if device != "cpu":
@@ -438,6 +444,11 @@ class Reader:
         if getattr(error, "may_land", True) and self._cuda_staging.get(index, (None,))[0] is tensor:
             del self._cuda_staging[index]
             self._cuda_quarantine.append((time.monotonic() + 2 * self.settings.timeout, tensor, registration))
+
+
+def _check_output(output: str) -> None:
+    if output not in OUTPUTS:
+        raise ValueError(f"output must be 'pil', 'numpy' or 'torch', not {output!r}")
 
 
 @functools.lru_cache(maxsize=64)

@@ -358,6 +358,39 @@ def test_an_allowed_url_in_a_mode_left_to_vllm_gives_vllms_result(
             assert getattr(got, "io_config", None) == getattr(expected, "io_config", None)
 
 
+def test_a_reference_is_parsed_once_per_read(
+    connectors: tuple[Any, Any], unsigned_allowed: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The connector parses a reference's descriptor once, checks it, and
+    hands the parsed image to the reader (`Reader.read_remote`): the
+    descriptor is not parsed a second time on its way to NIXL, and the
+    pixels are the image's."""
+    import pixelwire
+    from pixelwire import descriptor, reader
+    from pixelwire.signing import encode_reference
+    from pixelwire.vllm import connector
+
+    parses: list[object] = []
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        parses.append(args[0])
+        return descriptor.parse_descriptor(*args, **kwargs)
+
+    monkeypatch.setattr(connector, "parse_descriptor", counted)
+    monkeypatch.setattr(reader, "parse_descriptor", counted)
+    data = (stack.CORPUS / "hopper.png").read_bytes()
+    ours_cls, _ = connectors
+
+    async def main() -> Any:
+        async with pixelwire.Publisher() as publisher:
+            decoded = await publisher.decode_and_publish(data)
+            return await ours_cls().fetch_image_async(encode_reference(decoded.to_dict()))
+
+    image = asyncio.run(main())
+    assert len(parses) == 1
+    np.testing.assert_array_equal(_pixels(image), pixelwire.decode_image(data))
+
+
 def test_stack_metric_reader() -> None:
     text = '# HELP x\nx_total{a="1",b="2"} 3.0\nx_total{a="2"} 4\ny 5\n'
     assert stack.metric(text, "x_total", b="2", a="1") == 3.0

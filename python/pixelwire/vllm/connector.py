@@ -325,7 +325,7 @@ class PixelwireMediaConnector(MediaConnector):
         policy = _check_resize(remote) if remote.resize is not None else ""
         reader: Reader = default_reader()
         with metrics.timed("nixl"):
-            image: Image.Image = await reader.read_decoded(descriptor, output="pil")
+            image: Image.Image = await reader.read_remote(remote, output="pil")
         latency = metrics.publish_to_read_seconds
         if latency is not None and remote.published_at is not None:
             latency.observe(max(0.0, time.time() - remote.published_at))
