@@ -6,19 +6,20 @@
 //! if the frontend freed or reused the slot meanwhile, the header says so
 //! and the pixels are refused (a seqlock over NIXL).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use nixl_sys::{MemType, RegistrationHandle};
-use parking_lot::Mutex;
+use nixl_sys::MemType;
 
 use crate::agent::{Agent, AgentOptions, PostedRead, ReadError};
 use crate::background::{Background, Ticket};
 use crate::errors::{Error, Result};
+use crate::foreign::{self, ForeignMemory};
 use crate::pool::Slot;
-use crate::region::{ForeignRegion, HostRegion, SlotPool};
+use crate::quarantine::Quarantine;
+use crate::region::{ForeignRegion, HostRegion, RegisteredPool, SlotPool};
 use crate::remotes::Remotes;
 use crate::wire::{self, SlotHeader, SLOT_HEADER_BYTES};
 
@@ -128,11 +129,10 @@ fn landing_if(error: ReadError, others_in_flight: bool) -> ReadError {
 pub struct Reader {
     slots: SlotPool,
     /// Slots whose READ failed after it was posted: the transfer may still
-    /// land in them, so they stay out of use until this instant.
-    quarantine: Mutex<Vec<(Slot, Instant)>>,
+    /// land in them.
+    quarantine: Quarantine<Slot>,
     remotes: Remotes,
-    foreign: Mutex<HashMap<u64, RegistrationHandle>>,
-    next_foreign: AtomicU64,
+    foreign: ForeignMemory,
     config: ReaderConfig,
     background: Background,
     hashers: rayon::ThreadPool,
@@ -143,10 +143,9 @@ impl Reader {
     pub fn new(config: ReaderConfig) -> Result<Reader> {
         Ok(Reader {
             slots: SlotPool::new(config.pool_bytes, config.region_bytes),
-            quarantine: Mutex::new(Vec::new()),
+            quarantine: Quarantine::new(config.timeout),
             remotes: Remotes::new(),
-            foreign: Mutex::new(HashMap::new()),
-            next_foreign: AtomicU64::new(1),
+            foreign: ForeignMemory::new(config.timeout),
             config,
             background: Background::new("pixelwire-read", MAX_READ_THREADS),
             hashers: rayon::ThreadPoolBuilder::new()
@@ -173,9 +172,16 @@ impl Reader {
         self.config.timeout
     }
 
-    /// Caller memory (CUDA staging) registered right now.
+    /// Caller memory (CUDA staging) registered right now, quarantined or not.
     pub fn foreign_count(&self) -> usize {
-        self.foreign.lock().len()
+        self.foreign.count()
+    }
+
+    /// What failed READs may still write: (receive slots, registrations of
+    /// caller memory).
+    pub fn quarantined(&self) -> (usize, usize) {
+        self.end_quarantines(&mut self.slots.lock());
+        (self.quarantine.len(), self.foreign.quarantined_count())
     }
 
     /// Frontends whose metadata is loaded right now.
@@ -185,7 +191,8 @@ impl Reader {
 
     /// (bytes held by receive slots, including quarantined ones; bytes registered).
     pub fn usage(&self) -> (usize, usize) {
-        let state = self.slots.lock();
+        let mut state = self.slots.lock();
+        self.end_quarantines(&mut state);
         (state.pool.bytes_in_use(), state.pool.region_bytes())
     }
 
@@ -460,38 +467,31 @@ impl Reader {
     }
 
     /// Registers caller-owned memory (a CUDA buffer) until
-    /// [`Reader::deregister_foreign`]; returns its registration id.
+    /// [`Reader::deregister_foreign`], keeping `owner` as long; returns its
+    /// registration id.
     ///
     /// # Safety
-    /// `addr..addr+len` must stay allocated until it is deregistered or the
-    /// reader is dropped.
+    /// `addr..addr+len` must stay allocated while it is registered: `owner`
+    /// keeps it so, or else the caller does for the life of the reader.
     pub unsafe fn register_foreign(
         &self,
-        addr: usize,
-        len: usize,
-        mem_type: MemType,
-        device: u64,
+        region: ForeignRegion,
+        owner: Option<foreign::Owner>,
     ) -> Result<u64> {
-        let handle = self.agent.register(&ForeignRegion {
-            addr,
-            len,
-            mem_type,
-            device,
-        })?;
-        let id = self.next_foreign.fetch_add(1, Ordering::Relaxed);
-        self.foreign.lock().insert(id, handle);
-        Ok(id)
+        self.foreign.register(&self.agent, region, owner)
     }
 
-    /// Deregisters caller memory; false for an unknown id.
+    /// Gives caller memory up: deregistered now, or, while a failed READ
+    /// may still write it, once its quarantine ends (its owner is kept
+    /// until then). False for an unknown id.
     pub fn deregister_foreign(&self, id: u64) -> bool {
-        match self.foreign.lock().remove(&id) {
-            Some(mut handle) => {
-                let _ = handle.deregister();
-                true
-            }
-            None => false,
-        }
+        self.foreign.deregister(id)
+    }
+
+    /// Whether a failed READ may still write registered caller memory `id`:
+    /// until it may not, no read goes into it.
+    pub fn foreign_quarantined(&self, id: u64) -> bool {
+        self.foreign.is_quarantined(id)
     }
 
     /// READs the source straight into registered caller memory, in chunks
@@ -501,8 +501,9 @@ impl Reader {
     /// and `verify` on, the chunks are whole hash pieces, hashed as they
     /// land like [`Reader::read`]'s, and the hash is checked before `Ok`.
     /// On error the destination holds indeterminate bytes; `may_land` says
-    /// whether a transfer may still write it (do not reuse it for a while
-    /// then).
+    /// whether a transfer may still write it: registered caller memory is
+    /// then quarantined (no read goes into it until the transfer has surely
+    /// ended), and so is any read into it until then refused.
     pub fn read_into(
         &self,
         source: &Source,
@@ -514,6 +515,12 @@ impl Reader {
             error,
             may_land: false,
         };
+        let destination = self.foreign.holding(local.0, source.len);
+        if let Some(id) = destination.filter(|&id| self.foreign.is_quarantined(id)) {
+            return Err(refused(Error::Transfer(format!(
+                "registered memory {id} is quarantined: a failed READ may still write it (deregister it and read into other memory)"
+            ))));
+        }
         let (slot, region) = self.acquire(SLOT_HEADER_BYTES).map_err(refused)?;
         let header_to = region.addr() + slot.offset;
         let expected = source.content_hash.as_ref().filter(|_| self.config.verify);
@@ -529,7 +536,11 @@ impl Reader {
                 }),
             _ => self.transfer_chunked(source, local, header_to, chunk, on_chunk),
         };
-        self.give_back(slot, outcome.as_ref().is_err_and(|e| e.may_land));
+        let may_land = outcome.as_ref().is_err_and(|e| e.may_land);
+        self.give_back(slot, may_land);
+        if let Some(id) = destination.filter(|_| may_land) {
+            self.foreign.quarantine(id);
+        }
         outcome
     }
 
@@ -542,14 +553,7 @@ impl Reader {
         }
         let deadline = Instant::now() + self.config.timeout;
         let allocation = self.slots.acquire(&self.agent, len, deadline, |state| {
-            let now = Instant::now();
-            self.quarantine.lock().retain(|(slot, until)| {
-                let over = *until <= now;
-                if over {
-                    state.pool.release(slot.id, slot.generation);
-                }
-                !over
-            });
+            self.end_quarantines(state)
         })?;
         match allocation {
             Some(a) => Ok((a.slot, a.region)),
@@ -566,13 +570,20 @@ impl Reader {
     }
 
     /// After a failed read: free the slot now, or (when the transfer may
-    /// still land in it) once twice the timeout has passed.
+    /// still land in it) once its quarantine ends.
     fn give_back(&self, slot: Slot, may_land: bool) {
         if may_land {
-            let until = Instant::now() + self.config.timeout * 2;
-            self.quarantine.lock().push((slot, until));
+            self.quarantine.hold(slot);
         } else {
             self.release(slot);
         }
+    }
+
+    /// Frees the quarantined slots whose quarantine has ended (the caller
+    /// holds the pool's lock).
+    fn end_quarantines(&self, state: &mut RegisteredPool) {
+        self.quarantine.end_due(Instant::now(), |slot| {
+            state.pool.release(slot.id, slot.generation);
+        });
     }
 }

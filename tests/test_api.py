@@ -91,6 +91,9 @@ def test_data_carrying_errors_are_built_by_their_constructors() -> None:
     assert (plain.setting, plain.limit, plain.actual) == (None, None, None)
     fetch = pixelwire.BlockedURL("no", status=403, retryable=True)
     assert (fetch.status, fetch.retryable) == (403, True)
+    landing = pixelwire.TransferError("READ timed out", may_land=True)
+    assert (str(landing), landing.may_land) == ("READ timed out", True)
+    assert pixelwire.TransferError("refused").may_land is False
 
 
 def test_limits_defaults() -> None:

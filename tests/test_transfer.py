@@ -9,6 +9,7 @@ import copy
 import dataclasses
 import io
 import time
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,11 @@ def frontend() -> Iterator[FrontendProcess]:
     f = Frontend()
     yield f
     f.close()
+
+
+# Memory a failed READ may still write, kept for the life of the test
+# process rather than handed back to the allocator under a transfer.
+_LANDING_ZONES: list[np.ndarray] = []
 
 
 def run(coro: Any) -> Any:
@@ -717,6 +723,12 @@ def test_chunked_read_into_calls_back_in_order_and_checks_the_slot_last() -> Non
 
         with pytest.raises(Stop):
             native.read_into(parsed(frontend.publish(data)["desc"]), on_chunk=stop, **fields)
+        # Chunks were in flight when it stopped: that memory is quarantined
+        # (kept allocated here meanwhile); the next read goes elsewhere.
+        assert native.quarantined(registration) and native.deregister(registration)
+        fresh = np.zeros(expected.size, dtype=np.uint8)
+        native.register(addr=fresh.ctypes.data, size=fresh.size, mem_type="Dram", device=0, owner=fresh)
+        fields["local_addr"] = fresh.ctypes.data
 
         stale = frontend.publish(data)["desc"]
         assert _wait_for(lambda: frontend.stats()["reclaimed_by_lease"] >= 2, 10)
@@ -724,7 +736,7 @@ def test_chunked_read_into_calls_back_in_order_and_checks_the_slot_last() -> Non
         with pytest.raises(pixelwire.TransferError, match="reclaimed or reused"):
             native.read_into(parsed(stale), on_chunk=lambda at, n: seen.append((at, n)), **fields)
         assert len(seen) == 3, "every chunk landed before the check refused them"
-        assert native.deregister(registration)
+        _LANDING_ZONES.append(buffer)
     finally:
         frontend.close()
 
@@ -831,6 +843,74 @@ def test_read_into_host_memory_checks_the_content_hash(frontend: FrontendProcess
         )
         np.testing.assert_array_equal(buffer, want)
         assert native.deregister(registration)
+
+
+def test_memory_a_failed_read_may_still_write_is_quarantined(frontend: FrontendProcess) -> None:
+    """A READ into registered memory that breaks off while other chunks are
+    still in flight may land later: the native reader quarantines that
+    memory, and the receive slot for its header, for twice the read
+    timeout. Meanwhile a read into it is refused, `stats()` counts both,
+    and a deregistration waits with the memory's owner kept; then both
+    are let go."""
+    from pixelwire._native import NativeReader
+    from pixelwire.nixl import ensure_nixl
+
+    ensure_nixl()
+    native = NativeReader(ReaderSettings(timeout=2, verify=True))
+    data = ppm_of_size(3 * (1 << 20), seed=13)
+    buffer = np.zeros(pixelwire.decode_image(data).size, dtype=np.uint8)
+    owner = weakref.ref(buffer)
+    registration = native.register(
+        addr=buffer.ctypes.data, size=buffer.size, mem_type="Dram", device=0, owner=buffer
+    )
+    fields = {"local_addr": buffer.ctypes.data, "mem_type": "Dram", "device": 0, "chunk_bytes": 1 << 20}
+
+    def image() -> pixelwire.descriptor.RemoteImage:
+        return pixelwire.descriptor.parse_descriptor(frontend.publish(data)["desc"])
+
+    class Stop(Exception):
+        pass
+
+    def stop(at: int, n: int) -> None:
+        raise Stop(at)
+
+    assert not native.quarantined(registration)
+    with pytest.raises(Stop):
+        native.read_into(image(), on_chunk=stop, **fields)  # two chunks still in flight
+    stats = native.stats()
+    assert (stats["quarantined_slots"], stats["quarantined_caller_buffers"]) == (1, 1), stats
+    assert native.quarantined(registration)
+    with pytest.raises(pixelwire.TransferError, match="quarantined") as refused:
+        native.read_into(image(), **fields)
+    assert refused.value.may_land is False, "refused before any READ"
+    assert native.deregister(registration)
+    del buffer
+    assert owner() is not None, "kept while a READ may still land in it"
+    assert native.stats()["registered_caller_buffers"] == 1
+    assert _wait_for(lambda: native.stats()["quarantined_caller_buffers"] == 0, 10)
+    stats = native.stats()
+    assert (stats["registered_caller_buffers"], stats["quarantined_slots"]) == (0, 0), stats
+    assert owner() is None, "let go with its registration"
+    assert not native.deregister(registration)
+
+
+def test_a_read_that_may_still_land_says_so(frontend: FrontendProcess) -> None:
+    """A READ that times out once posted raises a `TransferError` whose
+    `may_land`, set when the native reader builds it, says the transfer
+    may still write the destination."""
+    from pixelwire._native import NativeReader
+    from pixelwire.nixl import ensure_nixl
+
+    ensure_nixl()
+    native = NativeReader(ReaderSettings(timeout=1e-9, verify=False))
+    data = ppm_of_size(24 << 20, seed=14)
+    buffer = np.zeros(pixelwire.decode_image(data).size, dtype=np.uint8)
+    _LANDING_ZONES.append(buffer)
+    native.register(addr=buffer.ctypes.data, size=buffer.size, mem_type="Dram", device=0)
+    image = pixelwire.descriptor.parse_descriptor(frontend.publish(data)["desc"])
+    with pytest.raises(pixelwire.TransferError, match="timed out") as late:
+        native.read_into(image, local_addr=buffer.ctypes.data, mem_type="Dram", device=0)
+    assert late.value.may_land is True
 
 
 def test_a_reader_takes_its_settings_whole_or_field_by_field() -> None:

@@ -102,8 +102,14 @@ class DescriptorError(PixelwireError):
     """A pixel descriptor is malformed, out of bounds or inconsistent."""
 
 class TransferError(PixelwireError):
-    """A NIXL transfer failed, timed out or failed verification. ``may_land``
-    (on failed READs) says whether the READ may still write its destination."""
+    """A NIXL transfer failed, timed out or failed verification: ``may_land``
+    says whether a failed READ may still write the caller's memory it was
+    reading into (:meth:`NativeReader.read_into`, CUDA reads; False
+    otherwise). Registered memory it may write is quarantined by the
+    reader."""
+
+    may_land: bool
+    def __init__(self, message: str = "", *args: object, may_land: bool = False) -> None: ...
 
 class PoolExhausted(PixelwireError):
     """No registered pool slot became free within the acquire timeout."""
@@ -303,8 +309,26 @@ class NativeReader:
     def start_read(self, image: RemoteSource, signal: ReadSignal | None = None) -> ReadTicket:
         """Starts :meth:`read` on a native background thread; returns at once.
         With ``signal``, the signal is raised once the read has finished."""
-    def register(self, *, addr: int, size: int, mem_type: Literal["Dram", "Vram"], device: int) -> int: ...
-    def deregister(self, id: int) -> bool: ...
+    def register(
+        self,
+        *,
+        addr: int,
+        size: int,
+        mem_type: Literal["Dram", "Vram"],
+        device: int,
+        owner: object | None = None,
+    ) -> int:
+        """Registers caller memory for :meth:`read_into` and CUDA reads;
+        returns its id. ``owner`` (the tensor the memory belongs to) is kept
+        as long as the registration; without one the caller keeps the
+        memory allocated for the reader's life."""
+    def deregister(self, id: int) -> bool:
+        """Gives registered memory up: deregistered now, or, while a failed
+        READ may still write it, once its quarantine (twice the read
+        timeout) ends, its owner kept until then. False for an unknown id."""
+    def quarantined(self, id: int) -> bool:
+        """Whether a failed READ may still write registered memory ``id``:
+        reads into it are refused until then (give it up, use other memory)."""
     def read_into(
         self,
         image: RemoteSource,
@@ -320,8 +344,10 @@ class NativeReader:
         ``on_chunk(offset, length)`` is called as each lands (before the
         check: only a normal return says the bytes are the published ones). A
         failure's ``may_land`` says whether the READ may still write the
-        destination. Into host memory the content hash is checked too when
-        the reader verifies (chunks are then whole 256 KiB hash pieces)."""
+        destination; registered memory it may write is quarantined
+        (:meth:`quarantined`). Into host memory the content hash is checked
+        too when the reader verifies (chunks are then whole 256 KiB hash
+        pieces)."""
     def start_read_to_cuda(
         self,
         image: RemoteSource,
@@ -344,8 +370,8 @@ class NativeReader:
         the copies have ended. An earlier read's copies queued on
         ``stream`` are waited for before the READ writes the staging
         memory. The caller keeps both buffers until ``stream`` has run the
-        copies (and the staging memory unused for as long as a failure's
-        ``may_land`` says the READ may still land)."""
+        copies; staging memory a failed READ may still write is quarantined
+        (:meth:`quarantined`)."""
 
 @final
 class DeviceReadTicket:

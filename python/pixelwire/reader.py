@@ -110,12 +110,11 @@ class Reader:
         self._completions: _LoopCompletions | bool | None = None
         self._cuda_lock = threading.Lock()
         # device index -> (registered staging tensor, registration id): pinned
-        # host memory ("pinned") or device memory ("direct")
+        # host memory ("pinned") or device memory ("direct"). One a failed
+        # READ may still write is the native reader's (it quarantines it).
         self._cuda_staging: dict[int, tuple[Any, int]] = {}
         # device index -> the stream chunks are copied to the device on
         self._cuda_streams: dict[int, Any] = {}
-        # Staging a failed READ may still write: (until, tensor, registration id).
-        self._cuda_quarantine: list[tuple[float, Any, int]] = []
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -153,13 +152,12 @@ class Reader:
                 # The last read's copies may still read its staging buffer.
                 stream.synchronize()
             if native is not None:
-                # Deregister before the tensors go back to torch's allocator.
+                # Deregistered before the tensors go back to torch's
+                # allocator (a quarantined one when its quarantine ends: the
+                # native reader holds its tensor until then).
                 for _, registration in self._cuda_staging.values():
                     native.deregister(registration)
-                for _, _, registration in self._cuda_quarantine:
-                    native.deregister(registration)
             self._cuda_staging.clear()
-            self._cuda_quarantine.clear()
             self._cuda_streams.clear()
         finally:
             self._cuda_lock.release()
@@ -195,7 +193,9 @@ class Reader:
         return self._native.remote_count if self._native is not None else 0
 
     def stats(self) -> dict[str, int]:
-        """Receive-pool usage: bytes_in_use, registered_bytes, remotes (the
+        """Receive-pool usage: bytes_in_use, registered_bytes, remotes,
+        registered_caller_buffers (CUDA staging), and what failed READs may
+        still write: quarantined_slots, quarantined_caller_buffers (the
         reader must be open)."""
         if self._native is None:
             raise RuntimeError("stats(): the Reader is not open (open() or `async with` it first)")
@@ -303,8 +303,9 @@ class Reader:
         UCX writes directly. The slot header is checked after the last
         chunk; pixels go out only if it (and the hash) holds, so a copy
         started from a chunk is discarded with everything else when it does
-        not. A staging buffer a failed READ may still write is retired
-        until the transfer has surely ended.
+        not. A staging buffer a failed READ may still write is quarantined
+        by the native reader, which keeps it until the transfer has surely
+        ended, and the next read gets a new one.
 
         The device tensor is allocated while the READ runs (the first chunk
         to land waits for it). The tensor comes back once the READ is
@@ -323,7 +324,7 @@ class Reader:
         await _locked(self._cuda_lock)
         held = True
         try:
-            staging, registration = self._staging(native, index, image.size, "Dram")
+            staging, _ = self._staging(native, index, image.size, "Dram")
             stream = self._cuda_streams.get(index)
             if stream is None:
                 stream = self._cuda_streams[index] = torch.cuda.Stream(device=index)
@@ -340,15 +341,8 @@ class Reader:
                 signal=signal,
             )
 
-            def finish() -> None:
-                try:
-                    ticket.wait()
-                except _native.PixelwireError as error:
-                    self._retire_staging_if(error, index, staging, registration)
-                    raise
-
             def finish_abandoned() -> None:
-                finish()
+                ticket.wait()
                 stream.synchronize()
 
             def let_go(*buffers: object) -> None:
@@ -381,7 +375,7 @@ class Reader:
             except asyncio.CancelledError:
                 let_go(out)
                 raise
-            finish()
+            ticket.wait()
         finally:
             if held:
                 self._cuda_lock.release()
@@ -396,12 +390,8 @@ class Reader:
         import torch
 
         with self._cuda_lock:
-            tensor, registration = self._staging(native, index, image.size, "Vram")
-            try:
-                native.read_into(image, local_addr=tensor.data_ptr(), mem_type="Vram", device=index)
-            except _native.PixelwireError as error:
-                self._retire_staging_if(error, index, tensor, registration)
-                raise
+            tensor, _ = self._staging(native, index, image.size, "Vram")
+            native.read_into(image, local_addr=tensor.data_ptr(), mem_type="Vram", device=index)
             h, w, c = image.shape
             pixels = tensor[: image.size].view(h, w, image.pixel_bytes)
             return pixels[:, :, :c].clone(memory_format=torch.contiguous_format)
@@ -410,40 +400,34 @@ class Reader:
         self, native: _native.NativeReader, index: int, size: int, mem_type: Literal["Dram", "Vram"]
     ) -> tuple[Any, int]:
         """Device `index`'s registered staging buffer, of at least `size`
-        bytes (the caller holds ``_cuda_lock``); retired buffers whose time
-        is up are deregistered first."""
+        bytes (the caller holds ``_cuda_lock``). One too small, or one a
+        failed READ may still write (the native reader quarantines it), is
+        given up for a new one: deregistered now, or by the native reader,
+        which keeps its tensor, once the quarantine ends."""
         import torch
 
-        now = time.monotonic()
-        for entry in [q for q in self._cuda_quarantine if q[0] <= now]:
-            native.deregister(entry[2])
-            self._cuda_quarantine.remove(entry)
         staging = self._cuda_staging.get(index)
-        if staging is None or staging[0].numel() < size:
-            if staging is not None:
-                stream = self._cuda_streams.get(index)
-                if stream is not None:
-                    # Copies of the last read may still read it.
-                    stream.synchronize()
-                native.deregister(staging[1])
+        if staging is not None and (staging[0].numel() < size or native.quarantined(staging[1])):
+            stream = self._cuda_streams.get(index)
+            if stream is not None:
+                # Copies of the last read may still read it.
+                stream.synchronize()
+            native.deregister(staging[1])
+            staging = None
+        if staging is None:
             size = max(size, self.settings.region_bytes)
             if mem_type == "Dram":
                 tensor = torch.empty(size, dtype=torch.uint8, pin_memory=True)
-                registration = native.register(addr=tensor.data_ptr(), size=size, mem_type="Dram", device=0)
+                registration = native.register(
+                    addr=tensor.data_ptr(), size=size, mem_type="Dram", device=0, owner=tensor
+                )
             else:
                 tensor = torch.empty(size, dtype=torch.uint8, device=torch.device("cuda", index))
                 registration = native.register(
-                    addr=tensor.data_ptr(), size=size, mem_type="Vram", device=index
+                    addr=tensor.data_ptr(), size=size, mem_type="Vram", device=index, owner=tensor
                 )
             staging = self._cuda_staging[index] = (tensor, registration)
         return staging
-
-    def _retire_staging_if(self, error: BaseException, index: int, tensor: Any, registration: int) -> None:
-        """After a failed read (the caller holds ``_cuda_lock``): a staging
-        buffer the READ may still write is retired for twice the timeout."""
-        if getattr(error, "may_land", True) and self._cuda_staging.get(index, (None,))[0] is tensor:
-            del self._cuda_staging[index]
-            self._cuda_quarantine.append((time.monotonic() + 2 * self.settings.timeout, tensor, registration))
 
 
 def _check_output(output: str) -> None:
@@ -480,7 +464,7 @@ def _then_release(finish: Callable[[], None], lock: threading.Lock, *keep: objec
     try:
         finish()
     except _native.PixelwireError:
-        pass  # nobody waits for an abandoned read; `finish` retired its staging
+        pass  # nobody waits for an abandoned read; its staging is quarantined natively if need be
     finally:
         del keep
         lock.release()

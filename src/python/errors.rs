@@ -54,7 +54,7 @@ create_exception!(
     pixelwire,
     TransferError,
     PixelwireError,
-    "A NIXL transfer failed, timed out or failed verification."
+    "A NIXL transfer failed, timed out or failed verification (attribute: may_land)."
 );
 create_exception!(
     pixelwire,
@@ -103,13 +103,27 @@ impl From<Error> for PyErr {
     }
 }
 
-/// A failed READ as a Python exception whose `may_land` attribute says
-/// whether bytes may still arrive in the destination.
-pub fn read_error(py: Python<'_>, e: ReadError) -> PyErr {
-    let err = PyErr::from(e.error);
-    // Setting an attribute on a fresh exception instance cannot fail.
-    let _ = err.value(py).setattr("may_land", e.may_land);
-    err
+/// A failed READ: a `TransferError` built with `may_land`, whether bytes
+/// may still arrive in the destination. Only a READ that was posted can
+/// land, and those fail as transfers; a READ refused before (a bad
+/// descriptor, no receive slot) raises its own class, with nothing to land.
+impl From<ReadError> for PyErr {
+    fn from(failed: ReadError) -> PyErr {
+        let message = match failed.error {
+            Error::Transfer(message) => message,
+            other => {
+                debug_assert!(!failed.may_land, "only a posted READ may land: {other}");
+                return PyErr::from(other);
+            }
+        };
+        Python::attach(|py| {
+            let kwargs = [("may_land", failed.may_land)].into_py_dict(py)?;
+            py.get_type::<TransferError>()
+                .call((message,), Some(&kwargs))
+                .map(PyErr::from_value)
+        })
+        .unwrap_or_else(|err| err)
+    }
 }
 
 /// The exception of input `index` of a batch: the class its own error maps
@@ -166,6 +180,8 @@ fn batch_error(index: usize, error: Error) -> PyErr {
 /// `ImageTooLarge(message, *, setting=None, limit=None, actual=None)`: the
 /// `Limits` field the image is over, its value and the image's (None for a
 /// decoder's own memory bound).
+/// `TransferError(message, *, may_land=False)`: whether a failed READ may
+/// still write the caller's memory it was reading into.
 const DATA_CARRYING_INITS: &std::ffi::CStr =
     c"def fetch_error_init(self, message='', *args, status=None, retryable=False):
     Exception.__init__(self, message, *args)
@@ -175,6 +191,10 @@ const DATA_CARRYING_INITS: &std::ffi::CStr =
 def decode_error_init(self, message='', *args, index=None):
     Exception.__init__(self, message, *args)
     self.index = index
+
+def transfer_error_init(self, message='', *args, may_land=False):
+    Exception.__init__(self, message, *args)
+    self.may_land = may_land
 
 def image_too_large_init(self, message='', *args, index=None, setting=None, limit=None, actual=None):
     Exception.__init__(self, message, *args)
@@ -193,6 +213,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
         (py.get_type::<FetchError>(), "fetch_error_init"),
         (py.get_type::<DecodeError>(), "decode_error_init"),
         (py.get_type::<ImageTooLarge>(), "image_too_large_init"),
+        (py.get_type::<TransferError>(), "transfer_error_init"),
     ] {
         let init = scope.get_item(init)?.expect("the snippet defines it");
         class.setattr("__init__", init)?;

@@ -9,12 +9,13 @@ use std::sync::Arc;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use super::errors::read_error;
 use super::seconds;
 use super::tickets::{pixels_for_python, raise, DeviceReadTicket, ReadSignal, ReadTicket};
 use crate::cuda::{read_to_device, DestinationCell};
 use crate::errors::Error;
+use crate::foreign::Owner;
 use crate::reader::{Reader, ReaderConfig, Source};
+use crate::region::ForeignRegion;
 use crate::wire::SlotHeader;
 
 #[pyclass(module = "pixelwire._native", frozen)]
@@ -60,6 +61,9 @@ impl NativeReader {
         d.set_item("registered_bytes", registered)?;
         d.set_item("remotes", self.inner.remote_count())?;
         d.set_item("registered_caller_buffers", self.inner.foreign_count())?;
+        let (slots, caller_buffers) = self.inner.quarantined();
+        d.set_item("quarantined_slots", slots)?;
+        d.set_item("quarantined_caller_buffers", caller_buffers)?;
         Ok(d)
     }
 
@@ -86,19 +90,42 @@ impl NativeReader {
     }
 
     /// Registers caller memory (e.g. a CUDA staging buffer) for `read_into`;
-    /// returns its id for `deregister`. The caller keeps it allocated until
-    /// then (or for the reader's life).
-    #[pyo3(signature = (*, addr, size, mem_type, device))]
-    fn register(&self, addr: usize, size: usize, mem_type: &str, device: u64) -> PyResult<u64> {
-        let kind = self::mem_type(mem_type)?;
-        // SAFETY: documented contract: the Python layer keeps the buffer alive
-        // until it deregisters it, or as long as the reader.
-        Ok(unsafe { self.inner.register_foreign(addr, size, kind, device) }?)
+    /// returns its id for `deregister`. `owner` (the tensor the memory
+    /// belongs to) is kept as long as the registration; without one the
+    /// caller keeps the memory allocated for the reader's life.
+    #[pyo3(signature = (*, addr, size, mem_type, device, owner = None))]
+    fn register(
+        &self,
+        addr: usize,
+        size: usize,
+        mem_type: &str,
+        device: u64,
+        owner: Option<Py<PyAny>>,
+    ) -> PyResult<u64> {
+        let region = ForeignRegion {
+            addr,
+            len: size,
+            mem_type: self::mem_type(mem_type)?,
+            device,
+        };
+        let owner = owner.map(|o| Box::new(o) as Owner);
+        // SAFETY: documented contract: `owner` keeps the memory, or the
+        // caller does for the reader's life.
+        Ok(unsafe { self.inner.register_foreign(region, owner) }?)
     }
 
-    /// Deregisters memory `register` returned `id` for; false if unknown.
+    /// Gives up memory `register` returned `id` for: deregistered now, or,
+    /// while a failed READ may still write it, once its quarantine ends
+    /// (its owner is kept until then); false if unknown.
     fn deregister(&self, py: Python<'_>, id: u64) -> bool {
         py.detach(|| self.inner.deregister_foreign(id))
+    }
+
+    /// Whether a failed READ may still write registered memory `id`: no
+    /// read goes into it until this is false (give it up and use other
+    /// memory instead).
+    fn quarantined(&self, id: u64) -> bool {
+        self.inner.foreign_quarantined(id)
     }
 
     /// READs straight into registered caller memory, then checks the slot
@@ -106,8 +133,9 @@ impl NativeReader {
     /// verifies (in chunks of whole hash pieces). With `chunk_bytes`,
     /// the READ goes in chunks of that size and `on_chunk(offset, length)` is
     /// called as each lands (before the check: only a normal return says the
-    /// bytes are the published ones). A failure's exception has `may_land`:
-    /// whether the transfer may still write the destination.
+    /// bytes are the published ones). A failure's `TransferError` has
+    /// `may_land`: whether the transfer may still write the destination;
+    /// registered memory it may write is quarantined (`quarantined`).
     #[pyo3(signature = (image, *, local_addr, mem_type, device, chunk_bytes = None, on_chunk = None))]
     #[allow(clippy::too_many_arguments)] // keyword options of the Python API
     fn read_into(
@@ -141,7 +169,7 @@ impl NativeReader {
         });
         match (outcome, raised) {
             (Err(_), Some(error)) => Err(error),
-            (outcome, _) => outcome.map_err(|e| read_error(py, e)),
+            (outcome, _) => Ok(outcome?),
         }
     }
 
@@ -157,8 +185,9 @@ impl NativeReader {
     /// on an error the copies have ended. Copies queued on `stream` by an
     /// earlier read, which read the staging memory, are waited for before
     /// the READ writes it. The caller keeps both buffers until `stream` has
-    /// run the copies (and the staging memory registered, and unused, for
-    /// as long as a failure's `may_land` says the READ may still land).
+    /// run the copies; staging memory a failed READ may still write is
+    /// quarantined (`quarantined`), and stays registered, its owner kept,
+    /// until that is over.
     #[pyo3(signature = (image, *, staging_addr, device, stream, chunk_bytes, signal = None))]
     fn start_read_to_cuda(
         &self,

@@ -8,7 +8,6 @@ use numpy::PyArray1;
 use pyo3::ffi;
 use pyo3::prelude::*;
 
-use super::errors::read_error;
 use super::seconds;
 use crate::agent::ReadError;
 use crate::background::{DoneSignal, Taken, Ticket};
@@ -149,7 +148,7 @@ impl DeviceReadTicket {
     #[pyo3(signature = (timeout = None))]
     fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<bool>> {
         match take(py, &self.inner, timeout)? {
-            Some(outcome) => outcome.map(|()| Some(true)).map_err(|e| read_error(py, e)),
+            Some(outcome) => Ok(outcome.map(|()| Some(true))?),
             None => Ok(None),
         }
     }
