@@ -248,14 +248,14 @@ def test_an_addr_past_u64_is_a_descriptor_error_not_an_overflow() -> None:
 
 @needs_nixl
 def test_a_wrong_content_hash_error_never_carries_the_hash_the_reader_computed() -> None:
-    from pixelwire.frontend_process import FrontendProcess
+    from pixelwire.publisher_process import PublisherProcess
 
     data = _png(32, 48)
     expected = pixelwire.decode_image(data)
     real_hash = pixelwire.content_hash(expected.tobytes())
-    frontend = FrontendProcess(pool_bytes=16 << 20, lease=60.0, acquire=5.0)
+    publisher = PublisherProcess(pool_bytes=16 << 20, lease=60.0, acquire=5.0)
     try:
-        descriptor = frontend.publish(data)["desc"]
+        descriptor = publisher.publish(data)["desc"]
         assert descriptor["content_hash"] == real_hash
         forged = copy.deepcopy(descriptor)
         forged["content_hash"] = (
@@ -272,7 +272,7 @@ def test_a_wrong_content_hash_error_never_carries_the_hash_the_reader_computed()
 
         message = asyncio.run(main())
     finally:
-        frontend.close()
+        publisher.close()
     assert "content hash" in message
     assert real_hash not in message and real_hash.upper() not in message
 
