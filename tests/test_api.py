@@ -6,6 +6,7 @@ import io
 import resource
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -15,14 +16,6 @@ from PIL import Image
 import pixelwire
 
 from reference import CORPUS
-
-
-def _png(width: int, height: int) -> bytes:
-    rng = np.random.default_rng(7)
-    pixels = rng.integers(0, 256, (height, width, 3), dtype=np.uint8)
-    out = io.BytesIO()
-    Image.fromarray(pixels).save(out, "PNG", compress_level=1)
-    return out.getvalue()
 
 
 def test_exception_tree() -> None:
@@ -106,7 +99,7 @@ def test_probe_reads_the_header() -> None:
     assert info["orientation"] == 3
 
 
-def test_gil_is_released_while_decoding() -> None:
+def test_gil_is_released_while_decoding(random_png: Callable[..., bytes]) -> None:
     """Another Python thread runs while a large image decodes.
 
     The other thread is woken just before the decode starts; it needs the
@@ -117,7 +110,7 @@ def test_gil_is_released_while_decoding() -> None:
     returned, so it must have run in the decode's first half. Three tries, so
     that a thread the OS happens not to schedule for half a decode on a
     loaded machine does not fail the test."""
-    data = _png(3000, 2000)
+    data = random_png(3000, 2000, seed=7)
     orders = []
     for _ in range(3):
         go = threading.Event()
@@ -196,8 +189,8 @@ def test_decode_many_names_the_first_input_that_fails() -> None:
     assert single.value.index is None
 
 
-def test_decode_many_applies_limits_to_each_image() -> None:
-    small = _png(10, 10)
+def test_decode_many_applies_limits_to_each_image(random_png: Callable[..., bytes]) -> None:
+    small = random_png(10, 10, seed=7)
     big = (CORPUS / "hopper.png").read_bytes()
     limits = pixelwire.Limits(max_pixels=1000)
     assert len(pixelwire.decode_many([small, small], limits=limits)) == 2
