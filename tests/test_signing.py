@@ -311,3 +311,17 @@ def test_descriptor_formats_are_whole_ascii_matches(field: str, value: str) -> N
         desc["content_hash"] = value
     with pytest.raises(pixelwire.DescriptorError):
         parse_descriptor(desc, None)
+
+
+def test_the_secret_fingerprint_tells_secrets_apart_and_reveals_none() -> None:
+    """Both sides of the handshake show it; it is 16 hex characters, equal
+    for equal secrets, and not the secret, nor a plain hash of it."""
+    import hashlib
+
+    from pixelwire.signing import secret_fingerprint
+
+    one, other = secret_fingerprint(b"s3cret-one"), secret_fingerprint(b"s3cret-two")
+    assert len(one) == 16 and int(one, 16) >= 0
+    assert one == secret_fingerprint(b"s3cret-one") and one != other
+    assert "s3cret" not in one and one not in hashlib.sha256(b"s3cret-one").hexdigest()
+    assert secret_fingerprint(None) == secret_fingerprint(b"") == "none"

@@ -224,7 +224,8 @@ def main(argv: list[str] | None = None) -> int:
     front.add_argument(
         "--no-check-upstream",
         action="store_true",
-        help="do not wait for the upstream to show the pixelwire connector",
+        help="skip the handshake: never refuse image requests for the upstream worker's settings "
+        "(connector, version, secret, resize, private-address policy)",
     )
     args = parser.parse_args(argv)
     # NIXL logs every connection event at INFO; keep the tables readable.

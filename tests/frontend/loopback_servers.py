@@ -17,25 +17,47 @@ import numpy as np
 from aiohttp import web
 
 import pixelwire
-from pixelwire.signing import decode_reference, is_reference
+from pixelwire.signing import decode_reference, is_reference, secret_fingerprint
 
 import stack
 from frontend_client import SECRET
 from reference import CORPUS
 
-# What the worker's plug-in shows on vLLM's /metrics when it is the media connector.
-INFO = 'pixelwire_worker_info{version="test",connector="pixelwire"} 1.0\n'
+
+def worker_info(**settings: str) -> str:
+    """The line a worker's plug-in shows on vLLM's /metrics: by default
+    the settings that agree with :func:`frontend_client.started_frontend`
+    (its connector, this pixelwire, :data:`SECRET`'s fingerprint), each
+    label in ``settings`` replacing its default."""
+    labels = {
+        "version": pixelwire.__version__,
+        "connector": "pixelwire",
+        "secret": secret_fingerprint(SECRET),
+        "unsigned": "0",
+        "private": "0",
+        "resize": "none",
+        **settings,
+    }
+    text = ",".join(f'{name}="{value}"' for name, value in labels.items())
+    return f"# TYPE pixelwire_worker_info gauge\npixelwire_worker_info{{{text}}} 1.0\n"
+
+
+INFO = worker_info()
 
 
 class Upstream:
     """An OpenAI-shaped server: for each image reference it READs the pixels
     over NIXL and answers their shape and SHA-256; ``"hang"`` in the model
-    name makes it wait forever, ``"stream"`` answers SSE."""
+    name makes it wait forever, ``"stream"`` answers SSE. Its /metrics
+    shows ``metrics_text`` (a worker's info line, or none), which a test may
+    change; its /health answers ``health_status``."""
 
     def __init__(self, *, plugin: bool = True) -> None:
-        self.plugin = plugin
+        self.metrics_text = INFO if plugin else "# no plug-in\n"
+        self.health_status = 200
+        self.refuse_with = ""  # an image request is answered 400 with this message when set
         self.calls = 0
-        self.paths: list[str] = []  # every request but /metrics, as the upstream saw its path
+        self.paths: list[str] = []  # every request but /metrics and /health, as the upstream saw its path
         self.bodies: list[dict[str, Any]] = []  # every chat-shaped body, as the upstream got it
         self.redirect_to = ""
         self.received = threading.Event()
@@ -55,6 +77,7 @@ class Upstream:
             app.router.add_post(route, self.chat)
         app.router.add_route("*", "/redirect", self.redirect)
         app.router.add_get("/metrics", self.metrics)
+        app.router.add_get("/health", self.health)
         app.router.add_get("/v1/models", self.models)
         self.runner = web.AppRunner(app, handler_cancellation=True)
         self.loop.run_until_complete(self.runner.setup())
@@ -68,7 +91,7 @@ class Upstream:
 
     @web.middleware
     async def record(self, request: web.Request, handler: Any) -> web.StreamResponse:
-        if request.path != "/metrics":
+        if request.path not in ("/metrics", "/health"):
             self.paths.append(request.raw_path)
         return await handler(request)  # type: ignore[no-any-return]
 
@@ -76,7 +99,10 @@ class Upstream:
         raise web.HTTPTemporaryRedirect(self.redirect_to)
 
     async def metrics(self, _request: web.Request) -> web.Response:
-        return web.Response(text=INFO if self.plugin else "# no plug-in\n")
+        return web.Response(text=self.metrics_text)
+
+    async def health(self, _request: web.Request) -> web.Response:
+        return web.Response(status=self.health_status)
 
     async def models(self, request: web.Request) -> web.Response:
         return web.json_response({"data": [{"id": "m"}], "query": request.query_string}, status=203)
@@ -90,6 +116,9 @@ class Upstream:
             await asyncio.sleep(3600)
         if "redirect" in body["model"]:
             raise web.HTTPTemporaryRedirect(self.redirect_to)
+        if self.refuse_with and "pixelwire:" in json.dumps(body):
+            # As vLLM answers the ValueError its plug-in raises.
+            return web.json_response({"error": {"message": self.refuse_with, "code": 400}}, status=400)
         images = []
         for message in body["messages"]:
             for part in message["content"] if isinstance(message["content"], list) else []:

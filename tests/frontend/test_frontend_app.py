@@ -192,3 +192,21 @@ def test_image_requests_to_a_down_upstream_say_it_is_unreachable(tmp_path: Path)
         assert "connector" not in body["error"]["message"]
     finally:
         down.stop()
+
+
+def test_metrics_show_the_pool_capacity_and_request_seconds(frontend: stack.Service) -> None:
+    """The pool's capacity beside its bytes in use, a latency histogram of
+    the requests answered, by route, and help texts for every metric."""
+    before = frontend.get("/metrics")
+    status, _ = post(frontend, chat(stack.data_url("hopper.png")))
+    assert status == 201
+    with urllib.request.urlopen(f"{frontend.url}/v1/models", timeout=10) as response:
+        assert response.status == 203
+    after = frontend.get("/metrics")
+    assert stack.metric(after, "pixelwire_frontend_pool_bytes_capacity") == 256 * 1024 * 1024  # the default
+    for route in ("chat", "other"):
+        count = "pixelwire_frontend_request_seconds_count"
+        assert stack.metric(after, count, route=route) == stack.metric(before, count, route=route) + 1
+    assert stack.metric(after, "pixelwire_frontend_request_seconds_sum", route="chat") > 0
+    helps = [line for line in after.splitlines() if line.startswith("# HELP pixelwire_frontend_")]
+    assert helps and all(len(line.split(" ", 3)[3]) > 20 for line in helps), helps

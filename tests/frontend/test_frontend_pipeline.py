@@ -18,9 +18,11 @@ from typing import Any
 
 import pytest
 
+from pixelwire.resize import ResizePolicy
+
 import stack
 from frontend_client import SECRET, chat, expected, in_use, post, send, started_frontend, user, wait_empty
-from loopback_servers import Counting, Upstream
+from loopback_servers import INFO, Counting, Upstream, worker_info
 from reference import CORPUS
 
 
@@ -367,6 +369,9 @@ def test_abandoned_pixel_bomb_batches_do_not_stall_another_client(upstream: Upst
     model.mkdir()
     config = {"image_processor_type": "Qwen2VLImageProcessor", "min_pixels": 3136, "max_pixels": 1003520}
     (model / "preprocessor_config.json").write_text(json.dumps(config | {"patch_size": 14, "merge_size": 2}))
+    policy = ResizePolicy.from_pretrained(model)
+    assert policy is not None
+    upstream.metrics_text = worker_info(resize=policy.identity)  # a worker resizing alike
     service = started_frontend(tmp_path, upstream.url, "--model", str(model))
     bomb = _bomb()
     victim = chat(_flat_png(640, 480))
@@ -405,3 +410,4 @@ def test_abandoned_pixel_bomb_batches_do_not_stall_another_client(upstream: Upst
         assert wait_empty(service, 20) == 0
     finally:
         service.stop()
+        upstream.metrics_text = INFO

@@ -10,13 +10,15 @@ client-chosen ``uuid`` (vLLM's cache key), forwards the request and streams
 the answer back. Every other route passes through, except that a JSON body
 holding a medium, a ``uuid`` media part or a ``pixelwire:`` reference is
 refused there (vLLM would load such media itself, past this frontend's
-guard). Upstream redirects are handed back, never followed. ``/metrics`` is
-the frontend's own.
+guard). Upstream redirects are handed back, never followed. ``/metrics``
+and ``GET /health`` are the frontend's own.
 
 The parts: :mod:`~pixelwire.frontend.inspect` reads a request's path and
 body (pure functions), :mod:`~pixelwire.frontend.pipeline` takes one
 request's media from URLs to descriptor references, and
 :mod:`~pixelwire.frontend.app` is the aiohttp application around them;
+:mod:`~pixelwire.frontend.upstream_watch` holds the handshake with the
+worker (image requests refused while its settings disagree);
 :mod:`~pixelwire.frontend.errors` holds the error a client is answered.
 """
 

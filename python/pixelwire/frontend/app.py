@@ -1,6 +1,8 @@
 """The aiohttp application: routes, authentication, the answers the
-frontend makes itself, forwarding to the upstream vLLM (and relaying its
-answer, a stream included), the frontend's metrics, and :func:`run`.
+frontend makes itself (``/metrics``, ``GET /health``), forwarding to the
+upstream vLLM (and relaying its answer, a stream included), the frontend's
+metrics, and :func:`run`. Image requests pass the handshake
+(:class:`~pixelwire.frontend.upstream_watch.UpstreamWatch`) first.
 
 Chat-shaped routes (:data:`~pixelwire.frontend.inspect.REWRITTEN_ROUTES`)
 have their media handled by a :class:`~pixelwire.frontend.pipeline.MediaPipeline`
@@ -15,12 +17,19 @@ import hashlib
 import hmac
 import ipaddress
 import logging
-import re
+from time import perf_counter
 from typing import Any
 
 import aiohttp
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
 from yarl import URL
 
 from pixelwire.config import FrontendConfig
@@ -37,6 +46,7 @@ from pixelwire.frontend.inspect import (
     json_value_bound,
 )
 from pixelwire.frontend.pipeline import MediaPipeline
+from pixelwire.frontend.upstream_watch import UpstreamWatch
 from pixelwire.metrics import ImageMetrics
 from pixelwire.publisher import Publisher
 
@@ -61,8 +71,10 @@ _HOP_HEADERS = frozenset(
         "Content-Encoding",
     )
 )
-# The worker's plug-in exposes this gauge when vLLM runs it as its media connector.
-_PLUGIN_ACTIVE = re.compile(r'^pixelwire_worker_info\{[^}]*connector="pixelwire"[^}]*\}\s+1(\.0)?\s*$', re.M)
+# Request seconds, from the request's arrival to the end of its answer.
+_REQUEST_SECONDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+# How much of an upstream 400's body is kept to see whether the plug-in refused.
+_REFUSAL_HEAD_BYTES = 8192
 
 
 class Frontend:
@@ -81,7 +93,9 @@ class Frontend:
             publish_threads=config.publish_threads,
             fetcher=self.fetcher,
         )
-        self.metrics = ImageMetrics("frontend", self.registry, self._pool_bytes_in_use)
+        self.metrics = ImageMetrics(
+            "frontend", self.registry, self._pool_bytes_in_use, lambda: float(config.pool_bytes)
+        )
         self.pool_regions = Gauge(
             "pixelwire_frontend_pool_regions",
             "Registered regions in the frontend's pixel pool (it grows and gives way by regions)",
@@ -90,12 +104,28 @@ class Frontend:
         self.pool_regions.set_function(lambda: float(self._pool_stats().get("regions", 0)))
         self.requests = Counter(
             "pixelwire_frontend_requests",
-            "Requests answered, by route and status",
+            "Requests answered, by route and status (the upstream's status for a forwarded request)",
             ["route", "status"],
             registry=self.registry,
         )
+        self.request_seconds = Histogram(
+            "pixelwire_frontend_request_seconds",
+            "Seconds from a request's arrival to the end of its answer (a stream's last byte), by route",
+            ["route"],
+            buckets=_REQUEST_SECONDS,
+            registry=self.registry,
+        )
+        self.refused_upstream = Counter(
+            "pixelwire_frontend_images_refused_upstream",
+            "Images sent upstream in requests the upstream answered 4xx (the worker refused them, or "
+            "the whole request: either way they went unused), by path as in pixelwire_frontend_images",
+            ["path"],
+            registry=self.registry,
+        )
         self.upstream_calls = Counter(
-            "pixelwire_frontend_upstream_requests", "Requests forwarded upstream", registry=self.registry
+            "pixelwire_frontend_upstream_requests",
+            "Requests forwarded upstream (a retry on a fresh connection counts once)",
+            registry=self.registry,
         )
         self.released = Counter(
             "pixelwire_frontend_released_at_request_end",
@@ -110,8 +140,7 @@ class Frontend:
         self._api_key_digests = [hashlib.sha256(key.encode()).digest() for key in config.api_keys]
         self._session: aiohttp.ClientSession | None = None
         self._fresh_session: aiohttp.ClientSession | None = None
-        self._plugin_seen = not (config.check_upstream and config.decode_at == "frontend")
-        self._checker: asyncio.Task[None] | None = None
+        self.watch = UpstreamWatch(config, self.upstream, self.registry)
 
     def _pool_stats(self) -> dict[str, int]:
         if not self.publisher.is_open:  # worker mode never opens it
@@ -128,6 +157,7 @@ class Frontend:
             client_max_size=self.config.max_request_bytes, middlewares=[_json_errors, self._authenticate]
         )
         app.router.add_get("/metrics", self.metrics_page)
+        app.router.add_get("/health", self.health)
         app.router.add_route("*", "/{tail:.*}", self.dispatch)
         app.on_startup.append(self._start)
         app.on_cleanup.append(self._stop)
@@ -143,47 +173,15 @@ class Frontend:
             timeout=timeout, auto_decompress=False, connector=aiohttp.TCPConnector(force_close=True)
         )
         await asyncio.to_thread(self.publisher.open)
-        if not self._plugin_seen:
-            self._checker = asyncio.create_task(self._check_upstream())
+        self.watch.start(self._session)
 
     async def _stop(self, _app: web.Application) -> None:
-        if self._checker is not None:
-            self._checker.cancel()
+        await self.watch.stop()
         for session in (self._session, self._fresh_session):
             if session is not None:
                 await session.close()
         await self.publisher.close()
         await self.fetcher.close()
-
-    async def _check_upstream(self) -> None:
-        """Until the upstream shows the pixelwire connector is active, warn:
-        a vLLM without it would fail only at the first image."""
-        warned = False
-        while not (seen := await self._upstream_has_plugin()):
-            if seen is False and not warned:
-                warned = True
-                log.error(
-                    "upstream %s does NOT run the pixelwire media connector: start vLLM with "
-                    "pixelwire installed and VLLM_MEDIA_CONNECTOR=pixelwire, or run this frontend with "
-                    "--decode-at worker. Image requests are refused (502) until it does.",
-                    self.upstream,
-                )
-            await asyncio.sleep(2.0)
-        log.info("upstream %s runs the pixelwire media connector", self.upstream)
-
-    async def _upstream_has_plugin(self) -> bool | None:
-        """Whether the upstream's /metrics shows the connector active; None
-        while the upstream does not answer (not up yet)."""
-        assert self._session is not None
-        try:
-            async with self._session.get(
-                f"{self.upstream}/metrics", timeout=aiohttp.ClientTimeout(total=5)
-            ) as response:
-                text = await response.text() if response.status == 200 else ""
-        except (aiohttp.ClientError, TimeoutError):
-            return None
-        self._plugin_seen = bool(_PLUGIN_ACTIVE.search(text))
-        return self._plugin_seen
 
     # -- routes ----------------------------------------------------------------
 
@@ -216,6 +214,12 @@ class Frontend:
     async def metrics_page(self, _request: web.Request) -> web.Response:
         body = generate_latest(self.registry)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def health(self, _request: web.Request) -> web.Response:
+        """Answered here, not forwarded: vLLM's own /health status (so a
+        probe sees what it saw before), with the handshake's state as JSON."""
+        status, body = await self.watch.health()
+        return web.json_response(body, status=status)
 
     async def dispatch(self, request: web.Request) -> web.StreamResponse:
         if not request.raw_path.startswith("/"):
@@ -262,6 +266,7 @@ class Frontend:
         return work(*args)
 
     async def passthrough(self, request: web.Request, path: str) -> web.StreamResponse:
+        started = perf_counter()
         try:
             body = await self._read(request)
             where = await self._off_loop(body, inspect_foreign, body.raw)
@@ -277,40 +282,49 @@ class Frontend:
         except OpenAIError as e:
             self.requests.labels(route="other", status=str(e.status)).inc()
             return e.response()
+        finally:
+            self.request_seconds.labels(route="other").observe(perf_counter() - started)
 
     async def rewrite(self, request: web.Request, path: str, route: str) -> web.StreamResponse:
+        started = perf_counter()
         pipeline: MediaPipeline | None = None
         try:
             read = await self._read(request)
             body, parts = await self._off_loop(read, inspect_chat, read.raw)
             check_caps(self.config, parts)
             if parts:
-                if not self._plugin_seen:
-                    seen = await self._upstream_has_plugin()
-                    if seen is None:
-                        raise OpenAIError(502, "the upstream is unreachable")
-                    if not seen:
-                        raise OpenAIError(
-                            502,
-                            "the upstream vLLM is not running the pixelwire media connector "
-                            "(start it with VLLM_MEDIA_CONNECTOR=pixelwire and pixelwire installed)",
-                        )
+                # Refused while the worker's settings disagree with ours.
+                await self.watch.admit_images()
                 pipeline = MediaPipeline(self.config, self.fetcher, self.publisher, self.metrics, body, parts)
                 await pipeline.run()
                 payload: bytes = await self._off_loop(read, dump_json, body)
             else:
                 payload = read.raw  # nothing rewritten: the client's bytes, as sent
-            return await self._forward(request, payload, route=route, path=path)
+            answer = await self._forward(request, payload, route=route, path=path)
+            if pipeline is not None and 400 <= answer.status < 500:
+                self._count_refused(pipeline)
+            return answer
         except OpenAIError as e:
             self.requests.labels(route=route, status=str(e.status)).inc()
             return e.response()
         finally:
+            self.request_seconds.labels(route=route).observe(perf_counter() - started)
             # The request is over (answered, failed or its client went away):
             # whatever its worker did not read is freed now, not at lease end.
             if pipeline is not None:
                 for decoded in pipeline.published:
                     if self.publisher.release(decoded):
                         self.released.inc()
+
+    def _count_refused(self, pipeline: MediaPipeline) -> None:
+        """The upstream answered 4xx to a request whose images went with it:
+        they count as refused, by the path they went."""
+        images = sum(1 for part in pipeline.parts if part.kind == "image")
+        published = len(pipeline.published)
+        if published:
+            self.refused_upstream.labels(path="nixl").inc(published)
+        if images > published:
+            self.refused_upstream.labels(path="passthrough").inc(images - published)
 
     async def _forward(
         self, request: web.Request, body: bytes, *, route: str, path: str | None = None
@@ -367,9 +381,14 @@ class Frontend:
                 )
                 await response.prepare(request)
                 # Chunks are written as they arrive: SSE streams pass through live.
+                head = bytearray()
                 async for chunk in upstream.content.iter_any():
+                    if upstream.status == 400 and len(head) < _REFUSAL_HEAD_BYTES:
+                        head += chunk[: _REFUSAL_HEAD_BYTES - len(head)]
                     await response.write(chunk)
                 await response.write_eof()
+                if upstream.status == 400:
+                    self.watch.notice_refusal(bytes(head))
                 self.requests.labels(route=route, status=str(upstream.status)).inc()
                 return response
         except (TimeoutError, aiohttp.ClientError, ConnectionError) as e:
