@@ -130,7 +130,7 @@ bench: build-dev
 	$(PY) benches/decode_vs_peers.py
 	$(PY) benches/fetch_decode.py
 	$(PY) benches/publish_batch.py
-	$(PY) benches/transfer.py
+	$(VENV)/bin/pixelwire bench transfer
 
 # Chat completions with one image through real vLLM servers: vLLM's loader
 # vs the frontend over NIXL vs worker mode (latency and API-server CPU).

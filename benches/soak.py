@@ -1,6 +1,6 @@
 """Soak test of the NIXL transfer (`make soak`, not in CI).
 
-One frontend child process (`pixelwire.frontend_process`) decodes and
+One frontend child process (`pixelwire.publisher_process`) decodes and
 publishes images of random sizes (64 KiB to 24 MiB of RGB pixels) into its
 registered pool; reader child processes (this script with `--worker`, each a
 `pixelwire.Reader`) READ them over NIXL/UCX and answer with a SHA-1 of the
@@ -337,9 +337,9 @@ def soak(args: argparse.Namespace) -> dict[str, Any]:
     (out / "wrong").mkdir(exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="pixelwire-soak-"))
     stderr_log = open(out / "readers-stderr.log", "w")
-    from pixelwire.frontend_process import FrontendProcess
+    from pixelwire.publisher_process import PublisherProcess
 
-    front: FrontendProcess | None = None
+    front: PublisherProcess | None = None
     steady: Worker | None = None
     victim: Worker | None = None
     started = time.monotonic()
@@ -358,7 +358,7 @@ def soak(args: argparse.Namespace) -> dict[str, Any]:
             f"Pillow agrees on {sum(i.pillow_agrees for i in images)}/{len(images)}",
             flush=True,
         )
-        front = FrontendProcess(
+        front = PublisherProcess(
             args.pool_mib * MiB, args.lease, args.acquire, region_bytes=64 * MiB, answer_timeout=args.timeout
         )
         steady = new_worker("steady")

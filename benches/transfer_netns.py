@@ -83,16 +83,16 @@ def raw_tcp(total: int = 2048 * MiB, block: int = 4 * MiB) -> float:
 def pixelwire_side(sizes: list[int], repeats: int) -> list[dict[str, Any]]:
     """Runs in namespace B: the frontend is started in namespace A."""
     import pixelwire
-    import pixelwire.frontend_process as fp
-    from pixelwire.benchmarks import ppm_of_size
+    import pixelwire.publisher_process as fp
+    from pixelwire.bench.transfer import ppm_of_size
 
     with tempfile.NamedTemporaryFile("w", suffix=".sh", delete=False) as wrapper:
         wrapper.write(f'#!/bin/sh\nexec ip netns exec {A} {sys.executable} "$@"\n')
     os.chmod(wrapper.name, 0o755)
     real = sys.executable
-    sys.executable = wrapper.name  # FrontendProcess starts `sys.executable -m ...`
+    sys.executable = wrapper.name  # PublisherProcess starts `sys.executable -m ...`
     try:
-        front = fp.FrontendProcess(pool_bytes=1024 * MiB, lease=120, env={"UCX_NET_DEVICES": "pwvA"})
+        front = fp.PublisherProcess(pool_bytes=1024 * MiB, lease=120, env={"UCX_NET_DEVICES": "pwvA"})
     finally:
         sys.executable = real
         os.unlink(wrapper.name)

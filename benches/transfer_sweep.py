@@ -59,7 +59,7 @@ CUDA_CHUNKS_MIB = (2, 4, 8, 16)
 
 def bench(env: dict[str, str], repeats: int, sizes: str, naive: bool) -> list[dict[str, Any]]:
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
-        cmd = [sys.executable, os.path.join(os.path.dirname(__file__), "transfer.py")]
+        cmd = [sys.executable, "-m", "pixelwire.cli", "bench", "transfer"]
         cmd += ["--repeats", str(repeats), "--json", out.name, "--sizes", sizes]
         if not naive:
             cmd.append("--no-naive")
@@ -79,16 +79,16 @@ async def breakdown(sizes: list[int], n: int) -> list[dict[str, Any]]:
     import pixelwire
     from pixelwire import config
     from pixelwire._native import NativeReader, ReadSignal
-    from pixelwire.benchmarks import cuda_devices, ppm_of_size
+    from pixelwire.bench.transfer import cuda_devices, ppm_of_size
     from pixelwire.descriptor import parse_descriptor
-    from pixelwire.frontend_process import FrontendProcess
+    from pixelwire.publisher_process import PublisherProcess
 
     def med(x: list[float]) -> float:
         return statistics.median(x) * 1e6
 
     cuda = bool(cuda_devices())
     out = []
-    front = FrontendProcess(pool_bytes=8192 << 20, lease=120, region_bytes=256 << 20)
+    front = PublisherProcess(pool_bytes=8192 << 20, lease=120, region_bytes=256 << 20)
     try:
         for verify in (True, False):
             settings = config.ReaderSettings.from_env()

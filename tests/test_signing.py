@@ -7,20 +7,17 @@ from __future__ import annotations
 import asyncio
 import base64
 import copy
-import io
 import json
 import time
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 import pytest
-from PIL import Image
 
 import pixelwire
 from pixelwire import signing
 from pixelwire.descriptor import parse_descriptor
-from pixelwire.signing import SignatureError, decode_reference, encode_reference
+from pixelwire.signing import SignatureError, decode_reference, encode_reference, is_reference
 
 SECRET = b"signing-test-secret"
 
@@ -60,6 +57,30 @@ def _reencoded(reference: str, change: Callable[[dict[str, Any]], None]) -> str:
 
 
 # -- 1. what the signature binds, and the worker's policy ----------------------
+
+
+def test_signing_round_trip_and_refusals() -> None:
+    descriptor = {"b": [1, 2], "a": {"z": "ü"}}
+    signed = encode_reference(descriptor, SECRET)
+    assert signed.startswith("pixelwire:1.") and is_reference(signed)
+    assert decode_reference(signed, SECRET) == descriptor
+    assert decode_reference(signed, None) == descriptor  # no secret here: signature not required
+    unsigned = encode_reference(descriptor)
+    assert unsigned.endswith(".")
+    with pytest.raises(SignatureError, match="unsigned"):
+        decode_reference(unsigned, SECRET)
+    with pytest.raises(SignatureError, match="does not match"):
+        decode_reference(encode_reference(descriptor, b"other"), SECRET)
+    head, payload, signature = signed.rsplit(".", 2)
+    flipped = payload[:-1] + ("A" if payload[-1] != "A" else "B")
+    with pytest.raises(SignatureError):
+        decode_reference(f"{head}.{flipped}.{signature}", SECRET)
+    for bad in ("pixelwire:2.e30.", "pixelwire:1", "pixelwire:1.!!!.", "pixelwire:1.W10.", "http://x"):
+        with pytest.raises(pixelwire.DescriptorError):
+            decode_reference(bad, None)
+    with pytest.raises(pixelwire.DescriptorError, match="over"):
+        decode_reference("pixelwire:1." + "A" * 70000 + ".", None)
+    assert issubclass(SignatureError, pixelwire.PixelwireError)
 
 
 @pytest.mark.parametrize(
@@ -221,13 +242,6 @@ except pixelwire.TransferError:  # pragma: no cover - CI installs it
 needs_nixl = pytest.mark.skipif(not HAVE_NIXL, reason="NIXL runtime not installed")
 
 
-def _png(height: int, width: int) -> bytes:
-    pixels = np.random.default_rng(11).integers(0, 256, (height, width, 3), dtype=np.uint8)
-    out = io.BytesIO()
-    Image.fromarray(pixels).save(out, "PNG")
-    return out.getvalue()
-
-
 @needs_nixl
 def test_an_addr_past_u64_is_a_descriptor_error_not_an_overflow() -> None:
     """A 2^64 addr reached the native reader as an OverflowError (a 500)."""
@@ -247,15 +261,17 @@ def test_an_addr_past_u64_is_a_descriptor_error_not_an_overflow() -> None:
 
 
 @needs_nixl
-def test_a_wrong_content_hash_error_never_carries_the_hash_the_reader_computed() -> None:
-    from pixelwire.frontend_process import FrontendProcess
+def test_a_wrong_content_hash_error_never_carries_the_hash_the_reader_computed(
+    random_png: Callable[..., bytes],
+) -> None:
+    from pixelwire.publisher_process import PublisherProcess
 
-    data = _png(32, 48)
+    data = random_png(48, 32, seed=11)
     expected = pixelwire.decode_image(data)
     real_hash = pixelwire.content_hash(expected.tobytes())
-    frontend = FrontendProcess(pool_bytes=16 << 20, lease=60.0, acquire=5.0)
+    publisher = PublisherProcess(pool_bytes=16 << 20, lease=60.0, acquire=5.0)
     try:
-        descriptor = frontend.publish(data)["desc"]
+        descriptor = publisher.publish(data)["desc"]
         assert descriptor["content_hash"] == real_hash
         forged = copy.deepcopy(descriptor)
         forged["content_hash"] = (
@@ -272,7 +288,7 @@ def test_a_wrong_content_hash_error_never_carries_the_hash_the_reader_computed()
 
         message = asyncio.run(main())
     finally:
-        frontend.close()
+        publisher.close()
     assert "content hash" in message
     assert real_hash not in message and real_hash.upper() not in message
 
@@ -295,3 +311,17 @@ def test_descriptor_formats_are_whole_ascii_matches(field: str, value: str) -> N
         desc["content_hash"] = value
     with pytest.raises(pixelwire.DescriptorError):
         parse_descriptor(desc, None)
+
+
+def test_the_secret_fingerprint_tells_secrets_apart_and_reveals_none() -> None:
+    """Both sides of the handshake show it; it is 16 hex characters, equal
+    for equal secrets, and not the secret, nor a plain hash of it."""
+    import hashlib
+
+    from pixelwire.signing import secret_fingerprint
+
+    one, other = secret_fingerprint(b"s3cret-one"), secret_fingerprint(b"s3cret-two")
+    assert len(one) == 16 and int(one, 16) >= 0
+    assert one == secret_fingerprint(b"s3cret-one") and one != other
+    assert "s3cret" not in one and one not in hashlib.sha256(b"s3cret-one").hexdigest()
+    assert secret_fingerprint(None) == secret_fingerprint(b"") == "none"

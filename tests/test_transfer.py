@@ -19,9 +19,9 @@ import pytest
 from PIL import Image
 
 import pixelwire
-from pixelwire.benchmarks import ppm_of_size
+from pixelwire.bench.transfer import ppm_of_size
 from pixelwire.config import Layout, ReaderSettings
-from pixelwire.frontend_process import FrontendProcess
+from pixelwire.publisher_process import PublisherProcess
 from pixelwire.resize import ResizePolicy
 
 from reference import CORPUS, corpus_files
@@ -34,12 +34,12 @@ except pixelwire.TransferError as missing:  # pragma: no cover - CI installs it
     pytest.skip(f"NIXL runtime not installed: {missing}", allow_module_level=True)
 
 
-def Frontend(pool_bytes: int = 64 * MiB, lease: float = 60.0, acquire: float = 5.0) -> FrontendProcess:
-    return FrontendProcess(pool_bytes=pool_bytes, lease=lease, acquire=acquire)
+def Frontend(pool_bytes: int = 64 * MiB, lease: float = 60.0, acquire: float = 5.0) -> PublisherProcess:
+    return PublisherProcess(pool_bytes=pool_bytes, lease=lease, acquire=acquire)
 
 
 @pytest.fixture
-def frontend() -> Iterator[FrontendProcess]:
+def frontend() -> Iterator[PublisherProcess]:
     f = Frontend()
     yield f
     f.close()
@@ -73,7 +73,7 @@ def _decodable() -> list[tuple[Path, np.ndarray]]:
     return out
 
 
-def test_round_trip_over_the_corpus(frontend: FrontendProcess) -> None:
+def test_round_trip_over_the_corpus(frontend: PublisherProcess) -> None:
     """Acceptance 1 and 2: every decodable corpus file arrives identical, as
     numpy, PIL and (where torch is installed) torch; every slot is then freed
     by the reader's notification."""
@@ -202,7 +202,7 @@ def test_frontend_killed_gives_transfer_error_and_worker_survives() -> None:
         doomed.close()
 
 
-def test_tampered_descriptors_never_give_pixels(frontend: FrontendProcess) -> None:
+def test_tampered_descriptors_never_give_pixels(frontend: PublisherProcess) -> None:
     first = frontend.publish(_png(64, 64, seed=1))["desc"]
     other = frontend.publish(_png(64, 64, seed=2))["desc"]
 
@@ -264,7 +264,7 @@ def test_tampered_descriptors_never_give_pixels(frontend: FrontendProcess) -> No
     run(main())
 
 
-def test_64_concurrent_reads_on_one_reader(frontend: FrontendProcess) -> None:
+def test_64_concurrent_reads_on_one_reader(frontend: PublisherProcess) -> None:
     images = [_png(96 + i, 80, seed=i) for i in range(64)]
     descs = [frontend.publish(img)["desc"] for img in images]
 
@@ -298,7 +298,7 @@ def _own_rss_kib() -> int:
     return 0
 
 
-def test_2000_cycles_keep_memory_bounded(frontend: FrontendProcess) -> None:
+def test_2000_cycles_keep_memory_bounded(frontend: PublisherProcess) -> None:
     image = _png(128, 96)
     expected = pixelwire.decode_image(image)
     bound_kib = 48 * 1024
@@ -356,7 +356,7 @@ def test_both_modes_give_the_worker_identical_pixels(
     """The same URL gives the worker identical pixels
     whether it was decoded at the frontend (NIXL) or at the worker."""
     base, files = image_server
-    frontend = FrontendProcess(env={"PIXELWIRE_DECODE_AT": decode_at, "PIXELWIRE_ALLOW_PRIVATE": "1"})
+    frontend = PublisherProcess(env={"PIXELWIRE_DECODE_AT": decode_at, "PIXELWIRE_ALLOW_PRIVATE": "1"})
     try:
 
         async def main() -> None:
@@ -377,7 +377,7 @@ def test_default_guard_blocks_private_urls_at_the_frontend(
     image_server: tuple[str, dict[str, bytes]],
 ) -> None:
     base, _ = image_server
-    frontend = FrontendProcess()
+    frontend = PublisherProcess()
     try:
         answer = frontend.ask(cmd="publish_source", source=f"{base}/hopper.png")
         assert answer["error"] == "BlockedURL"
@@ -395,7 +395,7 @@ def _lent_slot(array: np.ndarray) -> bool:
     return False
 
 
-def test_zero_copy_while_the_pool_has_room_then_copies(frontend: FrontendProcess) -> None:
+def test_zero_copy_while_the_pool_has_room_then_copies(frontend: PublisherProcess) -> None:
     image = _png(600, 580, seed=3)  # ~1 MiB of pixels
     expected = pixelwire.decode_image(image)
 
@@ -418,7 +418,7 @@ def test_zero_copy_while_the_pool_has_room_then_copies(frontend: FrontendProcess
     run(main())
 
 
-def test_dynamo_rdma_metadata_descriptor(frontend: FrontendProcess) -> None:
+def test_dynamo_rdma_metadata_descriptor(frontend: PublisherProcess) -> None:
     """A dynamo nixl_connect RdmaMetadata-shaped dict, with the shape given."""
     data = _png(200, 150, seed=9)
     desc = frontend.publish(data)["desc"]
@@ -442,7 +442,7 @@ def test_dynamo_rdma_metadata_descriptor(frontend: FrontendProcess) -> None:
     assert _wait_for(lambda: frontend.stats()["slots_in_use"] == 0)
 
 
-def test_rgbx_layout_maps_into_pil_and_unpacks_for_arrays(frontend: FrontendProcess) -> None:
+def test_rgbx_layout_maps_into_pil_and_unpacks_for_arrays(frontend: PublisherProcess) -> None:
     names = ["hopper.png", "transparent.png", "flower2.jpg", "pil_sample_cmyk.jpg"]
 
     async def main() -> None:
@@ -771,7 +771,7 @@ def test_small_reads_give_the_same_pixels_in_place_or_off_the_loop(settings: dic
 
 
 def test_concurrent_large_reads_are_awaited_through_the_loop_and_survive_close(
-    frontend: FrontendProcess,
+    frontend: PublisherProcess,
 ) -> None:
     """Reads larger than `inline_bytes` are awaited through the reader's
     completion signal on the event loop: many at once give each its own
@@ -810,7 +810,7 @@ def test_concurrent_large_reads_are_awaited_through_the_loop_and_survive_close(
     assert _wait_for(lambda: frontend.stats()["freed_by_notification"] - freed_before == 6 * len(images))
 
 
-def test_read_into_host_memory_checks_the_content_hash(frontend: FrontendProcess) -> None:
+def test_read_into_host_memory_checks_the_content_hash(frontend: PublisherProcess) -> None:
     """`read_into` a registered host buffer checks the content hash when the
     reader verifies (the CUDA pinned path reads this way): a descriptor whose
     hash names other pixels is a TransferError, the same descriptor read
@@ -845,7 +845,7 @@ def test_read_into_host_memory_checks_the_content_hash(frontend: FrontendProcess
         assert native.deregister(registration)
 
 
-def test_memory_a_failed_read_may_still_write_is_quarantined(frontend: FrontendProcess) -> None:
+def test_memory_a_failed_read_may_still_write_is_quarantined(frontend: PublisherProcess) -> None:
     """A READ into registered memory that breaks off while other chunks are
     still in flight may land later: the native reader quarantines that
     memory, and the receive slot for its header, for twice the read
@@ -894,7 +894,7 @@ def test_memory_a_failed_read_may_still_write_is_quarantined(frontend: FrontendP
     assert not native.deregister(registration)
 
 
-def test_a_read_that_may_still_land_says_so(frontend: FrontendProcess) -> None:
+def test_a_read_that_may_still_land_says_so(frontend: PublisherProcess) -> None:
     """A READ that times out once posted raises a `TransferError` whose
     `may_land`, set when the native reader builds it, says the transfer
     may still write the destination."""
@@ -944,7 +944,7 @@ def test_a_reader_takes_its_settings_whole_or_field_by_field() -> None:
         NativeReader(object())  # type: ignore[arg-type]
 
 
-def test_read_remote_reads_a_parsed_descriptor_and_still_checks_it(frontend: FrontendProcess) -> None:
+def test_read_remote_reads_a_parsed_descriptor_and_still_checks_it(frontend: PublisherProcess) -> None:
     """`Reader.read_remote` reads what `parse_descriptor` made (no second
     parse) as `read_decoded` reads the descriptor itself; the reader's own
     checks still apply: an expired lease or an image over `max_pixels` is
@@ -966,7 +966,7 @@ def test_read_remote_reads_a_parsed_descriptor_and_still_checks_it(frontend: Fro
     run(main())
 
 
-def test_a_started_read_is_taken_once(frontend: FrontendProcess) -> None:
+def test_a_started_read_is_taken_once(frontend: PublisherProcess) -> None:
     """`start_read` returns at once; its ticket gives the pixels when the
     read ends (or None while it has not, within a zero wait), then refuses
     to give them a second time; a ticket's error is the read's error."""

@@ -22,7 +22,7 @@ import pytest
 from PIL import Image
 
 import pixelwire
-from pixelwire.frontend_process import FrontendProcess
+from pixelwire.publisher_process import PublisherProcess
 
 MiB = 1024 * 1024
 
@@ -53,15 +53,15 @@ def _wait_for(predicate: Any, seconds: float = 10.0) -> bool:
 
 
 @pytest.fixture
-def growing_frontend() -> Iterator[FrontendProcess]:
+def growing_frontend() -> Iterator[PublisherProcess]:
     """A frontend whose regions are 1 MiB, so any larger image grows the pool
     (new registered memory, new agent metadata)."""
-    front = FrontendProcess(pool_bytes=256 * MiB, lease=60.0, acquire=10.0, region_bytes=1 * MiB)
+    front = PublisherProcess(pool_bytes=256 * MiB, lease=60.0, acquire=10.0, region_bytes=1 * MiB)
     yield front
     front.close()
 
 
-def test_concurrent_reads_hold_while_the_frontend_pool_grows(growing_frontend: FrontendProcess) -> None:
+def test_concurrent_reads_hold_while_the_frontend_pool_grows(growing_frontend: PublisherProcess) -> None:
     """Descriptors minted before and after each pool growth carry different
     metadata; 16 concurrent reads over them, in random order, must all return
     the right pixels (no read may see the frontend's metadata half-reloaded)."""
@@ -141,7 +141,7 @@ def test_the_reclaim_never_comes_before_the_advertised_expiry() -> None:
     out = io.BytesIO()
     Image.fromarray(noise).save(out, "JPEG", quality=95)  # a slow decode: 75 MB of pixels
     data = out.getvalue()
-    front = FrontendProcess(pool_bytes=128 * MiB, lease=1.0)
+    front = PublisherProcess(pool_bytes=128 * MiB, lease=1.0)
     try:
         desc = front.publish(data)["desc"]
         assert _wait_for(lambda: front.stats()["reclaimed_by_lease"] == 1, 15)
@@ -156,7 +156,7 @@ def test_a_reclaimed_or_reused_slot_is_never_read_as_pixels(verify: bool) -> Non
     """With the content hash on or off, a descriptor whose slot was reclaimed
     (and scrubbed or reused) gives a typed error, never pixels, even when the
     reader's clock says the lease is still running."""
-    front = FrontendProcess(pool_bytes=64 * MiB, lease=1.0)
+    front = PublisherProcess(pool_bytes=64 * MiB, lease=1.0)
     try:
         desc = front.publish(_png(256, 256, seed=4))["desc"]
         assert _wait_for(lambda: front.stats()["reclaimed_by_lease"] == 1, 10)
@@ -247,7 +247,7 @@ def test_a_cancelled_batch_stops_waiting_for_slots_and_takes_none() -> None:
 
 
 def test_a_read_that_fails_before_its_transfer_locks_no_receive_memory(
-    growing_frontend: FrontendProcess,
+    growing_frontend: PublisherProcess,
 ) -> None:
     """Bad metadata or an address outside the frontend's memory fail before
     any byte moves: the receive slot is free again at once, and the frontend

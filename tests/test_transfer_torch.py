@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 import pixelwire
-from pixelwire.benchmarks import ppm_of_size
-from pixelwire.frontend_process import FrontendProcess
+from pixelwire.bench.transfer import ppm_of_size
+from pixelwire.publisher_process import PublisherProcess
 
 torch = pytest.importorskip("torch")
 
@@ -29,7 +29,7 @@ def test_torch_reads_equal_decode_image(device: str, staging: str, layout: str) 
     # Generated images (the corpus does not travel to the GPU machine);
     # decoding itself is covered by the parity tests.
     images = [ppm_of_size(size, seed=i) for i, size in enumerate([3 * 7, 64 << 10, 3 << 20, 24 << 20])]
-    frontend = FrontendProcess()
+    frontend = PublisherProcess()
     try:
 
         async def main() -> None:
@@ -53,7 +53,7 @@ def test_cuda_reads_check_the_slot_and_keep_one_staging_buffer() -> None:
     buffer instead of registering one more each time."""
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
-    frontend = FrontendProcess(lease=1.0)
+    frontend = PublisherProcess(lease=1.0)
     try:
 
         async def main() -> None:
@@ -88,7 +88,7 @@ def test_pinned_cuda_reads_check_the_content_hash(chunk_bytes: int) -> None:
     hash pieces)."""
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
-    frontend = FrontendProcess()
+    frontend = PublisherProcess()
     try:
 
         async def main() -> None:
@@ -119,7 +119,7 @@ def test_cancelled_cuda_reads_keep_their_buffers_until_they_end() -> None:
         pytest.skip("no CUDA device")
     # Room for every round's images: a read cancelled before it started
     # frees its frontend slot only at the lease's end.
-    frontend = FrontendProcess(pool_bytes=512 << 20)
+    frontend = PublisherProcess(pool_bytes=512 << 20)
     try:
         images = [ppm_of_size((3 << 20) + 3 * 1024 * i, seed=i) for i in range(8)]
 
@@ -176,7 +176,7 @@ def test_a_cuda_read_whose_tensor_cannot_be_allocated_fails_and_the_next_reads_w
     images = [ppm_of_size(24 << 20, seed=0)] + [
         ppm_of_size((3 << 20) + 3 * 1024 * i, seed=i) for i in range(1, 4)
     ]
-    frontend = FrontendProcess(lease=30.0)
+    frontend = PublisherProcess(lease=30.0)
     try:
 
         async def main() -> None:
@@ -209,12 +209,12 @@ def test_a_cuda_read_whose_tensor_cannot_be_allocated_fails_and_the_next_reads_w
 
 
 @pytest.fixture
-def large_images() -> Iterator[tuple[FrontendProcess, list[bytes], list[np.ndarray]]]:
+def large_images() -> Iterator[tuple[PublisherProcess, list[bytes], list[np.ndarray]]]:
     """A frontend and four distinct 24 MiB images with their pixels (CUDA only)."""
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
     images = [ppm_of_size(24 << 20, seed=i) for i in range(4)]
-    frontend = FrontendProcess(pool_bytes=512 << 20)
+    frontend = PublisherProcess(pool_bytes=512 << 20)
     try:
         yield frontend, images, [pixelwire.decode_image(data) for data in images]
     finally:
@@ -235,7 +235,7 @@ def _make_torch_streams_busy() -> None:
 
 @pytest.mark.parametrize("chunk_bytes", [8 << 20, 1 << 40])
 def test_cuda_pixels_are_ready_in_order_on_the_callers_stream(
-    chunk_bytes: int, large_images: tuple[FrontendProcess, list[bytes], list[np.ndarray]]
+    chunk_bytes: int, large_images: tuple[PublisherProcess, list[bytes], list[np.ndarray]]
 ) -> None:
     """A CUDA read returns with its copies possibly still queued on the
     reader's stream (here surely: that stream is kept busy); a kernel the
@@ -262,7 +262,7 @@ def test_cuda_pixels_are_ready_in_order_on_the_callers_stream(
 
 
 def test_the_next_cuda_read_does_not_change_a_copy_still_queued(
-    large_images: tuple[FrontendProcess, list[bytes], list[np.ndarray]],
+    large_images: tuple[PublisherProcess, list[bytes], list[np.ndarray]],
 ) -> None:
     """Reads back to back while the reader's copy stream is kept busy, so
     a read's copy is still queued when the next READ starts into the same

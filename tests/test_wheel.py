@@ -122,7 +122,7 @@ def test_wheel_decodes_corpus_files(venv: FreshVenv) -> None:
 
 
 def test_wheel_runs_the_demo_over_nixl(venv: FreshVenv) -> None:
-    """`pixelwire demo --per-size 2`: a frontend process publishes images over
+    """`pixelwire demo --per-size 2`: a publisher process publishes images over
     NIXL (loaded from the nixl-cu12 wheel) and this venv's reader verifies every pixel."""
     done = venv.run(str(venv.bin / "pixelwire"), "demo", "--per-size", "2", timeout=280)
     assert done.returncode == 0, f"demo exited {done.returncode}:\n{done.stdout}\n{done.stderr}"

@@ -81,14 +81,15 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--per-size", type=int, default=20, help="generated images of each size")
     bench = commands.add_parser("bench", help="benchmarks")
     benches = bench.add_subparsers(dest="which", required=True)
-    bench_transfer = benches.add_parser("transfer", help="frontend-to-worker NIXL transfer, two processes")
-    bench_transfer.add_argument("--repeats", type=int, default=50)
-    bench_transfer.add_argument(
-        "--device",
-        default="auto",
-        help="read destinations, comma-separated (cpu, cuda[:N]); auto: cpu, and cuda where there is one",
+    from pixelwire.bench import transfer as bench_transfer
+
+    bench_transfer.add_arguments(
+        benches.add_parser(
+            "transfer",
+            help="frontend-to-worker NIXL transfer, two processes",
+            description=(bench_transfer.__doc__ or "").split("\n\n")[0],
+        )
     )
-    bench_transfer.add_argument("--json", help="write the rows to this file")
     from pixelwire.bench import serve as bench_serve
 
     bench_serve.add_arguments(
@@ -223,7 +224,8 @@ def main(argv: list[str] | None = None) -> int:
     front.add_argument(
         "--no-check-upstream",
         action="store_true",
-        help="do not wait for the upstream to show the pixelwire connector",
+        help="skip the handshake: never refuse image requests for the upstream worker's settings "
+        "(connector, version, secret, resize, private-address policy)",
     )
     args = parser.parse_args(argv)
     # NIXL logs every connection event at INFO; keep the tables readable.
@@ -239,13 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "bench" and args.which == "serve":
         return bench_serve.run(args)
     if args.command == "bench":
-        from pixelwire.benchmarks import as_dicts, transfer
-
-        devices = None if args.device == "auto" else args.device.split(",")
-        rows = transfer(repeats=args.repeats, devices=devices)
-        if args.json:
-            Path(args.json).write_text(json.dumps(as_dicts(rows), indent=2))
-        return 0
+        return bench_transfer.run(args)
     return 2
 
 

@@ -124,6 +124,19 @@ PUBLISH_THREADS = max(1, (os.cpu_count() or 1) - 1)
 PUBLISH_CALLS = 64
 UPSTREAM_TIMEOUT = 600.0
 CONNECT_TIMEOUT = 10.0
+# The start-up handshake (pixelwire.frontend.upstream_watch): the frontend
+# reads the worker's settings from vLLM's /metrics every HANDSHAKE_INTERVAL
+# seconds while they agree, every HANDSHAKE_RETRY seconds while they do not
+# (or vLLM does not answer yet), and at once when the plug-in refuses a
+# request. An image request that finds them disagreeing rechecks first, so
+# a fixed worker is seen at once, when the last check is older than
+# HANDSHAKE_RECHECK_AGE (a flood of refused requests costs vLLM at most
+# four /metrics a second). Each check (and a GET /health's look at vLLM's
+# own) waits HANDSHAKE_TIMEOUT seconds at most.
+HANDSHAKE_INTERVAL = 30.0
+HANDSHAKE_RETRY = 2.0
+HANDSHAKE_RECHECK_AGE = 0.25
+HANDSHAKE_TIMEOUT = 5.0
 
 # Image URL fetching (pixelwire.fetch.Fetcher): a whole fetch, redirects and
 # body included, is bounded by FETCH_TIMEOUT, not per read, so a trickling

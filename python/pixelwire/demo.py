@@ -1,4 +1,4 @@
-"""`pixelwire demo`: a frontend process publishes images over NIXL, this
+"""`pixelwire demo`: a publisher process (what the frontend runs) publishes images over NIXL, this
 process reads them as the worker, checks every pixel and prints a table."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 import pixelwire
-from pixelwire.frontend_process import FrontendProcess
+from pixelwire.publisher_process import PublisherProcess
 
 SIZES = [(320, 240), (640, 480), (1280, 720), (1920, 1080), (3840, 2160)]
 SUFFIXES = {".jpg", ".jpeg", ".png", ".gif", ".webp", ".bmp", ".tif", ".tiff", ".ico", ".tga", ".ppm", ".qoi"}
@@ -62,17 +62,17 @@ def _pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-async def _warm_up(reader: pixelwire.Reader, frontend: FrontendProcess, scratch: Path) -> float:
+async def _warm_up(reader: pixelwire.Reader, publisher: PublisherProcess, scratch: Path) -> float:
     """One small image published and read before the timed ones: the first
-    read sets up the NIXL connection to the frontend (tens of milliseconds),
+    read sets up the NIXL connection to the publisher (tens of milliseconds),
     which would otherwise land in one size's row. Its pixels are checked
     too. Returns its latency in seconds."""
     file = scratch / "warm-up.ppm"
     file.write_bytes(generated_image(64, 64, seed=99))
     start = time.perf_counter()
-    answer = frontend.publish_file(file)
+    answer = publisher.publish_file(file)
     if "desc" not in answer:
-        raise RuntimeError(f"the frontend refused the warm-up image: {answer['error']}: {answer['message']}")
+        raise RuntimeError(f"the publisher refused the warm-up image: {answer['error']}: {answer['message']}")
     got = await reader.read_decoded(answer["desc"], output="numpy")
     elapsed = time.perf_counter() - start
     if not np.array_equal(got, pixelwire.decode_image(file.read_bytes())):
@@ -81,12 +81,12 @@ async def _warm_up(reader: pixelwire.Reader, frontend: FrontendProcess, scratch:
 
 
 async def _run(
-    inputs: list[tuple[str, Path]], frontend: FrontendProcess, scratch: Path
+    inputs: list[tuple[str, Path]], publisher: PublisherProcess, scratch: Path
 ) -> tuple[dict[str, Group], int]:
     groups: dict[str, Group] = {}
     failures = 0
     async with pixelwire.Reader() as reader:
-        warm_up = await _warm_up(reader, frontend, scratch)
+        warm_up = await _warm_up(reader, publisher, scratch)
         print(
             f"warm-up: first image read in {warm_up * 1e3:.1f} ms (NIXL connection set-up; not in the table)"
         )
@@ -98,9 +98,9 @@ async def _run(
                 print(f"skipped {label}: {type(error).__name__}: {error}")
                 continue
             start = time.perf_counter()
-            answer = frontend.publish_file(path)
+            answer = publisher.publish_file(path)
             if "desc" not in answer:
-                print(f"{label}: frontend refused it: {answer['error']}: {answer['message']}")
+                print(f"{label}: the publisher refused it: {answer['error']}: {answer['message']}")
                 failures += 1
                 continue
             read_start = time.perf_counter()
@@ -121,13 +121,13 @@ async def _run(
 def main(paths: list[Path], per_size: int = 20) -> int:
     with tempfile.TemporaryDirectory(prefix="pixelwire-demo-") as scratch:
         inputs = _inputs(paths, per_size, Path(scratch))
-        print(f"pixelwire {pixelwire.__version__}: {len(inputs)} images, frontend process -> worker, NIXL")
-        frontend = FrontendProcess(pool_bytes=512 << 20)
+        print(f"pixelwire {pixelwire.__version__}: {len(inputs)} images, publisher process -> worker, NIXL")
+        publisher = PublisherProcess(pool_bytes=512 << 20)
         try:
-            groups, failures = asyncio.run(_run(inputs, frontend, Path(scratch)))
-            stats = frontend.stats()
+            groups, failures = asyncio.run(_run(inputs, publisher, Path(scratch)))
+            stats = publisher.stats()
         finally:
-            frontend.close()
+            publisher.close()
     print(f"\n{'images':>14} {'count':>6} {'MB':>9} {'p50 ms':>8} {'p99 ms':>8} {'read GB/s':>10}")
     every = Group("all")
     for group in groups.values():
@@ -143,12 +143,12 @@ def main(paths: list[Path], per_size: int = 20) -> int:
             f" {group.nbytes / sum(group.read_seconds) / 1e9:10.2f}"
         )
     print(
-        "\nlatency: publish request (the frontend reads the file and decodes it into registered"
+        "\nlatency: publish request (the publisher reads the file and decodes it into registered"
         " memory) to pixels in the worker;"
         " read GB/s: NIXL READ + checks only."
     )
     verified = sum(len(g.latencies) for g in groups.values())
-    print(f"verified {verified} images pixel for pixel; frontend pool after the run: {stats}")
+    print(f"verified {verified} images pixel for pixel; publisher pool after the run: {stats}")
     median = statistics.median(every.latencies) * 1e3 if every.latencies else float("nan")
     print(f"median end-to-end latency {median:.2f} ms; failures: {failures}")
     return 1 if failures or not verified else 0

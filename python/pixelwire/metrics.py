@@ -13,9 +13,57 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 _SECONDS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
+# Each metric's help, for each role: what the code counts there.
+_HELP = {
+    "images": {
+        "frontend": "Images handled, by path: nixl (decoded here and published; counted when published, "
+        "whatever the worker then does with it: see pixelwire_frontend_images_refused_upstream) or "
+        "passthrough (left to the worker: worker mode, or a mode or format pixelwire does not decode)",
+        "worker": "Images handled, by path: nixl (read over NIXL), url (fetched and decoded natively) "
+        "or vllm (handed to vLLM's own loader)",
+    },
+    "pixel_bytes": {
+        "frontend": "Pixel bytes published, by path, as they sit in the pool after any model-aware resize "
+        "(RGB takes 4 bytes a pixel there: Pillow's RGBX layout); 0 for passthrough",
+        "worker": "Pixel bytes handled, by path: as read over NIXL on nixl (4 bytes a pixel for RGB, "
+        "the frontend's RGBX layout), the decoded array's bytes on url (3 for RGB); after any "
+        "model-aware resize; 0 for vllm",
+    },
+    "source_pixel_bytes": {
+        "frontend": "Pixel bytes of the same images at their decoded size, before any model-aware resize, "
+        "in the same layout as pixel_bytes",
+        "worker": "Pixel bytes of the same images at their decoded size, before any model-aware resize, "
+        "in the same layout as pixel_bytes",
+    },
+    "decode_seconds": {
+        "frontend": "Seconds per published image (path nixl), from the start of its fetch to the end of "
+        "its decode and publish (the batch it was decoded in)",
+        "worker": "Seconds per image: the READ over NIXL (path nixl), or the native decode of a fetched "
+        "URL (path url; the fetch itself not included)",
+    },
+    "pool_bytes_in_use": {
+        "frontend": "Bytes of the publisher's NIXL-registered pool held by published images",
+        "worker": "Bytes of the reader's NIXL-registered receive pool held by images being read",
+    },
+    "pool_bytes_capacity": {
+        "frontend": "Bytes the publisher's pool may grow to (--pool-bytes): with pool_bytes_in_use, how "
+        "full it is",
+        "worker": "Bytes the reader's receive pool may grow to (PIXELWIRE_READER_POOL_BYTES): with "
+        "pool_bytes_in_use, how full it is",
+    },
+    "errors": {
+        "frontend": "Requests refused for one of their media, by the exception type of the first that failed",
+        "worker": "Media that failed in the plug-in (an image refused, or a fetch, READ or decode that "
+        "failed; video and audio fetches too), by exception type",
+    },
+}
+
+
 class ImageMetrics:
     """Images handled, pixel bytes, decode (or read) seconds, publish→read
-    latency, pool bytes in use and errors by type, for one role.
+    latency, the pool's bytes in use and capacity and errors by type, for
+    one role (``frontend`` or ``worker``); each help text says what that
+    role counts.
 
     ``path`` labels say how an image went: ``nixl`` (decoded at the frontend,
     read over NIXL), ``url`` (fetched and decoded natively by this process),
@@ -27,29 +75,19 @@ class ImageMetrics:
         role: str,
         registry: CollectorRegistry,
         pool_bytes: Callable[[], float],
+        pool_capacity: Callable[[], float],
         *,
         reads: bool = False,
     ) -> None:
         prefix = f"pixelwire_{role}"
-        self.images = Counter(f"{prefix}_images", "Images handled, by path", ["path"], registry=registry)
-        self.pixel_bytes = Counter(
-            f"{prefix}_pixel_bytes",
-            "Pixel bytes handled (as shipped or handed on, after any model-aware resize), by path",
-            ["path"],
-            registry=registry,
-        )
+        helps = {name: by_role[role] for name, by_role in _HELP.items()}
+        self.images = Counter(f"{prefix}_images", helps["images"], ["path"], registry=registry)
+        self.pixel_bytes = Counter(f"{prefix}_pixel_bytes", helps["pixel_bytes"], ["path"], registry=registry)
         self.source_pixel_bytes = Counter(
-            f"{prefix}_source_pixel_bytes",
-            "Pixel bytes of the same images at their decoded size, before any model-aware resize",
-            ["path"],
-            registry=registry,
+            f"{prefix}_source_pixel_bytes", helps["source_pixel_bytes"], ["path"], registry=registry
         )
         self.decode_seconds = Histogram(
-            f"{prefix}_decode_seconds",
-            "Seconds to fetch and decode (frontend, url path) or to read over NIXL (worker, nixl path)",
-            ["path"],
-            buckets=_SECONDS,
-            registry=registry,
+            f"{prefix}_decode_seconds", helps["decode_seconds"], ["path"], buckets=_SECONDS, registry=registry
         )
         # Only the reading side sees both ends of that interval.
         self.publish_to_read_seconds = (
@@ -63,10 +101,14 @@ class ImageMetrics:
             else None
         )
         self.pool_bytes_in_use = Gauge(
-            f"{prefix}_pool_bytes_in_use", "Bytes of NIXL-registered pool held by images", registry=registry
+            f"{prefix}_pool_bytes_in_use", helps["pool_bytes_in_use"], registry=registry
         )
         self.pool_bytes_in_use.set_function(pool_bytes)
-        self.errors = Counter(f"{prefix}_errors", "Errors, by exception type", ["type"], registry=registry)
+        self.pool_bytes_capacity = Gauge(
+            f"{prefix}_pool_bytes_capacity", helps["pool_bytes_capacity"], registry=registry
+        )
+        self.pool_bytes_capacity.set_function(pool_capacity)
+        self.errors = Counter(f"{prefix}_errors", helps["errors"], ["type"], registry=registry)
 
     def handled(self, path: str, nbytes: int, source_nbytes: int | None = None) -> None:
         """One image: `nbytes` of pixels shipped, `source_nbytes` (default

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import hashlib
 import hmac
 import json
@@ -74,6 +75,25 @@ def signing_policy() -> str:
     if allow_unsigned_from_env():
         return "unsigned accepted, no signature checked (PIXELWIRE_ALLOW_UNSIGNED=1: trusted network only)"
     return "every reference refused (neither PIXELWIRE_SECRET nor PIXELWIRE_ALLOW_UNSIGNED=1 is set)"
+
+
+# The secret fingerprint: PBKDF2-HMAC-SHA256 of the secret with a fixed salt,
+# cut to 64 bits. One-way, and slow on purpose: a fingerprint is shown on
+# vLLM's /metrics, so a guessable secret could be tested against it offline;
+# each guess costs this many HMACs (about 0.1 s once per process here).
+FINGERPRINT_SALT = b"pixelwire secret fingerprint"
+FINGERPRINT_ITERATIONS = 100_000
+
+
+@functools.cache
+def secret_fingerprint(secret: bytes | None) -> str:
+    """What both sides of the start-up handshake show for PIXELWIRE_SECRET:
+    16 hex characters that are equal for equal secrets and reveal nothing
+    of the secret itself, or ``"none"`` without one."""
+    if not secret:
+        return "none"
+    digest = hashlib.pbkdf2_hmac("sha256", secret, FINGERPRINT_SALT, FINGERPRINT_ITERATIONS)
+    return digest.hex()[:16]
 
 
 def is_reference(url: object) -> bool:

@@ -8,6 +8,8 @@
 //! every byte, or through [`Fresh::zeroed`], which pays for the fill.
 //! Handing out bytes nobody wrote (possibly another image's pixels) is the
 //! worst bug this crate can have, so each `assume_filled` states its proof.
+//! Large buffers may come from [`super::recycle`], holding an earlier
+//! image's pixels: the same contract covers them.
 
 use std::mem::MaybeUninit;
 
@@ -23,13 +25,19 @@ pub(crate) struct Fresh {
 
 impl Fresh {
     pub fn new(len: usize) -> Fresh {
-        let mut buf = Vec::with_capacity(len);
-        if len >= HUGE_PAGES_FROM {
-            advise_huge_pages(buf.as_mut_ptr(), len);
-        }
+        // A recycled buffer is already faulted in (and was advised before).
+        let buf = super::recycle::take(len).unwrap_or_else(|| {
+            let mut buf = Vec::with_capacity(len);
+            if len >= HUGE_PAGES_FROM {
+                advise_huge_pages(buf.as_mut_ptr(), len);
+            }
+            buf
+        });
+        #[cfg_attr(not(any(test, fuzzing)), allow(unused_mut))]
+        let mut fresh = Fresh { buf, len };
         #[cfg(any(test, fuzzing))]
-        poison::fill(&mut buf.spare_capacity_mut()[..len]);
-        Fresh { buf, len }
+        poison::fill(fresh.as_uninit());
+        fresh
     }
 
     /// Where a C decoder may write `len()` bytes.

@@ -18,6 +18,7 @@ mod gif;
 mod jpeg;
 mod orient;
 mod png;
+pub mod recycle;
 mod webp;
 
 pub use convert::Raster;
@@ -373,7 +374,8 @@ fn decode_stored(data: &[u8], info: &ImageInfo, opts: &DecodeOptions) -> Result<
         }
         return Ok(pixels);
     }
-    let mut out = vec![0u8; len];
+    // Zero-filled: these decoders are not shown to write every byte.
+    let mut out = fresh::Fresh::new(len).zeroed();
     decode_to(data, info, opts, &mut out)?;
     Ok(out)
 }
@@ -392,7 +394,7 @@ pub fn decode_resized(
     if resize.is_some_and(|t| (t.height, t.width) != (shape.height, shape.width)) {
         // Resized outputs are model-input sized, written by Rust code through
         // `&mut [u8]`: zero-initialised.
-        let mut out = vec![0u8; resized_shape(shape, resize).len()];
+        let mut out = fresh::Fresh::new(resized_shape(shape, resize).len()).zeroed();
         decode_resized_into(data, info, opts, resize, &mut out)?;
         return Ok(out);
     }

@@ -1,6 +1,5 @@
 //! `decode_many`: a list of images decoded on a native thread pool.
 
-use numpy::{PyArray1, PyArrayMethods};
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 
@@ -38,9 +37,7 @@ pub fn decode_many<'py>(
     let images = py.detach(|| decode::decode_many(&pool, &slices, &opts, target.as_ref()))?;
     let arrays = images
         .into_iter()
-        .map(|(shape, pixels)| {
-            PyArray1::from_vec(py, pixels).reshape([shape.height, shape.width, shape.channels])
-        })
+        .map(|(shape, pixels)| super::pixels::array(py, pixels, shape))
         .collect::<PyResult<Vec<_>>>()?;
     PyList::new(py, arrays)
 }

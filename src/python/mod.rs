@@ -3,12 +3,12 @@
 
 use std::time::Duration;
 
-use numpy::{PyArray1, PyArrayMethods};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
 mod batch;
 mod errors;
+mod pixels;
 mod publisher;
 mod reader;
 mod tickets;
@@ -180,10 +180,7 @@ fn decode_image<'py>(
         let out = decode::decode_resized(bytes, &info, &opts, target.as_ref())?;
         Ok::<_, crate::errors::Error>((shape, out))
     })?;
-    let array = PyArray1::from_vec(py, pixels);
-    Ok(array
-        .reshape([shape.height, shape.width, shape.channels])?
-        .into_any())
+    pixels::array(py, pixels, shape)
 }
 
 /// Reads the header only: format, stored size, source mode, EXIF

@@ -397,3 +397,54 @@ def test_stack_metric_reader() -> None:
     assert stack.metric(text, "x_total", a="2") == 4.0
     assert stack.metric(text, "y") == 5.0
     assert stack.metric(text, "x_total", a="3") == 0.0
+
+
+def test_the_worker_declares_its_settings_for_the_handshake(
+    connectors: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """pixelwire_worker_info, on vLLM's /metrics, carries the settings a
+    frontend compares with its own: version, connector, the secret's
+    fingerprint (never the secret), the unsigned and private policies and
+    the resize policy of PIXELWIRE_MODEL/PIXELWIRE_MM_PROCESSOR_KWARGS."""
+    import json
+
+    from prometheus_client import REGISTRY, generate_latest
+
+    import pixelwire
+    from pixelwire.handshake import worker_settings_in
+    from pixelwire.resize import ResizePolicy
+    from pixelwire.signing import secret_fingerprint
+    from pixelwire.vllm import connector
+
+    declared = worker_settings_in(generate_latest(REGISTRY).decode())
+    assert declared is not None and declared.version == pixelwire.__version__
+    assert "connector" in declared.labels() and declared.secret != "unknown"
+    qwen = {"image_processor_type": "Qwen2VLImageProcessor", "min_pixels": 3136, "max_pixels": 1 << 20}
+    (tmp_path / "preprocessor_config.json").write_text(json.dumps(qwen))
+    monkeypatch.setenv("PIXELWIRE_SECRET", "worker-secret")
+    monkeypatch.setenv("PIXELWIRE_ALLOW_PRIVATE", "1")
+    monkeypatch.delenv("PIXELWIRE_ALLOW_UNSIGNED", raising=False)
+    monkeypatch.setenv("PIXELWIRE_MODEL", str(tmp_path))
+    monkeypatch.setenv("PIXELWIRE_MM_PROCESSOR_KWARGS", json.dumps({"max_pixels": 1 << 18}))
+    connector.worker_resize_policy.cache_clear()
+    try:
+        labels = connector.declared_settings("pixelwire").labels()
+    finally:
+        connector.worker_resize_policy.cache_clear()
+    policy = ResizePolicy.from_pretrained(tmp_path, {"max_pixels": 1 << 18})
+    assert policy is not None
+    assert labels == {
+        "version": pixelwire.__version__,
+        "connector": "pixelwire",
+        "secret": secret_fingerprint(b"worker-secret"),
+        "unsigned": "0",
+        "private": "1",
+        "resize": policy.identity,
+    }
+    assert "worker-secret" not in json.dumps(labels)
+    # Not the connector, an unreadable PIXELWIRE_MODEL does not stop vLLM.
+    monkeypatch.setenv("PIXELWIRE_MODEL", str(tmp_path / "missing"))
+    try:
+        assert connector.declared_settings("http").resize == "unreadable"
+    finally:
+        connector.worker_resize_policy.cache_clear()

@@ -444,11 +444,13 @@ def test_model_aware_resize_gives_vllms_own_answer(served: dict[str, Any], name:
 
 def test_a_frontend_with_another_max_pixels_is_refused(served: dict[str, Any]) -> None:
     """A frontend that resizes for another max_pixels than vLLM's processor
-    gets a 400 naming the setting, never different tokens."""
+    learns it from the handshake and refuses image requests (502) naming the
+    setting, before any decode; never different tokens."""
     import openai
 
     url = f"{served['images']}/{sorted(PHOTOS)[0]}"
-    with pytest.raises(openai.BadRequestError) as refused:
+    with pytest.raises(openai.APIStatusError) as refused:
         _complete(served["mismatched"], [url])
+    assert refused.value.status_code == 502
     message = str(refused.value)
     assert f"max={OTHER_MAX_PIXELS}" in message and "--mm-processor-kwargs" in message, message

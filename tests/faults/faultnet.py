@@ -1,5 +1,5 @@
 """Plumbing for the fault suite: two network namespaces joined by a veth
-pair, a pixelwire frontend process in one and a worker (Reader) process in
+pair, a pixelwire publisher process in one and a worker (Reader) process in
 the other, both on UCX over TCP pinned to their veth end.
 
 Every name carries this process's pid, the addresses (10.231.0.1/30 and
@@ -332,19 +332,19 @@ class Child:
 
 
 def _frontend_argv(pool_bytes: int, lease: float, acquire: float, region_bytes: int) -> list[str]:
-    """`python -m pixelwire.frontend_process` with the arguments its
+    """`python -m pixelwire.publisher_process` with the arguments its
     `serve` takes (region_bytes is a newer, optional fourth)."""
-    from pixelwire import frontend_process
+    from pixelwire import publisher_process
 
-    params = list(inspect.signature(frontend_process.serve).parameters)
-    argv = ["-m", "pixelwire.frontend_process", str(pool_bytes), str(lease), str(acquire)]
+    params = list(inspect.signature(publisher_process.serve).parameters)
+    argv = ["-m", "pixelwire.publisher_process", str(pool_bytes), str(lease), str(acquire)]
     if len(params) >= 4:
         argv.append(str(region_bytes))
     return argv
 
 
 class Frontend(Child):
-    """pixelwire's own frontend process (`pixelwire.frontend_process`)."""
+    """pixelwire's own publisher process (`pixelwire.publisher_process`)."""
 
     name = "frontend"
 

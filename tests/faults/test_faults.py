@@ -1,6 +1,6 @@
 """Issue 10: faults between a frontend and a worker on two hosts.
 
-The frontend (`pixelwire.frontend_process`) runs in network namespace A,
+The frontend (`pixelwire.publisher_process`) runs in network namespace A,
 the worker (a `pixelwire.Reader` in `_fault_worker.py`) in namespace B; a
 veth pair is their only link and UCX runs over TCP on it. Each case must end
 in correct pixels or a typed pixelwire error within the reader's timeout

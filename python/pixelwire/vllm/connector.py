@@ -39,12 +39,14 @@ from pixelwire.config import (
 )
 from pixelwire.descriptor import RemoteImage, decoded_as, parse_descriptor
 from pixelwire.fetch import DEFAULT_MAX_BYTES, Fetcher
+from pixelwire.handshake import INFO_LABELS, INFO_METRIC, WorkerSettings
 from pixelwire.metrics import ImageMetrics
 from pixelwire.outputs import as_output
 from pixelwire.reader import Reader
 from pixelwire.resize import ResizePolicy
 from pixelwire.signing import decode_reference, is_reference, reference_secret, signing_policy
 from pixelwire.transfer import default_reader
+from pixelwire.vllm import CONNECTOR_NAME
 
 _state_lock = threading.Lock()
 _metrics: ImageMetrics | None = None
@@ -136,20 +138,44 @@ def _reader_bytes_in_use() -> float:
 
 def install_metrics(selected: str) -> ImageMetrics:
     """``pixelwire_worker_*`` in prometheus_client's default registry, which
-    vLLM's API server serves at /metrics; ``pixelwire_worker_info`` tells a
-    frontend which connector vLLM was started with."""
+    vLLM's API server serves at /metrics. ``pixelwire_worker_info`` is the
+    worker's half of the start-up handshake: its labels are the settings a
+    frontend must agree with (:mod:`pixelwire.handshake`)."""
     global _metrics
     with _state_lock:
         if _metrics is None:
-            _metrics = ImageMetrics("worker", REGISTRY, _reader_bytes_in_use, reads=True)
+            _metrics = ImageMetrics(
+                "worker", REGISTRY, _reader_bytes_in_use, _reader_pool_capacity, reads=True
+            )
             info = Gauge(
-                "pixelwire_worker_info",
-                "pixelwire plug-in loaded; connector is VLLM_MEDIA_CONNECTOR",
-                ["version", "connector"],
+                INFO_METRIC,
+                "The pixelwire plug-in is loaded (always 1); its labels are the settings a frontend "
+                "compares with its own: pixelwire version, connector (VLLM_MEDIA_CONNECTOR), secret "
+                "(PIXELWIRE_SECRET's fingerprint, never the secret, or none), unsigned "
+                "(PIXELWIRE_ALLOW_UNSIGNED), private (PIXELWIRE_ALLOW_PRIVATE), resize (the policy of "
+                "PIXELWIRE_MODEL and PIXELWIRE_MM_PROCESSOR_KWARGS, or none)",
+                list(INFO_LABELS),
                 registry=REGISTRY,
             )
-            info.labels(version=__version__, connector=selected).set(1)
+            info.labels(**declared_settings(selected).labels()).set(1)
         return _metrics
+
+
+def declared_settings(selected: str) -> WorkerSettings:
+    """The settings this worker declares. When the plug-in is not the
+    connector, a PIXELWIRE_MODEL that cannot be read is no reason to stop
+    vLLM (nothing here resizes): its resize reads as unreadable."""
+    try:
+        policy = worker_resize_policy()
+    except (OSError, ValueError):
+        if selected == CONNECTOR_NAME:
+            raise
+        return WorkerSettings.declared(__version__, selected, "unreadable")
+    return WorkerSettings.declared(__version__, selected, policy.identity if policy else "none")
+
+
+def _reader_pool_capacity() -> float:
+    return float(default_reader().settings.pool_bytes)
 
 
 def _fetcher(

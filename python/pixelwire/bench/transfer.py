@@ -11,19 +11,22 @@ the same run, beside the card's pinned host-to-device copy of as many bytes.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import base64
 import dataclasses
+import json
 import statistics
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 import pixelwire
 from pixelwire.config import ReaderSettings
-from pixelwire.frontend_process import FrontendProcess, nixl_python_api
+from pixelwire.publisher_process import PublisherProcess, nixl_python_api
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -117,13 +120,13 @@ def _h2d_seconds(size: int, repeats: int, device: str) -> float:
     return min(times)
 
 
-def _naive_seconds(frontend: FrontendProcess, size: int, repeats: int) -> float:
+def _naive_seconds(publisher: PublisherProcess, size: int, repeats: int) -> float:
     api = nixl_python_api()
     agent = api.nixl_agent("naive-worker", api.nixl_agent_config(backends=["UCX"]))
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
-        remote = frontend.ask(cmd="naive_prepare", size=size)
+        remote = publisher.ask(cmd="naive_prepare", size=size)
         name = agent.add_remote_agent(base64.b64decode(remote["metadata"]))
         dst = np.empty(size, dtype=np.uint8)
         local = agent.register_memory([(dst.ctypes.data, size, 0, "")], mem_type="DRAM")
@@ -142,13 +145,13 @@ def _naive_seconds(frontend: FrontendProcess, size: int, repeats: int) -> float:
         agent.release_xfer_handle(handle)
         agent.deregister_memory(local)
         agent.remove_remote_agent(name)
-        frontend.ask(cmd="naive_release", id=remote["id"])
+        publisher.ask(cmd="naive_release", id=remote["id"])
         times.append(time.perf_counter() - start)
     return statistics.median(times)
 
 
 async def _pixelwire_seconds(
-    reader: pixelwire.Reader, frontend: FrontendProcess, size: int, repeats: int, devices: list[str]
+    reader: pixelwire.Reader, publisher: PublisherProcess, size: int, repeats: int, devices: list[str]
 ) -> dict[str, list[float]]:
     """`repeats` reads of one image to each destination, in rounds (one
     read to each destination a round), so that every destination meets the
@@ -157,7 +160,7 @@ async def _pixelwire_seconds(
     them is synchronised before the clock stops."""
     image = ppm_of_size(size)
     expected = pixelwire.decode_image(image)
-    descs = frontend.publish_many(image, (repeats + 3) * len(devices))["descs"]
+    descs = publisher.publish_many(image, (repeats + 3) * len(devices))["descs"]
     times: dict[str, list[float]] = {device: [] for device in devices}
     if any(device != "cpu" for device in devices):
         import torch
@@ -204,13 +207,13 @@ def transfer(
     destinations = ["cpu", *([cuda] if cuda is not None else [])]
     settings = {**dataclasses.asdict(ReaderSettings.from_env()), "pool_bytes": 512 * MiB, **(reader or {})}
     rows = []
-    frontend = FrontendProcess(pool_bytes=1024 * MiB, lease=120)
+    publisher = PublisherProcess(pool_bytes=1024 * MiB, lease=120)
     try:
 
         async def run() -> None:
             async with pixelwire.Reader(**settings) as reader:
                 for size in sizes or SIZES:
-                    # Publish no more than the frontend's pool holds.
+                    # Publish no more than the publisher's pool holds.
                     n = max(
                         1,
                         min(
@@ -218,11 +221,11 @@ def transfer(
                             (1024 * MiB // size - 4) // len(destinations) - 3,
                         ),
                     )
-                    both = await _pixelwire_seconds(reader, frontend, size, n, destinations)
+                    both = await _pixelwire_seconds(reader, publisher, size, n, destinations)
                     times = both["cpu"]
                     p50 = _percentile(times, 0.5)
                     memcpy = _memcpy_seconds(size, n)
-                    naive_s = _naive_seconds(frontend, size, max(5, n // 5)) if naive else float("nan")
+                    naive_s = _naive_seconds(publisher, size, max(5, n // 5)) if naive else float("nan")
                     row = Row(
                         size=size,
                         pixelwire_p50_us=p50 * 1e6,
@@ -245,9 +248,34 @@ def transfer(
         print(HEADER + f"\n  destinations: {', '.join(devices)}; reader: {shown}", flush=True)
         asyncio.run(run())
     finally:
-        frontend.close()
+        publisher.close()
     return rows
 
 
 def as_dicts(rows: list[Row]) -> list[dict[str, Any]]:
     return [row.__dict__ for row in rows]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """`pixelwire bench transfer`'s options."""
+    parser.add_argument("--repeats", type=int, default=50, help="reads of each size (default: 50)")
+    parser.add_argument(
+        "--device",
+        default="auto",
+        help="read destinations, comma-separated (cpu, cuda[:N]); auto: cpu, and cuda where there is one",
+    )
+    parser.add_argument(
+        "--sizes",
+        help="image sizes in MiB, comma-separated (default: " + ",".join(f"{s / MiB:g}" for s in SIZES) + ")",
+    )
+    parser.add_argument("--no-naive", action="store_true", help="skip the naive nixl Python API baseline")
+    parser.add_argument("--json", help="write the rows to this file")
+
+
+def run(args: argparse.Namespace) -> int:
+    devices = None if args.device == "auto" else args.device.split(",")
+    sizes = [round(float(s) * MiB) for s in args.sizes.split(",")] if args.sizes else None
+    rows = transfer(sizes=sizes, repeats=args.repeats, naive=not args.no_naive, devices=devices)
+    if args.json:
+        Path(args.json).write_text(json.dumps(as_dicts(rows), indent=2))
+    return 0

@@ -1,4 +1,4 @@
-"""A pixelwire frontend in a child process, driven over stdin/stdout.
+"""A pixelwire publisher (what the frontend runs) in a child process, driven over stdin/stdout.
 
 Used by `pixelwire demo`, `pixelwire bench transfer` and the tests. One JSON
 command a line in, one JSON answer a line out:
@@ -138,8 +138,8 @@ async def serve(pool_bytes: int, lease: float, acquire: float, region_bytes: int
             print(json.dumps(answer), file=replies, flush=True)
 
 
-class FrontendProcess:
-    """Starts and talks to a frontend child process. With ``answer_timeout``
+class PublisherProcess:
+    """Starts and talks to a publisher child process. With ``answer_timeout``
     (seconds), a command the child does not answer in time is a
     ``TimeoutError`` instead of a wait for ever (the soak bench kills
     children and must not hang on one)."""
@@ -159,7 +159,7 @@ class FrontendProcess:
             [
                 sys.executable,
                 "-m",
-                "pixelwire.frontend_process",
+                "pixelwire.publisher_process",
                 str(pool_bytes),
                 str(lease),
                 str(acquire),

@@ -1,0 +1,473 @@
+"""The aiohttp application: routes, authentication, the answers the
+frontend makes itself (``/metrics``, ``GET /health``), forwarding to the
+upstream vLLM (and relaying its answer, a stream included), the frontend's
+metrics, and :func:`run`. Image requests pass the handshake
+(:class:`~pixelwire.frontend.upstream_watch.UpstreamWatch`) first.
+
+Chat-shaped routes (:data:`~pixelwire.frontend.inspect.REWRITTEN_ROUTES`)
+have their media handled by a :class:`~pixelwire.frontend.pipeline.MediaPipeline`
+before the request goes on; every other route passes through, once its body
+is known to hold no medium and no descriptor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import ipaddress
+import logging
+from time import perf_counter
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+from yarl import URL
+
+from pixelwire.config import FrontendConfig
+from pixelwire.fetch import Fetcher
+from pixelwire.frontend.errors import OpenAIError
+from pixelwire.frontend.inspect import (
+    REWRITTEN_ROUTES,
+    RequestBody,
+    canonical_path,
+    check_caps,
+    dump_json,
+    inspect_chat,
+    inspect_foreign,
+    json_value_bound,
+)
+from pixelwire.frontend.pipeline import MediaPipeline
+from pixelwire.frontend.upstream_watch import UpstreamWatch
+from pixelwire.metrics import ImageMetrics
+from pixelwire.publisher import Publisher
+
+# The package's one logger: its name is what the frontend's log lines carry.
+log = logging.getLogger("pixelwire.frontend")
+
+# Headers that describe one hop, not the message (RFC 9110 §7.6.1), plus the
+# ones aiohttp recomputes for the new body.
+_HOP_HEADERS = frozenset(
+    h.lower()
+    for h in (
+        "Connection",
+        "Keep-Alive",
+        "Proxy-Authenticate",
+        "Proxy-Authorization",
+        "TE",
+        "Trailer",
+        "Transfer-Encoding",
+        "Upgrade",
+        "Host",
+        "Content-Length",
+        "Content-Encoding",
+    )
+)
+# Request seconds, from the request's arrival to the end of its answer.
+_REQUEST_SECONDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+# How much of an upstream 400's body is kept to see whether the plug-in refused.
+_REFUSAL_HEAD_BYTES = 8192
+
+
+class Frontend:
+    """The proxy's state: one Publisher, one upstream session, metrics."""
+
+    def __init__(self, config: FrontendConfig) -> None:
+        self.config = config
+        self.upstream = config.upstream.rstrip("/")
+        self.registry = CollectorRegistry()
+        self.fetcher = Fetcher(allowed_domains=config.allowed_domains, allow_private=config.allow_private)
+        self.publisher = Publisher(
+            pool_bytes=config.pool_bytes,
+            region_bytes=config.region_bytes,
+            lease_seconds=config.lease_seconds,
+            decode_at=config.decode_at,
+            publish_threads=config.publish_threads,
+            fetcher=self.fetcher,
+        )
+        self.metrics = ImageMetrics(
+            "frontend", self.registry, self._pool_bytes_in_use, lambda: float(config.pool_bytes)
+        )
+        self.pool_regions = Gauge(
+            "pixelwire_frontend_pool_regions",
+            "Registered regions in the frontend's pixel pool (it grows and gives way by regions)",
+            registry=self.registry,
+        )
+        self.pool_regions.set_function(lambda: float(self._pool_stats().get("regions", 0)))
+        self.requests = Counter(
+            "pixelwire_frontend_requests",
+            "Requests answered, by route and status (the upstream's status for a forwarded request)",
+            ["route", "status"],
+            registry=self.registry,
+        )
+        self.request_seconds = Histogram(
+            "pixelwire_frontend_request_seconds",
+            "Seconds from a request's arrival to the end of its answer (a stream's last byte), by route",
+            ["route"],
+            buckets=_REQUEST_SECONDS,
+            registry=self.registry,
+        )
+        self.refused_upstream = Counter(
+            "pixelwire_frontend_images_refused_upstream",
+            "Images sent upstream in requests the upstream answered 4xx (the worker refused them, or "
+            "the whole request: either way they went unused), by path as in pixelwire_frontend_images",
+            ["path"],
+            registry=self.registry,
+        )
+        self.upstream_calls = Counter(
+            "pixelwire_frontend_upstream_requests",
+            "Requests forwarded upstream (a retry on a fresh connection counts once)",
+            registry=self.registry,
+        )
+        self.released = Counter(
+            "pixelwire_frontend_released_at_request_end",
+            "Images still held when their request ended (freed then, not by a notification)",
+            registry=self.registry,
+        )
+        self.upstream_retries = Counter(
+            "pixelwire_frontend_upstream_retries",
+            "Requests sent again on a fresh connection after the upstream closed a pooled one unanswered",
+            registry=self.registry,
+        )
+        self._api_key_digests = [hashlib.sha256(key.encode()).digest() for key in config.api_keys]
+        self._session: aiohttp.ClientSession | None = None
+        self._fresh_session: aiohttp.ClientSession | None = None
+        self.watch = UpstreamWatch(config, self.upstream, self.registry)
+
+    def _pool_stats(self) -> dict[str, int]:
+        if not self.publisher.is_open:  # worker mode never opens it
+            return {}
+        return self.publisher.stats()
+
+    def _pool_bytes_in_use(self) -> float:
+        return float(self._pool_stats().get("bytes_in_use", 0))
+
+    # -- lifecycle -------------------------------------------------------------
+
+    def app(self) -> web.Application:
+        app = web.Application(
+            client_max_size=self.config.max_request_bytes, middlewares=[_json_errors, self._authenticate]
+        )
+        app.router.add_get("/metrics", self.metrics_page)
+        app.router.add_get("/health", self.health)
+        app.router.add_route("*", "/{tail:.*}", self.dispatch)
+        app.on_startup.append(self._start)
+        app.on_cleanup.append(self._stop)
+        return app
+
+    async def _start(self, _app: web.Application) -> None:
+        timeout = aiohttp.ClientTimeout(
+            total=self.config.upstream_timeout, sock_connect=self.config.connect_timeout
+        )
+        self._session = aiohttp.ClientSession(timeout=timeout, auto_decompress=False)
+        # A connection of its own for each retry (never a pooled one).
+        self._fresh_session = aiohttp.ClientSession(
+            timeout=timeout, auto_decompress=False, connector=aiohttp.TCPConnector(force_close=True)
+        )
+        await asyncio.to_thread(self.publisher.open)
+        self.watch.start(self._session)
+
+    async def _stop(self, _app: web.Application) -> None:
+        await self.watch.stop()
+        for session in (self._session, self._fresh_session):
+            if session is not None:
+                await session.close()
+        await self.publisher.close()
+        await self.fetcher.close()
+
+    # -- routes ----------------------------------------------------------------
+
+    @web.middleware
+    async def _authenticate(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        """With API keys set, a request without one of them as its Bearer
+        token is answered 401 before its body is read: an unauthenticated
+        client costs no fetch, decode or slot. The frontend's own /metrics,
+        a GET of /health (load balancers' probes) and OPTIONS are exempt."""
+        keys = self._api_key_digests
+        exempt = request.method == "OPTIONS" or (
+            request.method == "GET" and request.path in ("/metrics", "/health")
+        )
+        if keys and not exempt:
+            scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+            digest = hashlib.sha256(token.encode()).digest()
+            matched = False
+            for key in keys:
+                matched |= hmac.compare_digest(digest, key)
+            if scheme.lower() != "bearer" or not matched:
+                self.requests.labels(route="unauthenticated", status="401").inc()
+                response = OpenAIError(
+                    401, "a valid API key is required (Authorization: Bearer ...)"
+                ).response()
+                response.headers["WWW-Authenticate"] = "Bearer"
+                return response
+        answer: web.StreamResponse = await handler(request)
+        return answer
+
+    async def metrics_page(self, _request: web.Request) -> web.Response:
+        body = generate_latest(self.registry)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def health(self, _request: web.Request) -> web.Response:
+        """Answered here, not forwarded: vLLM's own /health status (so a
+        probe sees what it saw before), with the handshake's state as JSON."""
+        status, body = await self.watch.health()
+        return web.json_response(body, status=status)
+
+    async def dispatch(self, request: web.Request) -> web.StreamResponse:
+        if not request.raw_path.startswith("/"):
+            # An absolute-form target (GET http://host/x) is for a forward
+            # proxy, which this is not.
+            refused = OpenAIError(400, "the request target must be a path (this is not a forward proxy)")
+            return refused.response()
+        path = canonical_path(request.raw_path)
+        route = REWRITTEN_ROUTES.get(path)
+        if route is not None and request.method == "POST":
+            return await self.rewrite(request, path, route)
+        return await self.passthrough(request, path)
+
+    async def _read(self, request: web.Request) -> RequestBody:
+        """The body, within --max-request-bytes (413 naming the limit) and
+        --max-json-values (400)."""
+        limit = self.config.max_request_bytes
+        length = request.content_length
+        if length is not None and length > limit:
+            raise OpenAIError(
+                413, f"request body of {length} bytes is over the limit of {limit} bytes (max_request_bytes)"
+            )
+        try:
+            raw = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            raise OpenAIError(
+                413, f"request body is over the limit of {limit} bytes (max_request_bytes)"
+            ) from None
+        # Counting runs in C (bytes.count): only the body's size sends it off the loop.
+        values = await self._off_loop(RequestBody(raw, 0), json_value_bound, raw)
+        if values > self.config.max_json_values:
+            raise OpenAIError(
+                400,
+                f"request body has up to {values} JSON values, over the limit of "
+                f"{self.config.max_json_values} (max_json_values)",
+            )
+        return RequestBody(raw, values)
+
+    async def _off_loop(self, body: RequestBody, work: Any, *args: Any) -> Any:
+        """``work(*args)`` in a thread when the body belongs off the loop
+        (:attr:`RequestBody.off_loop`), else here."""
+        if body.off_loop:
+            return await asyncio.to_thread(work, *args)
+        return work(*args)
+
+    async def passthrough(self, request: web.Request, path: str) -> web.StreamResponse:
+        started = perf_counter()
+        try:
+            body = await self._read(request)
+            where = await self._off_loop(body, inspect_foreign, body.raw)
+            if where is not None:
+                raise OpenAIError(
+                    400,
+                    f"{where}: media are accepted only on the routes this frontend rewrites "
+                    f"({', '.join(sorted(REWRITTEN_ROUTES))}), not on {path}; pixelwire descriptors are "
+                    "minted by the frontend, not sent by clients",
+                    param=where,
+                )
+            return await self._forward(request, body.raw, route="other")
+        except OpenAIError as e:
+            self.requests.labels(route="other", status=str(e.status)).inc()
+            return e.response()
+        finally:
+            self.request_seconds.labels(route="other").observe(perf_counter() - started)
+
+    async def rewrite(self, request: web.Request, path: str, route: str) -> web.StreamResponse:
+        started = perf_counter()
+        pipeline: MediaPipeline | None = None
+        try:
+            read = await self._read(request)
+            body, parts = await self._off_loop(read, inspect_chat, read.raw)
+            check_caps(self.config, parts)
+            if parts:
+                # Refused while the worker's settings disagree with ours.
+                await self.watch.admit_images()
+                pipeline = MediaPipeline(self.config, self.fetcher, self.publisher, self.metrics, body, parts)
+                await pipeline.run()
+                payload: bytes = await self._off_loop(read, dump_json, body)
+            else:
+                payload = read.raw  # nothing rewritten: the client's bytes, as sent
+            answer = await self._forward(request, payload, route=route, path=path)
+            if pipeline is not None and 400 <= answer.status < 500:
+                self._count_refused(pipeline)
+            return answer
+        except OpenAIError as e:
+            self.requests.labels(route=route, status=str(e.status)).inc()
+            return e.response()
+        finally:
+            self.request_seconds.labels(route=route).observe(perf_counter() - started)
+            # The request is over (answered, failed or its client went away):
+            # whatever its worker did not read is freed now, not at lease end.
+            if pipeline is not None:
+                for decoded in pipeline.published:
+                    if self.publisher.release(decoded):
+                        self.released.inc()
+
+    def _count_refused(self, pipeline: MediaPipeline) -> None:
+        """The upstream answered 4xx to a request whose images went with it:
+        they count as refused, by the path they went."""
+        images = sum(1 for part in pipeline.parts if part.kind == "image")
+        published = len(pipeline.published)
+        if published:
+            self.refused_upstream.labels(path="nixl").inc(published)
+        if images > published:
+            self.refused_upstream.labels(path="passthrough").inc(images - published)
+
+    async def _forward(
+        self, request: web.Request, body: bytes, *, route: str, path: str | None = None
+    ) -> web.StreamResponse:
+        """Sends the request upstream: to ``path`` (the canonical route the
+        body was inspected for) when given, else to the path as the client
+        spelt it. A redirect is answered as is, never followed. A request
+        that fails on a pooled connection before any byte of the answer
+        arrived (the upstream closed that connection: after another
+        request's failure, uvicorn drops it) is sent once more, on a fresh
+        connection; until an answer begins, the upstream has done nothing
+        for it."""
+        assert self._session is not None and self._fresh_session is not None
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_HEADERS}
+        target = request.raw_path
+        if path is not None:
+            query = request.rel_url.raw_query_string
+            target = path + (f"?{query}" if query else "")
+        url = URL(f"{self.upstream}{target}", encoded=True)
+        self.upstream_calls.inc()
+        try:
+            return await self._relay(self._session, request, url, headers, body, route)
+        except _StaleConnection as stale:
+            log.info("upstream connection closed before answering %s (%r); sending it again", target, stale)
+            self.upstream_retries.inc()
+        try:
+            return await self._relay(self._fresh_session, request, url, headers, body, route)
+        except _StaleConnection as stale:
+            log.warning("the upstream %s closed a fresh connection too: %r", self.upstream, stale)
+            raise OpenAIError(502, "the upstream closed the connection without answering") from None
+
+    async def _relay(
+        self,
+        session: aiohttp.ClientSession,
+        request: web.Request,
+        url: URL,
+        headers: dict[str, str],
+        body: bytes,
+        route: str,
+    ) -> web.StreamResponse:
+        """One try of :meth:`_forward`: raises :class:`_StaleConnection` when
+        the connection closed before the answer began. Errors name "the
+        upstream", not its address (the log has it)."""
+        response: web.StreamResponse | None = None
+        try:
+            async with session.request(
+                request.method, url, data=body, headers=headers, allow_redirects=False
+            ) as upstream:
+                out_headers = {k: v for k, v in upstream.headers.items() if k.lower() not in _HOP_HEADERS}
+                if upstream.headers.get("Content-Encoding"):
+                    out_headers["Content-Encoding"] = upstream.headers["Content-Encoding"]
+                response = web.StreamResponse(
+                    status=upstream.status, reason=upstream.reason, headers=out_headers
+                )
+                await response.prepare(request)
+                # Chunks are written as they arrive: SSE streams pass through live.
+                head = bytearray()
+                async for chunk in upstream.content.iter_any():
+                    if upstream.status == 400 and len(head) < _REFUSAL_HEAD_BYTES:
+                        head += chunk[: _REFUSAL_HEAD_BYTES - len(head)]
+                    await response.write(chunk)
+                await response.write_eof()
+                if upstream.status == 400:
+                    self.watch.notice_refusal(bytes(head))
+                self.requests.labels(route=route, status=str(upstream.status)).inc()
+                return response
+        except (TimeoutError, aiohttp.ClientError, ConnectionError) as e:
+            if response is not None and response.prepared:
+                # Mid-stream: the status is sent, so the connection just ends.
+                log.warning("upstream stream or client connection broke on %s: %r", request.rel_url, e)
+                raise
+            if response is None and _closed_before_answering(e):
+                raise _StaleConnection(repr(e)) from None
+            if isinstance(e, (TimeoutError, aiohttp.ServerTimeoutError)):
+                log.warning("the upstream %s timed out on %s", self.upstream, request.rel_url)
+                raise OpenAIError(504, "the upstream timed out") from None
+            log.warning("the upstream %s is unreachable: %r", self.upstream, e)
+            raise OpenAIError(502, f"the upstream is unreachable: {type(e).__name__}") from None
+
+
+@web.middleware
+async def _json_errors(request: web.Request, handler: Any) -> web.StreamResponse:
+    """Every answer the frontend makes itself is OpenAI's error JSON, an
+    unexpected failure too (aiohttp's own would be a plain-text 500)."""
+    try:
+        response: web.StreamResponse = await handler(request)
+        return response
+    except web.HTTPException as e:
+        if e.status < 400:
+            raise
+        return OpenAIError(e.status, e.reason).response()
+    except Exception:
+        log.exception("unexpected error on %s %s", request.method, request.raw_path[:200])
+        return OpenAIError(500, "internal error in the frontend").response()
+
+
+class _StaleConnection(Exception):
+    """The upstream closed a connection before any byte of its answer."""
+
+
+def _closed_before_answering(error: BaseException) -> bool:
+    """Whether ``error`` is a connection the upstream closed (or reset)
+    before answering, rather than one that could not be made or a timeout."""
+    if isinstance(error, aiohttp.ClientConnectorError):
+        return False  # no connection was made: the upstream is down
+    return isinstance(error, (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError, ConnectionResetError))
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def run(config: FrontendConfig, host: str, port: int) -> None:
+    """Serves until interrupted."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    frontend = Frontend(config)
+    log.info(
+        "pixelwire frontend on http://%s:%d -> %s (decode at %s, signing %s, resize %s)",
+        host,
+        port,
+        config.upstream,
+        config.decode_at,
+        "on" if config.secret else "off",
+        config.resize.identity if config.resize else "off",
+    )
+    if not config.secret and config.decode_at == "frontend":
+        log.warning(
+            "PIXELWIRE_SECRET is unset: this frontend mints UNSIGNED descriptor references, which the "
+            "vLLM plug-in refuses (400) unless it runs with PIXELWIRE_ALLOW_UNSIGNED=1 on a trusted "
+            "network; set the same PIXELWIRE_SECRET on both sides"
+        )
+    if not config.api_keys and not _loopback(host):
+        log.warning(
+            "no API key: this frontend listens on %s and serves anyone who reaches it (it fetches, "
+            "decodes and holds their images); set --api-key or VLLM_API_KEY (the same key as vLLM's), "
+            "or listen on 127.0.0.1 behind your own gateway",
+            host,
+        )
+    # A client that goes away cancels its handler, which closes the upstream
+    # request (vLLM aborts it) and frees the request's images at once.
+    web.run_app(frontend.app(), host=host, port=port, print=None, access_log=None, handler_cancellation=True)

@@ -1,0 +1,179 @@
+"""What a request asks for, read from its path and body: pure functions, no
+I/O and no event loop. Each refusal is an :class:`OpenAIError` (400) naming
+the part or the limit; the application decides what runs off the loop
+(:attr:`RequestBody.off_loop`)."""
+
+from __future__ import annotations
+
+import json
+import json.scanner
+import posixpath
+import re
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import unquote
+
+from pixelwire.config import FrontendConfig
+from pixelwire.frontend.errors import OpenAIError
+from pixelwire.media_parts import MediaPart, MediaPartRefused, data_url_bytes, foreign_media, media_parts
+
+# vLLM 0.32's routes whose body is a chat request (`messages`, parsed by
+# chat_utils): rewritten and guarded like chat completions.
+REWRITTEN_ROUTES = {
+    "/v1/chat/completions": "chat",
+    "/tokenize": "tokenize",
+    "/pooling": "pooling",
+    "/v1/embeddings": "embeddings",
+    "/classify": "classify",
+}
+
+# Bodies up to this size are parsed by the C scanner on the loop (a few ms
+# at worst); larger ones off it, by the Python scanner (see _loads).
+_C_PARSE_BYTES = 256 * 1024
+# Bodies with more JSON values than this (an upper bound, counted before
+# parsing) are parsed, walked for media and written off the loop even when
+# small: the walk is Python, ~1 us a value. A chat body of a few turns has
+# hundreds.
+_LOOP_VALUES = 4096
+
+
+@dataclass(frozen=True)
+class RequestBody:
+    """A request's raw body and the bound on its JSON values."""
+
+    raw: bytes
+    values: int
+
+    @property
+    def off_loop(self) -> bool:
+        """Whether parsing, walking or writing this body belongs in a thread:
+        on the event loop, a large body or one of many values would stall
+        every request."""
+        return len(self.raw) > _C_PARSE_BYTES or self.values > _LOOP_VALUES
+
+
+def canonical_path(raw_path: str) -> str:
+    """The route a path names, whatever its spelling: percent-decoded (as
+    uvicorn does, %2F included, repeatedly so that no layer decodes more),
+    dot segments removed and slashes merged (as some clients and proxies do),
+    no trailing slash (FastAPI redirects there)."""
+    path = raw_path.split("?", 1)[0].split("#", 1)[0]
+    for _ in range(4):
+        decoded = unquote(path)
+        if decoded == path:
+            break
+        path = decoded
+    path = posixpath.normpath("/" + re.sub(r"/+", "/", path))
+    return re.sub(r"/+", "/", path)
+
+
+def json_value_bound(raw: bytes) -> int:
+    """An upper bound on the JSON values in ``raw``, without parsing it:
+    every value but the outermost is an array element or an object member,
+    and a container holds one more of those than its commas (bytes.count
+    runs in C, ~1 GB/s)."""
+    return 1 + raw.count(b"{") + raw.count(b"[") + raw.count(b",")
+
+
+def _loads(raw: bytes) -> Any:
+    """``json.loads(raw)``, with the pure-Python scanner for a large body:
+    the C scanner never lets go of the GIL, so even in a thread a body of
+    millions of tiny values would stall the event loop for seconds; the
+    Python one does (strings, the bulk of a real body, are still scanned in C)."""
+    if len(raw) <= _C_PARSE_BYTES:
+        return json.loads(raw)
+    text = raw.decode(json.detect_encoding(raw), "surrogatepass")
+    decoder = json.JSONDecoder()
+    decoder.scan_once = json.scanner.py_make_scanner(decoder)  # type: ignore[attr-defined]
+    return decoder.decode(text)
+
+
+def _parse(raw: bytes) -> Any:
+    try:
+        return _loads(raw)
+    except (ValueError, RecursionError) as e:
+        raise OpenAIError(400, f"request body is not valid JSON: {e}") from None
+
+
+def inspect_chat(raw: bytes) -> tuple[dict[str, Any], list[MediaPart]]:
+    """A chat-shaped body and its media parts, client uuids taken out (run
+    off the loop when large). A medium or a descriptor outside ``messages``
+    is refused: only the parts found here are guarded."""
+    body = _parse(raw)
+    if not isinstance(body, dict):
+        raise OpenAIError(400, "request body must be a JSON object")
+    try:
+        parts = media_parts(body)
+    except MediaPartRefused as refused:
+        raise OpenAIError(400, str(refused), param=refused.where) from None
+    where = foreign_media({k: v for k, v in body.items() if k != "messages"})
+    if where is not None:
+        raise OpenAIError(
+            400,
+            f"{where}: media are accepted in messages[].content only; pixelwire descriptors are "
+            "minted by the frontend, not sent by clients",
+            param=where,
+        )
+    return body, parts
+
+
+def inspect_foreign(raw: bytes) -> str | None:
+    """Where a passed-through JSON body holds a medium or a descriptor. A
+    body that is not JSON passes untouched: vLLM parses JSON with the same
+    json.loads, so it cannot read media out of it either."""
+    if not raw.strip():
+        return None
+    try:
+        body = _loads(raw)
+    except RecursionError:
+        # vLLM's parser might still take it: refuse what cannot be inspected.
+        return "body (nested too deeply to inspect)"
+    except ValueError:
+        return None
+    return foreign_media(body)
+
+
+def dump_json(body: dict[str, Any]) -> bytes:
+    """The rewritten body, compact."""
+    # Not one-shot: the Python encoder, which lets go of the GIL (see _loads).
+    return "".join(json.JSONEncoder(separators=(",", ":")).iterencode(body)).encode()
+
+
+def check_caps(config: FrontendConfig, parts: list[MediaPart]) -> None:
+    """The per-request caps that can be checked before any work."""
+    limit = config.max_images_per_request
+    if len(parts) > limit:
+        raise OpenAIError(
+            400,
+            f"the request has {len(parts)} media parts, over the limit of {limit} per request "
+            "(max_images_per_request)",
+            param="messages",
+        )
+    encoded = sum(data_url_bytes(p.url) for p in parts)
+    limit = config.max_image_bytes_per_request
+    if encoded > limit:
+        raise OpenAIError(
+            400,
+            f"the request's data: URLs hold {encoded} bytes of media, over the limit of {limit} "
+            "bytes per request (max_image_bytes_per_request)",
+            param="messages",
+        )
+
+
+def image_settings(defaults: dict[str, Any], body: dict[str, Any]) -> tuple[Any, tuple[int, int, int]]:
+    """(image_mode, rgba_background_color) the worker's vLLM will ask for:
+    the server-wide defaults overridden by the request's media_io_kwargs."""
+    settings = {"image_mode": "RGB", "rgba_background_color": [255, 255, 255], **defaults}
+    kwargs = body.get("media_io_kwargs")
+    if isinstance(kwargs, dict) and isinstance(kwargs.get("image"), dict):
+        settings.update(kwargs["image"])
+    background = settings["rgba_background_color"]
+    if not (
+        isinstance(background, (list, tuple))
+        and len(background) == 3
+        and all(isinstance(c, int) and not isinstance(c, bool) and 0 <= c <= 255 for c in background)
+    ):
+        raise OpenAIError(
+            400, "rgba_background_color must be a list of 3 integers in [0, 255]", param="media_io_kwargs"
+        )
+    return settings["image_mode"], (background[0], background[1], background[2])

@@ -1,0 +1,270 @@
+"""One request's media, from the URLs a client sent to what vLLM is handed:
+each part fetched through the guard (within the request's encoded-bytes
+cap), its image checked against the request's pixel and pool budget from
+its header, decoded and published into NIXL-registered memory, and its URL
+replaced in the body by a signed descriptor reference (or by its bytes,
+for what the worker decodes)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+from dataclasses import dataclass
+from time import perf_counter
+from typing import Any
+
+from pixelwire._native import (
+    BlockedURL,
+    DecodeError,
+    FetchError,
+    PixelwireError,
+    PoolExhausted,
+    UnsupportedFormat,
+    probe_image,
+)
+from pixelwire.config import DECODED_MODES, FrontendConfig, Layout, Mode
+from pixelwire.descriptor import Decoded, PassThrough
+from pixelwire.fetch import Fetcher
+from pixelwire.frontend.errors import OpenAIError
+from pixelwire.frontend.inspect import image_settings
+from pixelwire.media_parts import MediaPart
+from pixelwire.metrics import ImageMetrics
+from pixelwire.publisher import Publisher
+from pixelwire.signing import encode_reference
+
+# The package's one logger: its name is what the frontend's log lines carry.
+log = logging.getLogger("pixelwire.frontend")
+
+
+@dataclass(frozen=True)
+class _Fetched:
+    """An image part's encoded bytes, fetched to be decoded here, and when its fetch started."""
+
+    data: bytes
+    started: float
+
+
+def _bytes_url(data: bytes) -> str:
+    """Encoded image bytes as a ``data:`` URL (vLLM's loader sniffs the format)."""
+    return "data:application/octet-stream;base64," + base64.b64encode(data).decode("ascii")
+
+
+def _media_error(part: MediaPart, error: BaseException) -> OpenAIError:
+    medium = part.kind
+    if isinstance(error, PoolExhausted):
+        return OpenAIError(503, f"{part.where}: the frontend's image pool is full; retry shortly")
+    if isinstance(error, BlockedURL):
+        return OpenAIError(400, f"{part.where}: {medium} URL refused: {error}", param=part.where)
+    if isinstance(error, FetchError):
+        return OpenAIError(400, f"{part.where}: could not fetch the {medium}: {error}", param=part.where)
+    if isinstance(error, DecodeError):
+        return OpenAIError(400, f"{part.where}: could not decode the {medium}: {error}", param=part.where)
+    if isinstance(error, (PixelwireError, ValueError)):
+        return OpenAIError(400, f"{part.where}: {error}", param=part.where)
+    log.error("unexpected error handling %s", part.where, exc_info=error)
+    return OpenAIError(500, f"{part.where}: internal error handling the {medium}")
+
+
+def _shipped_channels(mode: Mode, layout: Layout) -> int:
+    """Bytes a pixel takes in the pool, as published."""
+    return 4 if layout == "RGBX" or mode == "RGBA" else 3 if mode == "RGB" else 1
+
+
+class MediaPipeline:
+    """The media of one request: :meth:`run` once, then release
+    :attr:`published` when the request ends, however it ends."""
+
+    def __init__(
+        self,
+        config: FrontendConfig,
+        fetcher: Fetcher,
+        publisher: Publisher,
+        metrics: ImageMetrics,
+        body: dict[str, Any],
+        parts: list[MediaPart],
+    ) -> None:
+        self.config = config
+        self.fetcher = fetcher
+        self.publisher = publisher
+        self.metrics = metrics
+        self.parts = parts
+        self.mode, self.background = image_settings(config.image_kwargs, body)
+        self.native = config.decode_at == "frontend" and self.mode in DECODED_MODES
+        # A request with its own mm_processor_kwargs may change the
+        # processor's size: its images ship at full resolution (within the
+        # request's pixel and pool budget, checked before any decode).
+        self.resize = config.resize if self.mode == "RGB" and "mm_processor_kwargs" not in body else None
+        # vLLM wants PIL images: RGB goes in Pillow's layout, mapped not copied.
+        self.layout: Layout = "RGBX" if self.mode == "RGB" else "HWC"
+        # What is left of the request's budget: decoded pixels and pool bytes.
+        self.pixels_left = config.max_pixels_per_request
+        self.pool_bytes_left = config.pool_bytes
+        # Encoded bytes fetched so far, and the error of the fetch that went
+        # over the request's cap: every fetch after it fails with it too.
+        self.fetched_bytes = 0
+        self.over: OpenAIError | None = None
+        # Each part's outcome, in its place: its new URL, its fetched bytes
+        # (until decoded) or its error.
+        self.results: list[str | _Fetched | BaseException | None] = [None] * len(parts)
+        # Every image published for the request, to be released at its end.
+        self.published: list[Decoded] = []
+
+    async def run(self) -> None:
+        """Puts each part's new URL in its place in the body, or raises the
+        request's answer (an :class:`OpenAIError`) when one of them fails."""
+        # One request's fetches share a few connections, so a request full of
+        # slow URLs cannot hold every pooled connection the others need.
+        # Images are decoded in batches of those whose bytes have arrived:
+        # a request of data: URLs is one batch; fetches still running go on
+        # while a batch decodes, and what they bring is the next batch. The
+        # first failure stops the rest (nothing more is decoded, fetches
+        # still running are cancelled) and fails the request.
+        with self.fetcher.concurrency_limit(self.config.max_fetches_per_request):
+            fetching = {asyncio.ensure_future(self._fetch_part(part)): i for i, part in enumerate(self.parts)}
+            pending = set(fetching)
+            try:
+                while pending and not self._failed():
+                    done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                    for task in done:
+                        error = task.exception()
+                        self.results[fetching[task]] = error if error is not None else task.result()
+                    if self._failed():
+                        break
+                    batch = sorted((fetching[task], self.results[fetching[task]]) for task in done)
+                    to_decode = [(index, item) for index, item in batch if isinstance(item, _Fetched)]
+                    if to_decode:
+                        self._spend([(self.parts[i], item) for i, item in to_decode])
+                        await self._decode_fetched(to_decode)
+            finally:
+                for task in pending:
+                    task.cancel()
+                if pending:
+                    await asyncio.gather(*pending, return_exceptions=True)
+        if self.over is not None:
+            raise self.over
+        self._raise_first_failure()
+        for part, result in zip(self.parts, self.results, strict=True):
+            assert isinstance(result, str)
+            part.holder[part.key] = result
+
+    def _failed(self) -> bool:
+        return any(isinstance(r, BaseException) for r in self.results)
+
+    async def _fetch(self, part: MediaPart) -> bytes:
+        """The part's bytes, fetched through the guard and counted against
+        the request's encoded-bytes cap as they arrive."""
+        if self.over is not None:
+            raise self.over
+        data = await self.fetcher.fetch(part.url)
+        self.fetched_bytes += len(data)
+        limit = self.config.max_image_bytes_per_request
+        if self.fetched_bytes > limit and self.over is None:
+            self.over = OpenAIError(
+                400,
+                f"{part.where}: the request's media reach {self.fetched_bytes} encoded bytes, over the limit "
+                f"of {limit} bytes per request (max_image_bytes_per_request)",
+                param=part.where,
+            )
+        if self.over is not None:
+            raise self.over
+        return data
+
+    async def _fetch_part(self, part: MediaPart) -> str | _Fetched:
+        """The part's new URL; for an image to decode here, its bytes."""
+        if self.config.decode_at == "worker":
+            # The worker fetches, with its own guard (vLLM's allowed
+            # domains); refuse here what this one would refuse too.
+            self.fetcher.check(part.url)
+            if part.kind == "image":
+                self.metrics.handled("passthrough", 0)
+            return part.url
+        if part.kind != "image":
+            # Video and audio: vLLM decodes them, from bytes fetched
+            # here through this guard; a data: URL holds its bytes
+            # already (and vLLM reads it without any fetch).
+            if part.url[:5].lower() == "data:":
+                return part.url
+            return _bytes_url(await self._fetch(part))
+        started = perf_counter()
+        data = await self._fetch(part)
+        if not self.native:
+            # A mode pixelwire does not decode: fetched here, through this
+            # guard, and handed on as the bytes, never as a URL the worker
+            # would fetch again (its answer could differ).
+            self.metrics.handled("passthrough", 0)
+            return _bytes_url(data)
+        return _Fetched(data, started)
+
+    def _spend(self, fetched: list[tuple[MediaPart, _Fetched]]) -> None:
+        """Takes the images about to be decoded out of the request's budget,
+        from their headers (no pixel memory yet): decoded pixels, and pool
+        bytes at the size they ship. Over either, the request is refused
+        before they are decoded. An image whose header cannot be read is
+        left to the decode, which says why."""
+        channels = _shipped_channels(self.mode, self.layout)
+        for part, item in fetched:
+            try:
+                height, width = probe_image(item.data)["oriented_size"]
+            except (PixelwireError, ValueError):
+                continue
+            self.pixels_left -= height * width
+            if self.pixels_left < 0:
+                limit = self.config.max_pixels_per_request
+                raise OpenAIError(
+                    400,
+                    f"{part.where}: the request's images reach more than {limit} decoded pixels, the "
+                    "limit per request (max_pixels_per_request)",
+                    param=part.where,
+                )
+            shipped = self.resize.target(height, width) if self.resize is not None else (height, width)
+            self.pool_bytes_left -= shipped[0] * shipped[1] * channels
+            if self.pool_bytes_left < 0:
+                raise OpenAIError(
+                    400,
+                    f"{part.where}: the request's images need more than the frontend's whole image pool "
+                    f"({self.config.pool_bytes} bytes) at once, so it could never be served (pool_bytes)",
+                    param=part.where,
+                )
+
+    async def _decode_fetched(self, fetched: list[tuple[int, _Fetched]]) -> None:
+        """Decodes and publishes the request's fetched images (each with its
+        index in ``results``) in one batch on native threads, and puts each
+        one's new URL, or its error, in its place. Everything published goes
+        into ``published`` before any result is looked at, so whatever fails,
+        the request's end releases every slot."""
+        outcomes = await self.publisher.decode_and_publish_many(
+            [item.data for _, item in fetched],
+            mode=self.mode,
+            background=self.background,
+            layout=self.layout,
+            resize=self.resize,
+        )
+        done = perf_counter()
+        self.published.extend(outcome for outcome in outcomes if isinstance(outcome, Decoded))
+        for (index, item), outcome in zip(fetched, outcomes, strict=True):
+            assert not isinstance(outcome, PassThrough), "images are fetched only to be decoded here"
+            if isinstance(outcome, UnsupportedFormat):
+                # Not a format pixelwire decodes: the bytes already fetched go
+                # on to the worker, whose plug-in hands them to vLLM's loader.
+                self.metrics.handled("passthrough", 0)
+                self.results[index] = _bytes_url(item.data)
+            elif isinstance(outcome, Exception):
+                self.results[index] = outcome
+            else:
+                # Fetch and decode, as the request waited for them.
+                self.metrics.observe("nixl", done - item.started)
+                # Bytes at the decoded size, in the layout shipped.
+                source = outcome.resize["source"] if outcome.resize else outcome.shape[:2]
+                at_source = outcome.size * source[0] * source[1] // (outcome.shape[0] * outcome.shape[1])
+                self.metrics.handled("nixl", outcome.size, at_source)
+                self.results[index] = encode_reference(outcome.to_dict(), self.config.secret)
+
+    def _raise_first_failure(self) -> None:
+        """The request's answer when one of its media failed: the first one's error."""
+        for part, result in zip(self.parts, self.results, strict=True):
+            if isinstance(result, BaseException):
+                if not isinstance(result, Exception):
+                    raise result
+                self.metrics.failed(result)
+                raise _media_error(part, result)

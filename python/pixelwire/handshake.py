@@ -1,0 +1,207 @@
+"""The start-up handshake's content: the settings a worker's plug-in
+declares as the labels of ``pixelwire_worker_info`` on vLLM's /metrics, and
+how a frontend compares its own settings with them.
+
+What must agree depends on where images are decoded. At the frontend
+(references over NIXL): the worker must run the pixelwire connector, the
+same pixelwire version (the descriptor and its NIXL metadata are one
+release's format), a secret with the same fingerprint (or none on both
+sides, with ``PIXELWIRE_ALLOW_UNSIGNED=1`` on the worker), and, when the
+frontend resizes (``--model``), the same resize policy from
+``PIXELWIRE_MODEL``/``PIXELWIRE_MM_PROCESSOR_KWARGS``. At the worker (the
+frontend passes URLs on): a frontend that lets private addresses through
+(``--allow-private``) needs a plug-in that fetches them too
+(``PIXELWIRE_ALLOW_PRIVATE=1``); a vLLM without the plug-in fetches with its
+own loader, so there is nothing to compare.
+
+Image modes and backgrounds are not declared: the plug-in learns vLLM's
+``--media-io-kwargs`` per connector, not at start-up, so they stay checked
+per image (a 400 naming ``--media-io-kwargs``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from pixelwire.config import allow_private_from_env, allow_unsigned_from_env, secret_from_env
+from pixelwire.signing import secret_fingerprint
+from pixelwire.vllm import CONNECTOR_NAME
+
+if TYPE_CHECKING:
+    from pixelwire.config import FrontendConfig
+
+INFO_METRIC = "pixelwire_worker_info"
+# What a label missing from an older worker's info reads as.
+UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    """What a worker declares: pixelwire's version, VLLM_MEDIA_CONNECTOR,
+    the secret's fingerprint (``"none"`` without one), PIXELWIRE_ALLOW_UNSIGNED
+    and PIXELWIRE_ALLOW_PRIVATE (``"1"``/``"0"``) and the resize policy's
+    identity (``"none"`` without PIXELWIRE_MODEL)."""
+
+    version: str
+    connector: str
+    secret: str = UNKNOWN
+    unsigned: str = UNKNOWN
+    private: str = UNKNOWN
+    resize: str = UNKNOWN
+
+    @classmethod
+    def declared(cls, version: str, connector: str, resize: str) -> WorkerSettings:
+        """This process's settings, from its environment (read through
+        :mod:`pixelwire.config`), with its resize policy's identity."""
+        return cls(
+            version=version,
+            connector=connector,
+            secret=secret_fingerprint(secret_from_env()),
+            unsigned=_flag(allow_unsigned_from_env()),
+            private=_flag(allow_private_from_env()),
+            resize=resize,
+        )
+
+    def labels(self) -> dict[str, str]:
+        return {name: getattr(self, name) for name in INFO_LABELS}
+
+    @classmethod
+    def from_labels(cls, labels: dict[str, str]) -> WorkerSettings:
+        known = {name: labels[name] for name in INFO_LABELS if name in labels}
+        return cls(**{"version": UNKNOWN, "connector": UNKNOWN, **known})
+
+
+INFO_LABELS = ("version", "connector", "secret", "unsigned", "private", "resize")
+
+
+def _flag(value: bool) -> str:
+    return "1" if value else "0"
+
+
+def worker_settings_in(metrics_text: str) -> WorkerSettings | None:
+    """The settings a worker declares in vLLM's /metrics text; None when no
+    pixelwire plug-in shows there (not installed in that vLLM). Only the
+    info metric's lines are parsed, so nothing else on the page matters."""
+    lines = [line for line in metrics_text.splitlines() if INFO_METRIC in line]
+    try:
+        families = list(text_string_to_metric_families("\n".join(lines) + "\n"))
+    except ValueError:
+        return None
+    for family in families:
+        for sample in family.samples:
+            if sample.name == INFO_METRIC and sample.value == 1:
+                return WorkerSettings.from_labels(dict(sample.labels))
+    return None
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    """One setting the two sides disagree on: its label, each side's value,
+    and a message naming the variable or option that would change it."""
+
+    setting: str
+    frontend: str
+    worker: str
+    message: str
+
+
+NOT_THE_CONNECTOR = (
+    "the upstream vLLM does NOT run the pixelwire media connector: start it with pixelwire installed "
+    "and VLLM_MEDIA_CONNECTOR=pixelwire, or run this frontend with --decode-at worker"
+)
+
+
+def mismatches(config: FrontendConfig, worker: WorkerSettings | None, version: str) -> list[Mismatch]:
+    """Every setting on which a frontend (``config``, pixelwire ``version``)
+    and the worker that declared ``worker`` (None: no plug-in) disagree, in
+    the terms of the frontend's ``decode_at``."""
+    if config.decode_at == "worker":
+        if worker is None or worker.connector != CONNECTOR_NAME:
+            return []  # vLLM's own loader fetches: no plug-in guard to agree with
+        if config.allow_private and worker.private != "1":
+            return [
+                Mismatch(
+                    "private",
+                    "1",
+                    worker.private,
+                    "PIXELWIRE_ALLOW_PRIVATE differs: this frontend lets private addresses through "
+                    "(--allow-private) but the worker's plug-in refuses them (PIXELWIRE_ALLOW_PRIVATE unset "
+                    "on vLLM): set PIXELWIRE_ALLOW_PRIVATE=1 on vLLM, or drop --allow-private",
+                )
+            ]
+        return []
+    if worker is None or worker.connector != CONNECTOR_NAME:
+        selected = "none" if worker is None else worker.connector
+        return [
+            Mismatch(
+                "connector", CONNECTOR_NAME, selected, f"{NOT_THE_CONNECTOR} (its connector: {selected})"
+            )
+        ]
+    found: list[Mismatch] = []
+    if worker.version != version:
+        found.append(
+            Mismatch(
+                "version",
+                version,
+                worker.version,
+                f"pixelwire versions differ: frontend {version}, worker {worker.version}: install the same "
+                "pixelwire release on both sides",
+            )
+        )
+    found.extend(_secret_mismatches(config, worker))
+    if config.resize is not None and worker.resize != config.resize.identity:
+        ours = config.resize.identity
+        if worker.resize == "none":
+            message = (
+                f"PIXELWIRE_MODEL differs: this frontend resizes for {ours} (--model, --mm-processor-kwargs) "
+                "but the worker has no PIXELWIRE_MODEL to check it against: set PIXELWIRE_MODEL (and "
+                "PIXELWIRE_MM_PROCESSOR_KWARGS) on vLLM to its --model (and --mm-processor-kwargs), or start "
+                "the frontend without --model"
+            )
+        else:
+            message = (
+                f"the resize policies differ: this frontend resizes for {ours} (--model, "
+                f"--mm-processor-kwargs), the worker for {worker.resize} (PIXELWIRE_MODEL, "
+                "PIXELWIRE_MM_PROCESSOR_KWARGS): give the frontend the same --model and "
+                "--mm-processor-kwargs as vLLM"
+            )
+        found.append(Mismatch("resize", ours, worker.resize, message))
+    return found
+
+
+def _secret_mismatches(config: FrontendConfig, worker: WorkerSettings) -> list[Mismatch]:
+    ours = secret_fingerprint(config.secret)
+    if ours != worker.secret:
+        if ours == "none":
+            fix = "set the worker's PIXELWIRE_SECRET on the frontend too"
+        elif worker.secret == "none":
+            fix = "set the frontend's PIXELWIRE_SECRET on vLLM too"
+        else:
+            fix = "set the same PIXELWIRE_SECRET on both sides"
+        return [
+            Mismatch(
+                "secret",
+                ours,
+                worker.secret,
+                f"PIXELWIRE_SECRET differs: frontend fingerprint {ours}, worker {worker.secret}: {fix}",
+            )
+        ]
+    if ours == "none" and worker.unsigned != "1":
+        return [
+            Mismatch(
+                "unsigned",
+                "1",
+                worker.unsigned,
+                "PIXELWIRE_SECRET is unset on both sides and the worker refuses unsigned references "
+                "(PIXELWIRE_ALLOW_UNSIGNED unset on vLLM): set the same PIXELWIRE_SECRET on both sides, or "
+                "PIXELWIRE_ALLOW_UNSIGNED=1 on vLLM if every client that can reach it is trusted",
+            )
+        ]
+    return []
+
+
+# Every setting a mismatch can name, for metrics that show each one.
+SETTINGS = ("connector", "version", "secret", "unsigned", "resize", "private")

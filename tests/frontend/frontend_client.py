@@ -1,0 +1,97 @@
+"""A client of `pixelwire frontend` (the aiohttp proxy) under test: starting
+one, the chat bodies sent to it, its answers and the metrics it reports."""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import json
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import stack
+from reference import CORPUS, vllm_load
+
+# Signs what the frontends under test mint; the upstream checks it.
+SECRET = b"frontend-test-secret"
+
+
+def started_frontend(log_dir: Path, upstream_url: str, *args: str) -> stack.Service:
+    """A frontend in front of ``upstream_url``, signing with :data:`SECRET`,
+    fetching only from images.test unless ``args`` say otherwise, ready."""
+    env = {"PIXELWIRE_SECRET": SECRET.decode()}
+    service = stack.start_frontend(
+        "frontend", log_dir, upstream_url, "--allowed-domains", "images.test", *args, env=env
+    )
+    service.wait_ready("/metrics", timeout=60)
+    return service
+
+
+def post(service: stack.Service, body: dict[str, Any], timeout: float = 30) -> tuple[int, Any]:
+    """A chat completion: the status and the raw answer, or an error's JSON."""
+    request = urllib.request.Request(
+        f"{service.url}/v1/chat/completions",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as e:
+        with e:
+            return e.code, json.loads(e.read())
+
+
+def send(
+    service: stack.Service, path: str, body: bytes | dict[str, Any] | None = None, method: str = "POST"
+) -> tuple[int, dict[str, str], bytes]:
+    """One request with the path exactly as spelt (urllib would not touch it
+    either, but http.client does not follow redirects)."""
+    connection = http.client.HTTPConnection("127.0.0.1", service.port, timeout=60)
+    try:
+        data = json.dumps(body).encode() if isinstance(body, dict) else body
+        connection.request(method, path, body=data, headers={"Content-Type": "application/json"})
+        response = connection.getresponse()
+        return response.status, dict(response.getheaders()), response.read()
+    finally:
+        connection.close()
+
+
+def chat(*urls: str, model: str = "m", **extra: Any) -> dict[str, Any]:
+    """A chat body of one user turn: an image_url part for each URL, then text."""
+    parts = [{"type": "image_url", "image_url": {"url": u}} for u in urls]
+    return {
+        "model": model,
+        "messages": [{"role": "user", "content": [*parts, {"type": "text", "text": "hi"}]}],
+        **extra,
+    }
+
+
+def user(*content: dict[str, Any]) -> list[dict[str, Any]]:
+    """``messages`` of one user turn holding ``content``."""
+    return [{"role": "user", "content": list(content)}]
+
+
+def expected(name: str, **kwargs: Any) -> dict[str, Any]:
+    """What the upstream reports for a corpus image read over NIXL, had
+    vLLM's own loader decoded it."""
+    _, pixels = vllm_load((CORPUS / name).read_bytes(), **kwargs)
+    return {"shape": list(pixels.shape), "sha": hashlib.sha256(np.ascontiguousarray(pixels)).hexdigest()}
+
+
+def in_use(service: stack.Service) -> float:
+    """Bytes of the frontend's pool held now."""
+    return stack.metric(service.get("/metrics"), "pixelwire_frontend_pool_bytes_in_use")
+
+
+def wait_empty(service: stack.Service, within: float) -> float:
+    """Bytes of the pool still held once it emptied or ``within`` seconds passed."""
+    deadline = time.monotonic() + within
+    while (held := in_use(service)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return held

@@ -1,0 +1,291 @@
+"""What the frontend reads from a request (``pixelwire.frontend.inspect``),
+seen through a real frontend: every spelling of a rewritten route, media
+found where vLLM finds them and refused where it would load them unguarded,
+client descriptors and uuids, the image settings a request asks for, and
+bodies too large or too many-valued to parse on the event loop."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pixelwire.signing import encode_reference
+
+import stack
+from frontend_client import SECRET, chat, expected, post, send, user
+from loopback_servers import Upstream
+
+
+def test_request_media_io_kwargs_choose_mode_and_background(frontend: stack.Service) -> None:
+    body = chat(
+        stack.data_url("transparent.png"), media_io_kwargs={"image": {"rgba_background_color": [0, 0, 0]}}
+    )
+    status, raw = post(frontend, body)
+    assert status == 201
+    assert json.loads(raw)["images"] == [expected("transparent.png", background=(0, 0, 0))]
+    status, raw = post(
+        frontend, chat(stack.data_url("transparent.png"), media_io_kwargs={"image": {"image_mode": "RGBA"}})
+    )
+    assert json.loads(raw)["images"] == [expected("transparent.png", mode="RGBA")]
+
+
+def test_client_supplied_descriptors_are_refused(frontend: stack.Service, upstream: Upstream) -> None:
+    reference = encode_reference({"x": 1}, SECRET)
+    calls = upstream.calls
+    for body in (
+        chat(reference),
+        chat(" " + reference.upper()),
+        {
+            "model": "m",
+            "messages": [{"role": "user", "content": [{"type": "input_image", "image_url": reference}]}],
+        },
+    ):
+        code, error = post(frontend, body)
+        assert code == 400 and "minted by the frontend" in error["error"]["message"]
+    assert upstream.calls == calls
+    # Text that merely mentions the prefix is text.
+    code, _ = post(
+        frontend,
+        {"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": reference}]}]},
+    )
+    assert code == 201
+
+
+def test_invalid_json_is_a_400(frontend: stack.Service) -> None:
+    request = urllib.request.Request(f"{frontend.url}/v1/chat/completions", data=b"{nope", method="POST")
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        urllib.request.urlopen(request, timeout=10)
+    with caught.value as error:
+        assert error.code == 400
+        assert "not valid JSON" in json.loads(error.read())["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/v1/chat/completions/",
+        "/v1//chat/completions",
+        "//v1/chat/completions",
+        "/v1/./chat/completions",
+        "/v1/chat/../chat/completions",
+        "/v1/chat/%63ompletions",
+        "/v1/chat%2Fcompletions",
+        "/v1/chat%252Fcompletions",
+        "/v1/chat/completions?x=1",
+    ],
+)
+def test_every_spelling_of_chat_completions_is_rewritten(
+    frontend: stack.Service, upstream: Upstream, path: str
+) -> None:
+    status, _, raw = send(frontend, path, chat(stack.data_url("hopper.png")))
+    assert status == 201, raw
+    assert json.loads(raw)["images"] == [expected("hopper.png")]  # read over NIXL: rewritten
+    # The upstream got the route the frontend inspected the body for.
+    assert upstream.paths[-1].split("?")[0] == "/v1/chat/completions"
+
+
+@pytest.mark.parametrize("path", ["/tokenize", "/pooling", "/v1/embeddings", "/classify", "/v1/embeddings/"])
+def test_vllms_other_chat_shaped_routes_are_rewritten(
+    frontend: stack.Service, upstream: Upstream, path: str
+) -> None:
+    status, _, raw = send(frontend, path, chat(stack.data_url("hopper.png")))
+    assert status == 201, raw
+    assert json.loads(raw)["images"] == [expected("hopper.png")]
+    assert upstream.paths[-1] == path.rstrip("/")
+
+
+def test_image_parts_vllm_loads_without_the_image_url_type_are_rewritten(frontend: stack.Service) -> None:
+    url = stack.data_url("hopper.png")
+    content = [
+        {"type": "input_image", "image_url": url},  # the Responses spelling, which vLLM's chat parser takes
+        {"image_url": {"url": url}},  # no type: vLLM's parser reads image_url
+        {"type": "image_url", "image_url": {"url": url}, "uuid": "u1"},  # uuid: the untyped branch
+        {"type": "text", "text": "hi"},
+    ]
+    status, raw = post(frontend, {"model": "m", "messages": [{"role": "user", "content": content}]})
+    assert status == 201, raw
+    assert json.loads(raw)["images"] == [expected("hopper.png")] * 3
+
+
+_REF = encode_reference({"x": 1}, SECRET)
+_URL = "https://images.test/a.png"
+_PART = {"type": "image_url", "image_url": {"url": _URL}}
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/v1/responses", {"model": "m", "input": user({"type": "input_image", "image_url": _URL})}),
+        ("/v1/messages", {"model": "m", "messages": user({"type": "image", "source": {"url": _URL}})}),
+        ("/v1/messages/count_tokens", {"model": "m", "messages": user({"type": "image", "source": {}})}),
+        ("/v1/chat/completions/batch", {"model": "m", "messages": [user(_PART)]}),
+        ("/v1/chat/completions/render", chat(_URL)),
+        ("/v1/score", {"model": "m", "queries": "q", "documents": {"content": [_PART]}}),
+        ("/rerank", {"model": "m", "query": "q", "documents": {"content": [_PART]}}),
+        ("/v2/embed", {"model": "m", "images": ["data:image/png;base64,AA=="]}),
+        ("/cohere/v2/chat", {"model": "m", "messages": user(_PART)}),
+        ("/invocations", chat(_URL)),
+        (
+            "/invocations",
+            {"model": "m", "messages": user({"type": "video_url", "video_url": {"url": _URL}})},
+        ),
+        ("/v1/chat/completions/batch", {"model": "m", "messages": [user({"video_url": _URL})]}),
+        ("/v1/chat/completions/batch", {"model": "m", "messages": [user({"audio_url": {"url": _URL}})]}),
+        ("/v1/chat/completions/batch", {"model": "m", "messages": [user({"image_url": None, "uuid": "u"})]}),
+        ("/v1/chat/completions/batch", {"model": "m", "messages": [user({"type": "input_audio"})]}),
+        ("/v1/completions", {"model": "m", "prompt": {"prompt": "x", "multi_modal_data": {"image": _URL}}}),
+        ("/v1/completions", {"model": "m", "prompt": _REF}),
+        ("/v1/responses", {"model": "m", "input": " " + _REF.upper()}),
+        ("/v1/chat/completions", {"model": "m", "messages": [], "extra": {"url": _REF}}),
+    ],
+)
+def test_other_routes_refuse_images_and_descriptors(
+    frontend: stack.Service, upstream: Upstream, path: str, body: dict[str, Any]
+) -> None:
+    seen = len(upstream.paths)
+    status, _, raw = send(frontend, path, body)
+    assert status == 400, raw
+    error = json.loads(raw)["error"]
+    assert error["type"] == "BadRequestError" and error["param"]
+    if path != "/v1/chat/completions":
+        assert path in error["message"]  # names the route it refuses images on
+    assert len(upstream.paths) == seen  # never forwarded
+
+
+def test_text_only_bodies_on_other_routes_pass_untouched(frontend: stack.Service, upstream: Upstream) -> None:
+    body = b'{"model": "m",  "prompt": "describe image_url", "n": 1}'
+    status, _, _ = send(frontend, "/v1/completions", body)
+    assert status == 404  # the test upstream has no such route: its answer, passed back
+    assert upstream.paths[-1] == "/v1/completions"
+    # A tool whose parameters name an image_url is not an image.
+    schema = {"properties": {"image_url": {"type": "string"}, "images": {"type": "array"}}}
+    tool = {"type": "function", "function": {"name": "f", "parameters": schema}}
+    status, _, _ = send(frontend, "/v1/responses", {"model": "m", "input": "hi", "tools": [tool]})
+    assert status == 404 and upstream.paths[-1] == "/v1/responses"
+    status, _ = post(
+        frontend, {"model": "m", "messages": user({"type": "text", "text": "x"}), "tools": [tool]}
+    )
+    assert status == 201
+    status, _, _ = send(frontend, "/v1/audio/transcriptions", b"not json at all")
+    assert status == 404 and upstream.paths[-1] == "/v1/audio/transcriptions"
+
+
+def test_a_body_of_too_many_json_values_is_refused_before_parsing(frontend: stack.Service) -> None:
+    # 64 MiB of `{},` would take the Python scanner ~45 s of CPU; the bound
+    # (1 + every `{`, `[` and `,`) refuses it unread, naming the limit.
+    body = b"[" + b"{}," * 3_000_000 + b"{}]"
+    status, _, raw = send(frontend, "/v1/chat/completions", body)
+    message = json.loads(raw)["error"]["message"]
+    assert status == 400 and "max_json_values" in message and "500000" in message, message
+    status, _, raw = send(frontend, "/v1/models", body, method="GET")
+    assert status == 400 and "max_json_values" in json.loads(raw)["error"]["message"]  # every route
+    # Just under the bound is parsed (and refused for what it is).
+    body = b"[" + b"{}," * 249_998 + b"{}]"
+    status, _, raw = send(frontend, "/v1/chat/completions", body)
+    assert status == 400 and "JSON object" in json.loads(raw)["error"]["message"]
+
+
+def test_a_large_body_does_not_freeze_the_loop(upstream: Upstream, tmp_path: Path) -> None:
+    # 6 MB of `{},` (4 million values; this frontend's max_json_values lets
+    # them in): parsed on the event loop, every other request would wait for
+    # it (for 1.1 s at 9 MB), so /metrics could not answer until the big
+    # request had its answer. The body is large enough that its parse takes
+    # well over a second even on a fast, idle machine, so the count of
+    # answers meanwhile is far from the threshold either way.
+    frontend = stack.start_frontend(
+        "large-body", tmp_path, upstream.url, "--max-json-values", str(10_000_000),
+        env={"PIXELWIRE_SECRET": SECRET.decode()},
+    )  # fmt: skip
+    frontend.wait_ready("/metrics", timeout=60)
+    try:
+        _answers_while_a_large_body_is_parsed(frontend)
+    finally:
+        frontend.stop()
+
+
+def _answers_while_a_large_body_is_parsed(frontend: stack.Service) -> None:
+    body = b"[" + b"{}," * 2_000_000 + b"{}]"
+    sent, answered = threading.Event(), threading.Event()
+    reply: list[bytes] = []
+
+    def big() -> None:
+        with socket.create_connection(("127.0.0.1", frontend.port)) as sock:
+            head = f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n\r\n"
+            sock.sendall(head.encode() + body)
+            sent.set()
+            sock.settimeout(60)
+            reply.append(sock.recv(65536))
+            answered.set()
+
+    thread = threading.Thread(target=big)
+    thread.start()
+    assert sent.wait(60)
+    before = 0  # /metrics answers that came while the big body was still being parsed
+    while not answered.is_set():
+        frontend.get("/metrics")
+        before += not answered.is_set()
+    thread.join(60)
+    assert reply and b" 400 " in reply[0].split(b"\r\n")[0] and b"JSON object" in reply[0]
+    assert before >= 10, before
+    print(f"{before} /metrics answers while the body was parsed")
+
+
+def _peak_rss_mib(pid: int) -> float:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(status.split("VmHWM:")[1].split()[0]) / 1024
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/completions"])
+def test_a_body_of_one_long_key_and_many_values_costs_memory_linear_in_it(
+    frontend: stack.Service, path: str
+) -> None:
+    """A 251 KiB body: a 125,000-character key holding 42,000 empty lists.
+    Spelling every value's path before looking at it took the frontend to
+    5.6 GB of memory and blocked its loop for 4.7 s; the walk spells a path
+    only for a hit, and a body of many values is walked off the loop."""
+    key = "k" * 125_000
+    raw = json.dumps({"model": "m", "messages": [], key: [[] for _ in range(42_000)]}).encode()
+    before = _peak_rss_mib(frontend.pid)
+    answers = []
+    for _ in range(3):
+        status, _, _ = send(frontend, path, raw)
+        answers.append(status)
+    grown = _peak_rss_mib(frontend.pid) - before
+    print(f"\n  {len(raw) >> 10} KiB body x3 on {path}: peak RSS grew {grown:.0f} MiB; answers {answers}")
+    assert all(status in (201, 404) for status in answers), answers  # forwarded: the upstream's answer
+    assert grown < 200
+
+
+def test_client_uuids_never_reach_vllm(frontend: stack.Service, upstream: Upstream) -> None:
+    """vLLM uses a part's uuid as its cache key as given: one client could
+    have another's cached image answered for its own. The frontend takes
+    every uuid out; a part that only names a cached item is refused."""
+    url = stack.data_url("hopper.png")
+    content = [
+        {"type": "image_url", "image_url": {"url": url}, "uuid": "victims-key"},
+        {"image_url": url, "uuid": "other-key"},
+        {"type": "image_url", "image_url": url, "uuid": "string-url"},  # read untyped with its uuid
+    ]
+    status, raw = post(frontend, {"model": "m", "messages": user(*content)})
+    assert status == 201, raw
+    assert "uuid" not in json.dumps(upstream.bodies[-1])
+    assert json.loads(raw)["images"] == [expected("hopper.png")] * 3
+    calls = upstream.calls
+    for part in (
+        {"type": "image_url", "image_url": None, "uuid": "victims-key"},
+        {"image_url": None, "uuid": "victims-key"},
+        {"type": "video_url", "video_url": None, "uuid": "victims-key"},
+        {"type": "image_embeds", "uuid": "victims-key"},
+        {"type": "text", "text": "hi", "uuid": "victims-key"},
+    ):
+        status, answer = post(frontend, {"model": "m", "messages": user(part)})
+        assert status == 400, (part, answer)
+        assert answer["error"]["param"] == "messages[0].content[0]", answer
+    assert upstream.calls == calls

@@ -1,0 +1,191 @@
+"""The frontend's half of the handshake (``pixelwire.frontend.upstream_watch``),
+through a real frontend in front of a fake vLLM whose /metrics the test
+controls: each disagreement refuses image requests with a 502 naming the
+setting on each side, logs one line per change, shows on /health and the
+metrics, and ends as soon as the worker is fixed; a plug-in refusal makes
+the frontend look again at once."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pixelwire.resize import ResizePolicy
+from pixelwire.signing import secret_fingerprint
+
+import stack
+from frontend_client import SECRET, chat, expected, post, started_frontend
+from loopback_servers import INFO, Upstream, worker_info
+
+TEXT = {"model": "m", "messages": [{"role": "user", "content": "text only"}]}
+QWEN = {"image_processor_type": "Qwen2VLImageProcessor", "patch_size": 14, "merge_size": 2,
+        "min_pixels": 3136, "max_pixels": 12845056, "resample": 3}  # fmt: skip
+
+
+@pytest.fixture
+def worker() -> Iterator[Upstream]:
+    """A fake vLLM of this test's own, since the test changes what it declares."""
+    u = Upstream()
+    yield u
+    u.close()
+
+
+def _model(tmp_path: Path) -> Path:
+    folder = tmp_path / "model"
+    folder.mkdir(exist_ok=True)
+    (folder / "preprocessor_config.json").write_text(json.dumps(QWEN))
+    return folder
+
+
+def _health(service: stack.Service) -> tuple[int, dict[str, Any]]:
+    try:
+        with urllib.request.urlopen(f"{service.url}/health", timeout=10) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as e:
+        with e:
+            return e.code, json.loads(e.read())
+
+
+def _until(check: Any, within: float = 10.0) -> None:
+    deadline = time.monotonic() + within
+    while not check():
+        assert time.monotonic() < deadline, "not within the time"
+        time.sleep(0.1)
+
+
+def _cases(tmp_path: Path) -> dict[str, tuple[list[str], str, str]]:
+    """Each disagreement: the frontend's options, the worker's info line, and
+    what the refusal says (the setting with each side's value)."""
+    model = _model(tmp_path)
+    policy = ResizePolicy.from_pretrained(model)
+    assert policy is not None
+    kwargs = {"max_pixels": 1 << 20}
+    other = ResizePolicy.from_pretrained(model, kwargs)
+    assert other is not None
+    return {
+        "secret": ([], worker_info(secret="0123456789abcdef"),
+                   f"PIXELWIRE_SECRET differs: frontend fingerprint {secret_fingerprint(SECRET)}, "
+                   "worker 0123456789abcdef"),
+        "version": ([], worker_info(version="0.0.1"), "worker 0.0.1"),
+        "model": (["--model", str(model)], worker_info(), "no PIXELWIRE_MODEL"),
+        "kwargs": (["--model", str(model), "--mm-processor-kwargs", json.dumps(kwargs)],
+                   worker_info(resize=policy.identity),
+                   f"this frontend resizes for {other.identity} (--model, --mm-processor-kwargs), the worker "
+                   f"for {policy.identity}"),
+        "private": (["--decode-at", "worker", "--allow-private"], worker_info(private="0"),
+                    "PIXELWIRE_ALLOW_PRIVATE differs"),
+    }  # fmt: skip
+
+
+def _fixed(case: str, tmp_path: Path) -> str:
+    """The info line of the same worker, fixed to agree."""
+    model = _model(tmp_path)
+    if case in ("model", "kwargs"):
+        policy = ResizePolicy.from_pretrained(model, {"max_pixels": 1 << 20} if case == "kwargs" else None)
+        assert policy is not None
+        return worker_info(resize=policy.identity)
+    return worker_info(private="1") if case == "private" else INFO
+
+
+@pytest.mark.parametrize("case", ["secret", "version", "model", "kwargs", "private"])
+def test_a_disagreeing_worker_refuses_images_until_it_is_fixed(
+    case: str, worker: Upstream, tmp_path: Path
+) -> None:
+    args, info, words = _cases(tmp_path)[case]
+    worker.metrics_text = info
+    service = started_frontend(tmp_path, worker.url, *args)
+    try:
+        url = stack.data_url("hopper.png")
+        for _ in range(3):
+            status, body = post(service, chat(url))
+            assert status == 502 and words in body["error"]["message"], body
+            assert body["error"]["type"] == "BadGatewayError"
+        assert worker.calls == 0, "nothing reached vLLM"
+        status, _ = post(service, TEXT)
+        assert status == 201, "text requests still go through"
+        lines = service.tail(400).splitlines()
+        disagreeing = [line for line in lines if "disagrees with this frontend" in line]
+        assert len(disagreeing) == 1 and words in disagreeing[0], disagreeing
+        status, health = _health(service)
+        assert status == 200, "the status is vLLM's own"
+        handshake = health["handshake"]
+        assert handshake["agreement"] is False and handshake["plugin_seen"] is True
+        (mismatch,) = handshake["mismatches"]
+        setting = "resize" if case in ("model", "kwargs") else case
+        assert mismatch["setting"] == setting and words in mismatch["message"]
+        metrics = service.get("/metrics")
+        assert stack.metric(metrics, "pixelwire_frontend_upstream_agreement") == 0
+        assert stack.metric(metrics, "pixelwire_frontend_upstream_mismatch", setting=setting) == 1
+        # The worker is fixed (restarted with the frontend's settings): an
+        # image request a moment later (HANDSHAKE_RECHECK_AGE) is served,
+        # not one a periodic check later.
+        worker.metrics_text = _fixed(case, tmp_path)
+        time.sleep(0.3)
+        status, raw = post(service, chat(url))
+        assert status == 201, raw
+        if case != "private":
+            read = json.loads(raw)["images"][0]
+            assert "sha" in read
+        assert "agrees with this frontend" in service.tail(400)
+        metrics = service.get("/metrics")
+        assert stack.metric(metrics, "pixelwire_frontend_upstream_agreement") == 1
+        assert stack.metric(metrics, "pixelwire_frontend_upstream_mismatch", setting=setting) == 0
+        assert _health(service)[1]["handshake"]["mismatches"] == []
+    finally:
+        service.stop()
+
+
+def test_a_plugin_refusal_makes_the_frontend_look_again_at_once(worker: Upstream, tmp_path: Path) -> None:
+    """The worker restarts with another secret while the frontend agrees
+    with its old one: the first refusal (a 400 from the plug-in) goes back to
+    the client and counts as refused, and the frontend checks at once, not
+    at its next periodic check (30 s)."""
+    service = started_frontend(tmp_path, worker.url)
+    try:
+        url = stack.data_url("hopper.png")
+        status, raw = post(service, chat(url))
+        assert status == 201 and json.loads(raw)["images"] == [expected("hopper.png")]
+        worker.metrics_text = worker_info(secret="fedcba9876543210")
+        worker.refuse_with = "pixelwire: descriptor reference signature does not match"
+        status, body = post(service, chat(url))
+        assert status == 400 and "signature" in body["error"]["message"]
+        metrics = service.get("/metrics")
+        assert stack.metric(metrics, "pixelwire_frontend_images_refused_upstream_total", path="nixl") == 1
+        mismatch = "pixelwire_frontend_upstream_mismatch"
+        _until(lambda: stack.metric(service.get("/metrics"), mismatch, setting="secret") == 1, within=5)
+        status, body = post(service, chat(url))
+        assert status == 502 and "PIXELWIRE_SECRET differs" in body["error"]["message"]
+    finally:
+        service.stop()
+
+
+def test_health_is_answered_by_the_frontend(worker: Upstream, tmp_path: Path) -> None:
+    """GET /health carries vLLM's own status and the handshake's state; with
+    vLLM down it is a 502 saying so."""
+    service = started_frontend(tmp_path, worker.url)
+    try:
+        _until(lambda: _health(service)[1]["handshake"]["agreement"] is True)
+        status, health = _health(service)
+        assert status == 200
+        assert health["upstream"] == {"reachable": True, "health_status": 200}
+        assert health["decode_at"] == "frontend"
+        assert health["handshake"]["plugin_seen"] is True and health["handshake"]["connector"] == "pixelwire"
+        worker.health_status = 503
+        assert _health(service)[0] == 503
+    finally:
+        service.stop()
+    down = started_frontend(tmp_path, f"http://127.0.0.1:{stack.free_port()}")
+    try:
+        status, health = _health(down)
+        assert status == 502 and health["upstream"]["reachable"] is False
+        assert health["handshake"]["agreement"] is False
+        assert stack.metric(down.get("/metrics"), "pixelwire_frontend_upstream_agreement") == 0
+    finally:
+        down.stop()

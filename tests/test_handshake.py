@@ -1,0 +1,98 @@
+"""The handshake's content (``pixelwire.handshake``): what a worker's info
+labels say, and each setting a frontend and a worker can disagree on, named
+with the variable or option that would change it."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+import pixelwire
+from pixelwire.config import FrontendConfig
+from pixelwire.handshake import WorkerSettings, mismatches, worker_settings_in
+from pixelwire.resize import ResizePolicy
+from pixelwire.signing import secret_fingerprint
+
+SECRET = b"handshake-secret"
+VERSION = pixelwire.__version__
+POLICY = ResizePolicy("smart", factor=28, min_pixels=3136, max_pixels=1 << 20)
+AGREEING = WorkerSettings(
+    version=VERSION, connector="pixelwire", secret=secret_fingerprint(SECRET), unsigned="0", private="0",
+    resize="none",
+)  # fmt: skip
+
+
+def _frontend(**settings: object) -> FrontendConfig:
+    return FrontendConfig(upstream="http://vllm", **{"secret": SECRET, **settings})  # type: ignore[arg-type]
+
+
+def _worker(**labels: str) -> WorkerSettings:
+    return dataclasses.replace(AGREEING, **labels)
+
+
+def test_a_worker_with_the_same_settings_agrees() -> None:
+    assert mismatches(_frontend(), AGREEING, VERSION) == []
+    # A frontend that does not resize ships full resolution, which any worker takes.
+    assert mismatches(_frontend(), _worker(resize=POLICY.identity), VERSION) == []
+    assert mismatches(_frontend(resize=POLICY), _worker(resize=POLICY.identity), VERSION) == []
+    # Unsigned on both sides, the worker accepting them.
+    assert mismatches(_frontend(secret=None), _worker(secret="none", unsigned="1"), VERSION) == []
+
+
+@pytest.mark.parametrize(
+    ("frontend", "worker", "setting", "words"),
+    [
+        ({}, {"connector": "http"}, "connector", "VLLM_MEDIA_CONNECTOR=pixelwire"),
+        ({}, {"version": "0.0.1"}, "version", f"frontend {VERSION}, worker 0.0.1"),
+        ({}, {"secret": "0123456789abcdef"}, "secret", "PIXELWIRE_SECRET differs: frontend fingerprint"),
+        ({}, {"secret": "none", "unsigned": "1"}, "secret", "set the frontend's PIXELWIRE_SECRET on vLLM"),
+        ({"secret": None}, {}, "secret", "worker " + secret_fingerprint(SECRET)),
+        ({"secret": None}, {"secret": "none"}, "unsigned", "PIXELWIRE_ALLOW_UNSIGNED=1"),
+        ({"resize": POLICY}, {}, "resize", "no PIXELWIRE_MODEL"),
+        ({"resize": POLICY}, {"resize": "fixed:224x224:torchvision:bicubic"}, "resize",
+         "--mm-processor-kwargs"),
+    ],
+    ids=["connector", "version", "secret", "secret-unset-on-worker", "secret-unset-on-frontend", "unsigned",
+         "model", "kwargs"],
+)  # fmt: skip
+def test_each_disagreement_is_named(
+    frontend: dict[str, object], worker: dict[str, str], setting: str, words: str
+) -> None:
+    found = mismatches(_frontend(**frontend), _worker(**worker), VERSION)
+    assert [m.setting for m in found] == [setting]
+    assert words in found[0].message, found[0].message
+
+
+def test_a_vllm_without_the_plugin_disagrees_in_frontend_mode_only() -> None:
+    (found,) = mismatches(_frontend(), None, VERSION)
+    assert found.setting == "connector" and "VLLM_MEDIA_CONNECTOR=pixelwire" in found.message
+    # In worker mode vLLM's own loader fetches the URLs: nothing to agree on.
+    assert mismatches(_frontend(decode_at="worker", allow_private=True), None, VERSION) == []
+
+
+def test_worker_mode_compares_the_private_address_policy_only() -> None:
+    worker_mode = _frontend(decode_at="worker", secret=None, resize=POLICY)
+    stranger = _worker(version="0.0.1", secret="none", resize="none")
+    assert mismatches(worker_mode, stranger, VERSION) == []
+    (found,) = mismatches(dataclasses.replace(worker_mode, allow_private=True), stranger, VERSION)
+    assert found.setting == "private"
+    assert "--allow-private" in found.message and "PIXELWIRE_ALLOW_PRIVATE=1" in found.message
+    allowing = dataclasses.replace(worker_mode, allow_private=True)
+    assert mismatches(allowing, _worker(private="1"), VERSION) == []
+
+
+def test_the_info_line_is_read_from_metrics_text() -> None:
+    labels = AGREEING.labels()
+    text = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    page = (
+        "# HELP vllm:x y\nvllm:x 3.0\n# TYPE pixelwire_worker_info gauge\n"
+        f"pixelwire_worker_info{{{text}}} 1.0\n"
+    )
+    assert worker_settings_in(page) == AGREEING
+    assert worker_settings_in("vllm:x 3.0\n") is None
+    assert worker_settings_in(page.replace("} 1.0", "} 0.0")) is None
+    # An older plug-in, with only version and connector: the rest reads unknown.
+    older = worker_settings_in('pixelwire_worker_info{version="0.0.1",connector="pixelwire"} 1.0\n')
+    assert older is not None and older.secret == "unknown"
+    assert {m.setting for m in mismatches(_frontend(), older, VERSION)} >= {"version", "secret"}
