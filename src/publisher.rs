@@ -71,6 +71,9 @@ pub struct Published {
     /// grows; a reader keeps the newest it has seen).
     pub metadata: String,
     pub metadata_version: u64,
+    /// The last version at which a region was deregistered: a reader that
+    /// has loaded this version or a later one may add what is new to it.
+    pub metadata_pruned: u64,
 }
 
 /// One image of a [`Publisher::publish_many`] batch.
@@ -113,11 +116,21 @@ pub struct Counters {
     pub stale_notifications: AtomicU64,
 }
 
+/// The agent's metadata as shipped in descriptors.
+#[derive(Clone)]
+struct Metadata {
+    version: u64,
+    /// The registered set's [`crate::region::RegisteredPool::pruned`] when
+    /// the metadata was exported.
+    pruned: u64,
+    packed: String,
+}
+
 struct Shared {
     // Field order is drop order: regions deregister before the agent goes.
     slots: SlotPool,
-    /// (version, packed metadata), replaced only by a newer version.
-    metadata: RwLock<(u64, String)>,
+    /// The agent metadata, replaced only by a newer version.
+    metadata: RwLock<Metadata>,
     counters: Counters,
     stop: AtomicBool,
     config: PublisherConfig,
@@ -149,7 +162,11 @@ impl Publisher {
         let metadata = wire::pack_metadata(&agent.local_metadata()?);
         let shared = Arc::new(Shared {
             slots: SlotPool::new(config.pool_bytes, config.region_bytes),
-            metadata: RwLock::new((0, metadata)),
+            metadata: RwLock::new(Metadata {
+                version: 0,
+                pruned: 0,
+                packed: metadata,
+            }),
             counters: Counters::default(),
             stop: AtomicBool::new(false),
             config,
@@ -173,7 +190,7 @@ impl Publisher {
     /// `"b64:" + base64(zlib(agent metadata))`, recomputed only when the
     /// registered set changes.
     pub fn metadata(&self) -> String {
-        self.shared.metadata.read().1.clone()
+        self.shared.metadata.read().packed.clone()
     }
 
     pub fn counters(&self) -> &Counters {
@@ -260,7 +277,11 @@ impl Publisher {
                 .start_lease(slot.id, slot.generation, now + lease);
             taken.leased = true;
         }
-        let (version, metadata) = self.shared.metadata.read().clone();
+        let Metadata {
+            version,
+            pruned,
+            packed: metadata,
+        } = self.shared.metadata.read().clone();
         debug_assert!(version >= metadata_version);
         self.shared
             .counters
@@ -278,6 +299,7 @@ impl Publisher {
             expires_at: unix + (lease - read_margin(lease)).as_secs_f64(),
             metadata,
             metadata_version: version,
+            metadata_pruned: pruned,
         })
     }
 
@@ -486,7 +508,7 @@ impl Shared {
                 )));
             }
         };
-        if self.metadata.read().0 < a.version {
+        if self.metadata.read().version < a.version {
             let packed = match self.agent.local_metadata() {
                 Ok(raw) => wire::pack_metadata(&raw),
                 Err(e) => {
@@ -494,10 +516,17 @@ impl Shared {
                     return Err(e);
                 }
             };
+            // Read after the export, so it covers every removal the export
+            // reflects (a later one only makes it larger: readers reconnect).
+            let pruned = self.slots.lock().pruned();
             let mut current = self.metadata.write();
             // Exported after the change, so it describes at least a.version.
-            if current.0 < a.version {
-                *current = (a.version, packed);
+            if current.version < a.version {
+                *current = Metadata {
+                    version: a.version,
+                    pruned,
+                    packed,
+                };
             }
         }
         Ok((a.slot, a.region, a.version))

@@ -60,6 +60,10 @@ pub struct Source {
     /// Ordered versions of a frontend's metadata (pixelwire descriptors);
     /// `None`: only equal metadata is known to be current.
     pub metadata_version: Option<u64>,
+    /// The last version of the frontend's metadata that dropped a region:
+    /// a reader that has loaded it (or later) adds what is new without
+    /// reconnecting. `None`: unknown, reconnect.
+    pub metadata_pruned: Option<u64>,
     pub addr: usize,
     pub len: usize,
     pub content_hash: Option<String>,
@@ -182,6 +186,11 @@ impl Reader {
     pub fn quarantined(&self) -> (usize, usize) {
         self.end_quarantines(&mut self.slots.lock());
         (self.quarantine.len(), self.foreign.quarantined_count())
+    }
+
+    /// Loads of frontends' metadata: (connects, merges without reconnecting).
+    pub fn remote_load_counts(&self) -> (u64, u64) {
+        self.remotes.load_counts()
     }
 
     /// Frontends whose metadata is loaded right now.

@@ -225,6 +225,10 @@ pub struct RegisteredPool {
     growing: usize,
     /// Bumped whenever the registered set changes (the agent's metadata).
     version: u64,
+    /// The version at which a region was last deregistered (0: never):
+    /// between later versions the set only grew, so a reader that knows an
+    /// older set may add the new regions to it instead of reconnecting.
+    pruned: u64,
 }
 
 /// A slot and the region it lives in.
@@ -254,11 +258,16 @@ impl RegisteredPool {
             region_bytes: region_bytes.max(1),
             growing: 0,
             version: 0,
+            pruned: 0,
         }
     }
 
     pub fn version(&self) -> u64 {
         self.version
+    }
+
+    pub fn pruned(&self) -> u64 {
+        self.pruned
     }
 
     pub fn region(&self, index: usize) -> &HostRegion {
@@ -300,6 +309,7 @@ impl RegisteredPool {
             }
             if freed > 0 {
                 self.version += 1;
+                self.pruned = self.version;
             }
             if used - freed + size > self.cap {
                 return Step::Wait;

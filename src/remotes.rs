@@ -3,6 +3,15 @@
 //! frontend's registered set changed) or after a failed transfer; a reload
 //! waits for the reads in flight against that frontend and no read starts
 //! during one, so no read ever sees a frontend half-reloaded.
+//!
+//! A newer version whose changes only added regions (no region dropped
+//! since the version loaded: the descriptor's `metadata_pruned`) is merged
+//! into the loaded agent, which NIXL does in microseconds, where a
+//! reconnect (forget the agent, load it again: every UCX thread's endpoint
+//! made anew) took tens of milliseconds while the reads behind it waited.
+//! After a region was dropped, or a failed transfer, the reader reconnects:
+//! a merge would keep the dropped region's registration, which a new
+//! region at the same address must not inherit.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -85,11 +94,23 @@ struct Entries {
 #[derive(Default)]
 pub struct Remotes {
     entries: Mutex<Entries>,
+    /// Loads of a frontend's metadata, by kind (for `stats()`).
+    connects: AtomicU64,
+    merges: AtomicU64,
 }
 
 impl Remotes {
     pub fn new() -> Remotes {
         Remotes::default()
+    }
+
+    /// (connects: loads that made the connection, first or again; merges:
+    /// newer metadata added to a loaded frontend without reconnecting).
+    pub fn load_counts(&self) -> (u64, u64) {
+        (
+            self.connects.load(Ordering::Relaxed),
+            self.merges.load(Ordering::Relaxed),
+        )
     }
 
     /// Frontends whose metadata is loaded right now.
@@ -141,12 +162,24 @@ impl Remotes {
                     "descriptor names agent {name:?} but its metadata belongs to {named:?}"
                 )));
             }
-            let reload = state.loaded;
-            if reload {
-                agent.forget_remote(&name);
-                state.loaded = false;
+            let grown_only = state.loaded
+                && state.healthy
+                && matches!(
+                    (source.metadata_pruned, state.version),
+                    (Some(pruned), Some(have)) if pruned <= have
+                );
+            // A failed merge leaves the agent as it was: reconnect then.
+            if grown_only && agent.load_remote(&bytes).is_ok() {
+                self.merges.fetch_add(1, Ordering::Relaxed);
+            } else {
+                let reload = state.loaded;
+                if reload {
+                    agent.forget_remote(&name);
+                    state.loaded = false;
+                }
+                load(agent, &bytes, reload, deadline)?;
+                self.connects.fetch_add(1, Ordering::Relaxed);
             }
-            load(agent, &bytes, reload, deadline)?;
             *state = RemoteState {
                 loaded: true,
                 healthy: true,

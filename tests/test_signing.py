@@ -197,6 +197,8 @@ def _set(path: str, value: Any) -> Callable[[dict[str, Any]], None]:
         _set("pixelwire.slot", 2**64),
         _set("pixelwire.generation", 2**64),
         _set("pixelwire.metadata_version", 2**64),
+        _set("pixelwire.metadata_pruned", 2**64),
+        _set("pixelwire.metadata_pruned", "0"),
         _set("shape", [2**40, 2**40, 3]),
         _set("nixl_descriptor.addr", 1.5),
         _set("nixl_descriptor.addr", True),
@@ -211,6 +213,8 @@ def _set(path: str, value: Any) -> Callable[[dict[str, Any]], None]:
         "slot",
         "generation",
         "metadata_version",
+        "metadata_pruned",
+        "metadata_pruned-str",
         "shape",
         "float",
         "bool",
@@ -227,9 +231,11 @@ def test_out_of_range_numbers_are_descriptor_errors(change: Callable[[dict[str, 
 def test_the_largest_native_values_still_parse() -> None:
     edge = _descriptor()
     top = 2**64 - 1
-    edge["pixelwire"].update(slot=top, generation=top, metadata_version=top, notification=f"pw1:{top}:{top}")
+    edge["pixelwire"].update(
+        slot=top, generation=top, metadata_version=top, metadata_pruned=top, notification=f"pw1:{top}:{top}"
+    )
     source = parse_descriptor(edge, None)
-    assert (source.slot, source.generation, source.metadata_version) == (2**64 - 1,) * 3
+    assert (source.slot, source.generation, source.metadata_version, source.metadata_pruned) == (top,) * 4
 
 
 # -- over real NIXL ------------------------------------------------------------

@@ -25,6 +25,8 @@ class RemoteSource(Protocol):
     @property
     def metadata_version(self) -> int | None: ...
     @property
+    def metadata_pruned(self) -> int | None: ...
+    @property
     def slot(self) -> int | None: ...
     @property
     def generation(self) -> int | None: ...
@@ -220,6 +222,7 @@ class Published(TypedDict):
 
     metadata: str
     metadata_version: int
+    metadata_pruned: int
     addr: int
     size: int
     shape: tuple[int, int, int]

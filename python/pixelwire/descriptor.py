@@ -65,6 +65,10 @@ class Decoded:
     # Version of `nixl_metadata`: it only grows, and a reader keeps the
     # newest it has seen for this agent.
     metadata_version: int = 0
+    # The last metadata version that dropped a region: a reader that has
+    # loaded that version or a later one adds the new regions without
+    # reconnecting (a frontend's pool growth costs its workers nothing).
+    metadata_pruned: int = 0
     # The model-aware resize applied: {"policy": identity, "source": [H, W]}.
     resize: dict[str, Any] | None = None
     layout: Layout = "HWC"
@@ -94,6 +98,7 @@ class Decoded:
                 "published_at": self.published_at,
                 "source_sha256": self.source_sha256,
                 "metadata_version": self.metadata_version,
+                "metadata_pruned": self.metadata_pruned,
                 **({"resize": self.resize} if self.resize is not None else {}),
             },
         }
@@ -135,6 +140,8 @@ class RemoteImage:
     # pixelwire descriptors: the metadata's version and the slot header
     # (slot, generation) the reader checks after the READ.
     metadata_version: int | None = None
+    # The last metadata version that dropped a region (None: unknown).
+    metadata_pruned: int | None = None
     slot: int | None = None
     generation: int | None = None
     published_at: float | None = None
@@ -323,6 +330,9 @@ def parse_descriptor(desc: Decoded | dict[str, Any], shape: Any | None = None) -
     addr, size = _extent(nixl.get("addr"), nixl.get("size"), "addr", "size")
     return RemoteImage(
         metadata_version=_int(own.get("metadata_version"), "pixelwire.metadata_version"),
+        metadata_pruned=None
+        if own.get("metadata_pruned") is None
+        else _int(own.get("metadata_pruned"), "pixelwire.metadata_pruned"),
         slot=slot,
         generation=generation,
         agent=agent,

@@ -154,6 +154,7 @@ def _decoded(
     return Decoded(
         nixl_metadata=fields["metadata"],
         metadata_version=fields["metadata_version"],
+        metadata_pruned=fields["metadata_pruned"],
         addr=fields["addr"],
         size=fields["size"],
         shape=fields["shape"],

@@ -63,6 +63,7 @@ fn published_fields<'py>(py: Python<'py>, p: &Published) -> PyResult<Bound<'py, 
     d.set_item("notification", notification_for(p.slot, p.generation))?;
     d.set_item("metadata", &p.metadata)?;
     d.set_item("metadata_version", p.metadata_version)?;
+    d.set_item("metadata_pruned", p.metadata_pruned)?;
     Ok(d)
 }
 

@@ -60,6 +60,9 @@ impl NativeReader {
         d.set_item("bytes_in_use", bytes_in_use)?;
         d.set_item("registered_bytes", registered)?;
         d.set_item("remotes", self.inner.remote_count())?;
+        let (connects, merges) = self.inner.remote_load_counts();
+        d.set_item("remote_connects", connects)?;
+        d.set_item("remote_merges", merges)?;
         d.set_item("registered_caller_buffers", self.inner.foreign_count())?;
         let (slots, caller_buffers) = self.inner.quarantined();
         d.set_item("quarantined_slots", slots)?;
@@ -267,6 +270,7 @@ struct RemoteImage {
     notification: String,
     content_hash: Option<String>,
     metadata_version: Option<u64>,
+    metadata_pruned: Option<u64>,
     slot: Option<u64>,
     generation: Option<u64>,
 }
@@ -278,6 +282,7 @@ impl RemoteImage {
             agent: self.agent,
             metadata: self.metadata,
             metadata_version: self.metadata_version,
+            metadata_pruned: self.metadata_pruned,
             addr: self.addr,
             len: self.size,
             content_hash: self.content_hash,
