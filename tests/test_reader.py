@@ -85,7 +85,7 @@ def test_tampered_descriptors_never_give_pixels(
                 with pytest.raises(pixelwire.TransferError):
                     await reader.read_decoded(bad, output="numpy")
             # Each tampered read of `first` ended with the notification that
-            # frees first's slot: once the frontend has taken it, `first`
+            # frees first's slot: once the publisher has taken it, `first`
             # itself is refused, and the reader still works for the rest.
             # (Before that, first's slot still holds first's pixels and a
             # read of it is right to give them.)

@@ -70,13 +70,13 @@ def test_round_trip_over_the_corpus(
                     elif output == "torch":
                         got = got.numpy()
                     np.testing.assert_array_equal(got, expected, err_msg=f"{path.name} as {output}")
-            assert reader.remote_count == 1, "metadata loaded once for the one frontend"
+            assert reader.remote_count == 1, "metadata loaded once for the one publisher"
         return reads
 
     reads = asyncio.run(main())
     assert wait_for(lambda: publisher_process.stats()["freed_by_notification"] == reads)
     stats = publisher_process.stats()
-    print(f"\n{reads} reads ({len(cases)} files x {outputs}); frontend stats {stats}")
+    print(f"\n{reads} reads ({len(cases)} files x {outputs}); publisher stats {stats}")
     assert stats["slots_in_use"] == 0 and stats["bytes_in_use"] == 0
     assert stats["published"] == reads and stats["reclaimed_by_lease"] == 0
 
@@ -163,7 +163,7 @@ def test_2000_cycles_keep_memory_bounded(
             return worker0, _own_rss_kib(), front0, publisher_process.rss_kib()
 
     worker0, worker1, front0, front1 = asyncio.run(main())
-    print(f"\nRSS over 2000 cycles: worker {worker0} -> {worker1} KiB, frontend {front0} -> {front1} KiB")
+    print(f"\nRSS over 2000 cycles: worker {worker0} -> {worker1} KiB, publisher {front0} -> {front1} KiB")
     assert worker1 - worker0 < bound_kib
     assert front1 - front0 < bound_kib
     assert wait_for(lambda: publisher_process.stats()["slots_in_use"] == 0)
