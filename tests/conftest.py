@@ -3,16 +3,27 @@
 from __future__ import annotations
 
 import io
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pytest
 
+if TYPE_CHECKING:
+    from pixelwire.publisher_process import PublisherProcess
 
-def _random_png(width: int, height: int, seed: int = 0) -> bytes:
+MiB = 1024 * 1024
+
+
+def _random_png(width: int, height: int, seed: int = 0, *, noise: bool = True) -> bytes:
     from PIL import Image  # only where a test asks for one: the vLLM group's venv loads this file too
 
-    pixels = np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)
+    rng = np.random.default_rng(seed)
+    if noise:
+        pixels = rng.integers(0, 256, (height, width, 3), dtype=np.uint8)
+    else:
+        pixels = np.full((height, width, 3), rng.integers(0, 256, 3, dtype=np.uint8), dtype=np.uint8)
     out = io.BytesIO()
     Image.fromarray(pixels).save(out, "PNG", compress_level=1)
     return out.getvalue()
@@ -20,6 +31,68 @@ def _random_png(width: int, height: int, seed: int = 0) -> bytes:
 
 @pytest.fixture
 def random_png() -> Callable[..., bytes]:
-    """``random_png(width, height, seed=0)``: an RGB PNG of random pixels,
-    which no codec shrinks, so its decode does real work for its size."""
+    """``random_png(width, height, seed=0, *, noise=True)``: an RGB PNG of
+    random pixels, which no codec shrinks, so its decode does real work for
+    its size; with ``noise=False`` one random colour, which compresses to
+    almost nothing however many pixels it holds."""
     return _random_png
+
+
+def _ppm_of_size(size: int, seed: int = 0) -> bytes:
+    pixels = size // 3
+    width = next(w for w in range(int(pixels**0.5), 0, -1) if pixels % w == 0) if pixels else 1
+    height = pixels // width
+    body = np.random.default_rng(seed).integers(0, 256, width * height * 3, dtype=np.uint8)
+    return f"P6\n{width} {height}\n255\n".encode() + body.tobytes()
+
+
+@pytest.fixture
+def ppm_of_size() -> Callable[..., bytes]:
+    """``ppm_of_size(size, seed=0)``: a binary PPM whose decoded RGB pixels
+    are exactly ``size`` bytes (a multiple of 3) of random values: a read of
+    any size, odd ones included, for the cost of a copy to decode."""
+    return _ppm_of_size
+
+
+def _wait_for(predicate: Callable[[], Any], seconds: float = 10.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+@pytest.fixture
+def wait_for() -> Callable[..., bool]:
+    """``wait_for(predicate, seconds=10.0)``: whether ``predicate()`` came
+    true within ``seconds`` (what another process does lands when it lands)."""
+    return _wait_for
+
+
+@pytest.fixture
+def start_publisher_process() -> Iterator[Callable[..., PublisherProcess]]:
+    """``start_publisher_process(pool_bytes=64 MiB, lease=60.0, acquire=5.0,
+    **options)``: a publisher in a child process (`PublisherProcess`), the
+    other end of real NIXL reads; every one started is closed (killed if it
+    will not exit) when the test ends."""
+    from pixelwire.publisher_process import PublisherProcess
+
+    started: list[PublisherProcess] = []
+
+    def start(
+        pool_bytes: int = 64 * MiB, lease: float = 60.0, acquire: float = 5.0, **options: Any
+    ) -> PublisherProcess:
+        process = PublisherProcess(pool_bytes=pool_bytes, lease=lease, acquire=acquire, **options)
+        started.append(process)
+        return process
+
+    yield start
+    for process in started:
+        process.close()
+
+
+@pytest.fixture
+def publisher_process(start_publisher_process: Callable[..., PublisherProcess]) -> PublisherProcess:
+    """A publisher in a child process with `start_publisher_process`'s defaults."""
+    return start_publisher_process()

@@ -4,7 +4,7 @@ never lose capacity, leases that end no earlier than advertised, integrity
 checks that catch a reclaimed or reused slot with verification off, and
 cancelled or failed operations that give back what they took.
 
-Real NIXL between real processes (the frontend is a child process); no mocks.
+Real NIXL between real processes (the publisher is a child process); no mocks.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import copy
 import io
 import random
 import time
-from collections.abc import Iterator
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -32,41 +32,23 @@ except pixelwire.TransferError as missing:  # pragma: no cover - CI installs it
     pytest.skip(f"NIXL runtime not installed: {missing}", allow_module_level=True)
 
 
-def _png(width: int, height: int, seed: int = 0, *, noise: bool = True) -> bytes:
-    rng = np.random.default_rng(seed)
-    if noise:
-        pixels = rng.integers(0, 256, (height, width, 3), dtype=np.uint8)
-    else:
-        pixels = np.full((height, width, 3), rng.integers(0, 256, 3, dtype=np.uint8), dtype=np.uint8)
-    out = io.BytesIO()
-    Image.fromarray(pixels).save(out, "PNG", compress_level=1)
-    return out.getvalue()
-
-
-def _wait_for(predicate: Any, seconds: float = 10.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return False
-
-
 @pytest.fixture
-def growing_frontend() -> Iterator[PublisherProcess]:
-    """A frontend whose regions are 1 MiB, so any larger image grows the pool
-    (new registered memory, new agent metadata)."""
-    front = PublisherProcess(pool_bytes=256 * MiB, lease=60.0, acquire=10.0, region_bytes=1 * MiB)
-    yield front
-    front.close()
+def growing_publisher_process(start_publisher_process: Callable[..., PublisherProcess]) -> PublisherProcess:
+    """A publisher process whose regions are 1 MiB, so any larger image grows
+    the pool (new registered memory, new agent metadata)."""
+    return start_publisher_process(pool_bytes=256 * MiB, lease=60.0, acquire=10.0, region_bytes=1 * MiB)
 
 
-def test_concurrent_reads_hold_while_the_frontend_pool_grows(growing_frontend: PublisherProcess) -> None:
+def test_concurrent_reads_hold_while_the_frontend_pool_grows(
+    growing_publisher_process: PublisherProcess,
+    random_png: Callable[..., bytes],
+    wait_for: Callable[..., bool],
+) -> None:
     """Descriptors minted before and after each pool growth carry different
     metadata; 16 concurrent reads over them, in random order, must all return
     the right pixels (no read may see the frontend's metadata half-reloaded)."""
-    images = {seed: _png(64 + 24 * seed, 48 + 16 * seed, seed) for seed in range(6)}
-    big = {100 + seed: _png(700 + 40 * seed, 500 + 30 * seed, 100 + seed) for seed in range(6)}
+    images = {seed: random_png(64 + 24 * seed, 48 + 16 * seed, seed) for seed in range(6)}
+    big = {100 + seed: random_png(700 + 40 * seed, 500 + 30 * seed, 100 + seed) for seed in range(6)}
     expected = {key: pixelwire.decode_image(data) for key, data in {**images, **big}.items()}
 
     async def main() -> int:
@@ -74,9 +56,9 @@ def test_concurrent_reads_hold_while_the_frontend_pool_grows(growing_frontend: P
             jobs: list[tuple[int, dict[str, Any]]] = []
             for round_ in range(6):
                 for seed, data in images.items():
-                    jobs += [(seed, d) for d in growing_frontend.publish_many(data, 2)["descs"]]
+                    jobs += [(seed, d) for d in growing_publisher_process.publish_many(data, 2)["descs"]]
                 # > 1 MiB of pixels: a region of its own, so the metadata changes.
-                jobs.append((100 + round_, growing_frontend.publish(big[100 + round_])["desc"]))
+                jobs.append((100 + round_, growing_publisher_process.publish(big[100 + round_])["desc"]))
             random.Random(7).shuffle(jobs)
             gate = asyncio.Semaphore(16)
             failures: list[str] = []
@@ -95,13 +77,17 @@ def test_concurrent_reads_hold_while_the_frontend_pool_grows(growing_frontend: P
             return len(jobs)
 
     reads = asyncio.run(main())
-    assert _wait_for(lambda: growing_frontend.stats()["freed_by_notification"] == reads)
-    stats = growing_frontend.stats()
+    assert wait_for(lambda: growing_publisher_process.stats()["freed_by_notification"] == reads)
+    stats = growing_publisher_process.stats()
     assert stats["regions"] > 1, f"the pool never grew: {stats}"
     assert stats["slots_in_use"] == 0 and stats["bytes_in_use"] == 0
 
 
-def test_a_frontend_pool_that_grows_costs_its_reader_no_reconnect() -> None:
+def test_a_frontend_pool_that_grows_costs_its_reader_no_reconnect(
+    random_png: Callable[..., bytes],
+    wait_for: Callable[..., bool],
+    start_publisher_process: Callable[..., PublisherProcess],
+) -> None:
     """A frontend's pool growing (a new region: newer metadata) is merged into
     the reader's view of it, not paid for with a reconnect (tens of
     milliseconds while the reads behind it wait); once the frontend drops a
@@ -109,36 +95,35 @@ def test_a_frontend_pool_that_grows_costs_its_reader_no_reconnect() -> None:
     one's registration. Every read returns its own pixels."""
     # 3.2, 3.9 and 5.0 MB of pixels: the third fits only once a region is dropped.
     sizes = [(1200, 900), (1300, 1000), (1500, 1100)]
-    sources = [_png(w, h, seed=40 + n) for n, (w, h) in enumerate(sizes)]
-    front = PublisherProcess(pool_bytes=8 * MiB, lease=60.0, acquire=10.0, region_bytes=1 * MiB)
-    try:
+    sources = [random_png(w, h, seed=40 + n) for n, (w, h) in enumerate(sizes)]
+    publisher_process = start_publisher_process(
+        pool_bytes=8 * MiB, lease=60.0, acquire=10.0, region_bytes=1 * MiB
+    )
 
-        async def main() -> list[dict[str, int]]:
-            seen = []
-            async with pixelwire.Reader(timeout=20) as reader:
-                for n, data in enumerate(sources):
-                    got = await reader.read_decoded(front.publish(data)["desc"], output="numpy")
-                    np.testing.assert_array_equal(got, pixelwire.decode_image(data))
-                    assert _wait_for(lambda n=n: front.stats()["freed_by_notification"] == n + 1)
-                    seen.append({**reader.stats(), "regions": front.stats()["regions"]})
-            return seen
+    async def main() -> list[dict[str, int]]:
+        seen = []
+        async with pixelwire.Reader(timeout=20) as reader:
+            for n, data in enumerate(sources):
+                got = await reader.read_decoded(publisher_process.publish(data)["desc"], output="numpy")
+                np.testing.assert_array_equal(got, pixelwire.decode_image(data))
+                assert wait_for(lambda n=n: publisher_process.stats()["freed_by_notification"] == n + 1)
+                seen.append({**reader.stats(), "regions": publisher_process.stats()["regions"]})
+        return seen
 
-        first, grown, pruned = asyncio.run(main())
-    finally:
-        front.close()
+    first, grown, pruned = asyncio.run(main())
     assert (first["remote_connects"], first["remote_merges"]) == (1, 0), first
     assert (grown["regions"], grown["remote_connects"], grown["remote_merges"]) == (2, 1, 1), grown
     assert (pruned["regions"], pruned["remote_connects"], pruned["remote_merges"]) == (2, 2, 1), pruned
 
 
-def test_pool_regions_give_way_to_a_larger_image() -> None:
+def test_pool_regions_give_way_to_a_larger_image(random_png: Callable[..., bytes]) -> None:
     """Three mid-size images fill the cap with three regions; once they are
     released, one image larger than any region (but within the cap) must be
     served: empty regions are dropped to make room."""
 
     async def main() -> dict[str, int]:
-        mid = _png(4500, 3000, seed=1, noise=False)  # 40.5 MB of pixels: a 64 MiB region each
-        large = _png(6000, 4000, seed=2, noise=False)  # 72 MB: more than a region
+        mid = random_png(4500, 3000, seed=1, noise=False)  # 40.5 MB of pixels: a 64 MiB region each
+        large = random_png(6000, 4000, seed=2, noise=False)  # 72 MB: more than a region
         async with pixelwire.Publisher(pool_bytes=200 * MiB, acquire_timeout=3.0) as publisher:
             held = [await publisher.decode_and_publish(mid) for _ in range(3)]
             assert publisher.stats()["regions"] == 3
@@ -163,7 +148,9 @@ def test_a_lease_that_cannot_work_is_refused() -> None:
             pixelwire.Publisher(lease_seconds=lease)
 
 
-def test_the_reclaim_never_comes_before_the_advertised_expiry() -> None:
+def test_the_reclaim_never_comes_before_the_advertised_expiry(
+    wait_for: Callable[..., bool], start_publisher_process: Callable[..., PublisherProcess]
+) -> None:
     """The lease starts at publish, not at allocation: with a decode that takes
     a good part of the lease, the slot is still live until the descriptor's
     expires_at."""
@@ -171,49 +158,50 @@ def test_the_reclaim_never_comes_before_the_advertised_expiry() -> None:
     out = io.BytesIO()
     Image.fromarray(noise).save(out, "JPEG", quality=95)  # a slow decode: 75 MB of pixels
     data = out.getvalue()
-    front = PublisherProcess(pool_bytes=128 * MiB, lease=1.0)
-    try:
-        desc = front.publish(data)["desc"]
-        assert _wait_for(lambda: front.stats()["reclaimed_by_lease"] == 1, 15)
-        early = desc["pixelwire"]["expires_at"] - time.time()
-        assert early <= 0, f"slot reclaimed {early:.3f} s before its advertised expiry"
-    finally:
-        front.close()
+    publisher_process = start_publisher_process(pool_bytes=128 * MiB, lease=1.0, acquire=10.0)
+    desc = publisher_process.publish(data)["desc"]
+    assert wait_for(lambda: publisher_process.stats()["reclaimed_by_lease"] == 1, 15)
+    early = desc["pixelwire"]["expires_at"] - time.time()
+    assert early <= 0, f"slot reclaimed {early:.3f} s before its advertised expiry"
 
 
 @pytest.mark.parametrize("verify", [True, False])
-def test_a_reclaimed_or_reused_slot_is_never_read_as_pixels(verify: bool) -> None:
+def test_a_reclaimed_or_reused_slot_is_never_read_as_pixels(
+    verify: bool,
+    random_png: Callable[..., bytes],
+    wait_for: Callable[..., bool],
+    start_publisher_process: Callable[..., PublisherProcess],
+) -> None:
     """With the content hash on or off, a descriptor whose slot was reclaimed
     (and scrubbed or reused) gives a typed error, never pixels, even when the
     reader's clock says the lease is still running."""
-    front = PublisherProcess(pool_bytes=64 * MiB, lease=1.0)
-    try:
-        desc = front.publish(_png(256, 256, seed=4))["desc"]
-        assert _wait_for(lambda: front.stats()["reclaimed_by_lease"] == 1, 10)
-        skewed = copy.deepcopy(desc)
-        skewed["pixelwire"]["expires_at"] = time.time() + 3600
+    publisher_process = start_publisher_process(pool_bytes=64 * MiB, lease=1.0, acquire=10.0)
+    desc = publisher_process.publish(random_png(256, 256, seed=4))["desc"]
+    assert wait_for(lambda: publisher_process.stats()["reclaimed_by_lease"] == 1, 10)
+    skewed = copy.deepcopy(desc)
+    skewed["pixelwire"]["expires_at"] = time.time() + 3600
 
-        async def main() -> None:
-            async with pixelwire.Reader(timeout=10, verify=verify) as reader:
-                with pytest.raises(pixelwire.TransferError):
-                    await reader.read_decoded(skewed, output="numpy")
-                front.publish(_png(256, 256, seed=5))  # the same slot, another image
-                with pytest.raises(pixelwire.TransferError):
-                    await reader.read_decoded(skewed, output="numpy")
-                assert reader.stats()["bytes_in_use"] == 0
+    async def main() -> None:
+        async with pixelwire.Reader(timeout=10, verify=verify) as reader:
+            with pytest.raises(pixelwire.TransferError):
+                await reader.read_decoded(skewed, output="numpy")
+            publisher_process.publish(random_png(256, 256, seed=5))  # the same slot, another image
+            with pytest.raises(pixelwire.TransferError):
+                await reader.read_decoded(skewed, output="numpy")
+            assert reader.stats()["bytes_in_use"] == 0
 
-        asyncio.run(main())
-    finally:
-        front.close()
+    asyncio.run(main())
 
 
 @pytest.mark.parametrize("images", [1, 4])
-def test_cancelling_a_publish_mid_decode_frees_its_slots(images: int) -> None:
+def test_cancelling_a_publish_mid_decode_frees_its_slots(
+    images: int, random_png: Callable[..., bytes]
+) -> None:
     """A client that goes away while its image, or its request's batch of
     images, is being decoded: every slot the decode fills is freed as soon
     as it is published, not at lease end (a batch skips the images it has
     not started)."""
-    sources = [_png(3000, 2000, seed=6 + n) for n in range(images)]
+    sources = [random_png(3000, 2000, seed=6 + n) for n in range(images)]
 
     async def main() -> tuple[dict[str, int], dict[str, int]]:
         async with pixelwire.Publisher(lease_seconds=60) as publisher:
@@ -259,12 +247,12 @@ def test_cancelling_a_publish_mid_decode_frees_its_slots(images: int) -> None:
     assert after["returned"] - before["returned"] == published, "freed by the cancel, not by a lease"
 
 
-def test_a_cancelled_batch_stops_waiting_for_slots_and_takes_none() -> None:
+def test_a_cancelled_batch_stops_waiting_for_slots_and_takes_none(random_png: Callable[..., bytes]) -> None:
     """A request's batch waiting for slots in a full pool when its client
     goes away: it stops waiting at once, so a slot freed after the cancel
     goes to the next request, not to an abandoned image that would hold it
     until the whole batch had waited out its acquire timeouts."""
-    holder, *sources = [_png(1400, 1000, seed=20 + n, noise=False) for n in range(5)]  # 4.2 MB each
+    holder, *sources = [random_png(1400, 1000, seed=20 + n, noise=False) for n in range(5)]  # 4.2 MB each
 
     async def main() -> tuple[dict[str, int], float]:
         publisher = pixelwire.Publisher(
@@ -294,31 +282,31 @@ def test_a_cancelled_batch_stops_waiting_for_slots_and_takes_none() -> None:
 
 
 def test_a_read_that_fails_before_its_transfer_locks_no_receive_memory(
-    growing_frontend: PublisherProcess,
+    growing_publisher_process: PublisherProcess, random_png: Callable[..., bytes]
 ) -> None:
     """Bad metadata or an address outside the frontend's memory fail before
     any byte moves: the receive slot is free again at once, and the frontend
     stays loaded for the reads that follow."""
-    data = _png(200, 100, seed=8)
+    data = random_png(200, 100, seed=8)
     expected = pixelwire.decode_image(data)
 
     async def main() -> None:
         async with pixelwire.Reader(timeout=5) as reader:
-            good = growing_frontend.publish(data)["desc"]
+            good = growing_publisher_process.publish(data)["desc"]
             np.testing.assert_array_equal(await reader.read_decoded(good, output="numpy"), expected)
-            bad_metadata = copy.deepcopy(growing_frontend.publish(data)["desc"])
+            bad_metadata = copy.deepcopy(growing_publisher_process.publish(data)["desc"])
             bad_metadata["nixl_metadata"] = "b64:eJxLTEoGAAJNASc="  # zlib("abc"): not agent metadata
             bad_metadata["pixelwire"]["metadata_version"] += 1  # newer than what is loaded
             with pytest.raises(pixelwire.PixelwireError):
                 await reader.read_decoded(bad_metadata, output="numpy")
             assert reader.stats()["bytes_in_use"] == 0, "a read that moved nothing holds no receive memory"
-            outside = copy.deepcopy(growing_frontend.publish(data)["desc"])
+            outside = copy.deepcopy(growing_publisher_process.publish(data)["desc"])
             outside["nixl_descriptor"]["addr"] = 4096
             with pytest.raises(pixelwire.TransferError):
                 await reader.read_decoded(outside, output="numpy")
             assert reader.stats()["bytes_in_use"] == 0
             assert reader.stats()["remotes"] == 1, "the frontend stays loaded"
-            again = growing_frontend.publish(data)["desc"]
+            again = growing_publisher_process.publish(data)["desc"]
             np.testing.assert_array_equal(await reader.read_decoded(again, output="numpy"), expected)
 
     asyncio.run(main())

@@ -7,13 +7,12 @@ from __future__ import annotations
 import asyncio
 import copy
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import pytest
 
 import pixelwire
-from pixelwire.bench.transfer import ppm_of_size
 from pixelwire.publisher_process import PublisherProcess
 
 torch = pytest.importorskip("torch")
@@ -21,7 +20,9 @@ torch = pytest.importorskip("torch")
 
 @pytest.mark.parametrize("layout", ["HWC", "RGBX"])
 @pytest.mark.parametrize(("device", "staging"), [("cpu", "pinned"), ("cuda", "pinned"), ("cuda", "direct")])
-def test_torch_reads_equal_decode_image(device: str, staging: str, layout: str) -> None:
+def test_torch_reads_equal_decode_image(
+    device: str, staging: str, layout: str, ppm_of_size: Callable[..., bytes]
+) -> None:
     """Pinned staging (chunks copied on while the next is READ) and direct
     device READs give decode_image's pixels."""
     if device == "cuda" and not torch.cuda.is_available():
@@ -29,13 +30,13 @@ def test_torch_reads_equal_decode_image(device: str, staging: str, layout: str) 
     # Generated images (the corpus does not travel to the GPU machine);
     # decoding itself is covered by the parity tests.
     images = [ppm_of_size(size, seed=i) for i, size in enumerate([3 * 7, 64 << 10, 3 << 20, 24 << 20])]
-    frontend = PublisherProcess()
+    publisher_process = PublisherProcess()
     try:
 
         async def main() -> None:
             async with pixelwire.Reader(cuda_staging=staging, cuda_chunk_bytes=1 << 20) as reader:  # type: ignore[arg-type]
                 for data in images:
-                    desc = frontend.publish(data, layout=layout)["desc"]
+                    desc = publisher_process.publish(data, layout=layout)["desc"]
                     got = await reader.read_decoded(desc, output="torch", device=device)
                     assert got.is_cuda == (device == "cuda") and got.dtype == torch.uint8
                     assert got.is_contiguous() and got.shape[2] == 3
@@ -43,17 +44,17 @@ def test_torch_reads_equal_decode_image(device: str, staging: str, layout: str) 
 
         asyncio.run(main())
     finally:
-        frontend.close()
+        publisher_process.close()
 
 
-def test_cuda_reads_check_the_slot_and_keep_one_staging_buffer() -> None:
+def test_cuda_reads_check_the_slot_and_keep_one_staging_buffer(ppm_of_size: Callable[..., bytes]) -> None:
     """Into CUDA memory (no content hash there), a descriptor whose slot was
     reclaimed gives a TransferError, never pixels, even when the reader's
     clock says the lease runs on; images of growing size replace the staging
     buffer instead of registering one more each time."""
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
-    frontend = PublisherProcess(lease=1.0)
+    publisher_process = PublisherProcess(lease=1.0)
     try:
 
         async def main() -> None:
@@ -61,13 +62,13 @@ def test_cuda_reads_check_the_slot_and_keep_one_staging_buffer() -> None:
             async with pixelwire.Reader(timeout=10, region_bytes=8 << 20) as reader:
                 for size in (1 << 20, 12 << 20, 24 << 20):
                     data = ppm_of_size(size, seed=size)
-                    desc = frontend.publish(data)["desc"]
+                    desc = publisher_process.publish(data)["desc"]
                     got = await reader.read_decoded(desc, output="torch", device="cuda")
                     np.testing.assert_array_equal(got.cpu().numpy(), pixelwire.decode_image(data))
                     assert reader.stats()["registered_caller_buffers"] == 1
-                stale = frontend.publish(ppm_of_size(3 << 20, seed=9))["desc"]
+                stale = publisher_process.publish(ppm_of_size(3 << 20, seed=9))["desc"]
                 deadline = time.monotonic() + 10
-                while frontend.stats()["reclaimed_by_lease"] < 1 and time.monotonic() < deadline:
+                while publisher_process.stats()["reclaimed_by_lease"] < 1 and time.monotonic() < deadline:
                     await asyncio.sleep(0.05)
                 skewed = copy.deepcopy(stale)
                 skewed["pixelwire"]["expires_at"] = time.time() + 3600
@@ -76,11 +77,13 @@ def test_cuda_reads_check_the_slot_and_keep_one_staging_buffer() -> None:
 
         asyncio.run(main())
     finally:
-        frontend.close()
+        publisher_process.close()
 
 
 @pytest.mark.parametrize("chunk_bytes", [1, 300_000, 1 << 20, 1 << 40])
-def test_pinned_cuda_reads_check_the_content_hash(chunk_bytes: int) -> None:
+def test_pinned_cuda_reads_check_the_content_hash(
+    chunk_bytes: int, ppm_of_size: Callable[..., bytes]
+) -> None:
     """Through pinned staging, each chunk copied on to the device natively
     as it lands is also hashed: a descriptor whose content hash names other
     pixels is a TransferError (verify on), and the next read of the true
@@ -88,28 +91,28 @@ def test_pinned_cuda_reads_check_the_content_hash(chunk_bytes: int) -> None:
     hash pieces)."""
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
-    frontend = PublisherProcess()
+    publisher_process = PublisherProcess()
     try:
 
         async def main() -> None:
             async with pixelwire.Reader(cuda_chunk_bytes=chunk_bytes) as reader:
                 for size in (3 * 7, 3 << 20, (5 << 20) + 3 * 11):
                     data = ppm_of_size(size, seed=size)
-                    other = frontend.publish(ppm_of_size(size, seed=size + 1))["desc"]
-                    forged = copy.deepcopy(frontend.publish(data)["desc"])
+                    other = publisher_process.publish(ppm_of_size(size, seed=size + 1))["desc"]
+                    forged = copy.deepcopy(publisher_process.publish(data)["desc"])
                     forged["content_hash"] = other["content_hash"]
                     with pytest.raises(pixelwire.TransferError, match="content hash"):
                         await reader.read_decoded(forged, output="torch", device="cuda")
-                    desc = frontend.publish(data)["desc"]
+                    desc = publisher_process.publish(data)["desc"]
                     got = await reader.read_decoded(desc, output="torch", device="cuda")
                     np.testing.assert_array_equal(got.cpu().numpy(), pixelwire.decode_image(data))
 
         asyncio.run(main())
     finally:
-        frontend.close()
+        publisher_process.close()
 
 
-def test_cancelled_cuda_reads_keep_their_buffers_until_they_end() -> None:
+def test_cancelled_cuda_reads_keep_their_buffers_until_they_end(ppm_of_size: Callable[..., bytes]) -> None:
     """A CUDA read whose caller is cancelled goes on into its staging buffer
     and device tensor, which are kept (and the staging lock held) until it
     ends: concurrent reads, some cancelled at once, leave the later reads
@@ -118,13 +121,13 @@ def test_cancelled_cuda_reads_keep_their_buffers_until_they_end() -> None:
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
     # Room for every round's images: a read cancelled before it started
-    # frees its frontend slot only at the lease's end.
-    frontend = PublisherProcess(pool_bytes=512 << 20)
+    # frees its slot at the publisher only at the lease's end.
+    publisher_process = PublisherProcess(pool_bytes=512 << 20)
     try:
         images = [ppm_of_size((3 << 20) + 3 * 1024 * i, seed=i) for i in range(8)]
 
         async def read_all(reader: pixelwire.Reader) -> None:
-            descs = [frontend.publish(d)["desc"] for d in images]
+            descs = [publisher_process.publish(d)["desc"] for d in images]
             reads = [
                 asyncio.ensure_future(reader.read_decoded(d, output="torch", device="cuda")) for d in descs
             ]
@@ -147,17 +150,17 @@ def test_cancelled_cuda_reads_keep_their_buffers_until_they_end() -> None:
 
         asyncio.run(main())
     finally:
-        frontend.close()
+        publisher_process.close()
 
 
 def test_a_cuda_read_whose_tensor_cannot_be_allocated_fails_and_the_next_reads_work(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, ppm_of_size: Callable[..., bytes]
 ) -> None:
     """The device tensor is allocated while the READ runs; when that fails
     (out of device memory) the read raises the allocation's error, the READ
     already started ends without copying anywhere, and the reads after it
     get their own pixels (the staging buffer was not reused before that
-    READ ended); every READ, the failed ones' too, frees its frontend slot
+    READ ended); every READ, the failed ones' too, frees its slot at the publisher
     by notification."""
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
@@ -176,13 +179,13 @@ def test_a_cuda_read_whose_tensor_cannot_be_allocated_fails_and_the_next_reads_w
     images = [ppm_of_size(24 << 20, seed=0)] + [
         ppm_of_size((3 << 20) + 3 * 1024 * i, seed=i) for i in range(1, 4)
     ]
-    frontend = PublisherProcess(lease=30.0)
+    publisher_process = PublisherProcess(lease=30.0)
     try:
 
         async def main() -> None:
             async with pixelwire.Reader() as reader:
                 for round_ in range(3):
-                    published = [frontend.publish(d) for d in images]
+                    published = [publisher_process.publish(d) for d in images]
                     assert all("desc" in p for p in published), published
                     descs = [p["desc"] for p in published]
                     failures["left"] = 1
@@ -198,27 +201,29 @@ def test_a_cuda_read_whose_tensor_cannot_be_allocated_fails_and_the_next_reads_w
                         np.testing.assert_array_equal(got.cpu().numpy(), want, f"round {round_}")
             # Every READ ended and notified, the failed reads' too.
             deadline = time.monotonic() + 10
-            while frontend.stats()["freed_by_notification"] < 12 and time.monotonic() < deadline:
+            while publisher_process.stats()["freed_by_notification"] < 12 and time.monotonic() < deadline:
                 await asyncio.sleep(0.05)
-            stats = frontend.stats()
+            stats = publisher_process.stats()
             assert (stats["freed_by_notification"], stats["slots_in_use"]) == (12, 0)
 
         asyncio.run(main())
     finally:
-        frontend.close()
+        publisher_process.close()
 
 
 @pytest.fixture
-def large_images() -> Iterator[tuple[PublisherProcess, list[bytes], list[np.ndarray]]]:
-    """A frontend and four distinct 24 MiB images with their pixels (CUDA only)."""
+def large_images(
+    ppm_of_size: Callable[..., bytes],
+) -> Iterator[tuple[PublisherProcess, list[bytes], list[np.ndarray]]]:
+    """A publisher process and four distinct 24 MiB images with their pixels (CUDA only)."""
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
     images = [ppm_of_size(24 << 20, seed=i) for i in range(4)]
-    frontend = PublisherProcess(pool_bytes=512 << 20)
+    publisher_process = PublisherProcess(pool_bytes=512 << 20)
     try:
-        yield frontend, images, [pixelwire.decode_image(data) for data in images]
+        yield publisher_process, images, [pixelwire.decode_image(data) for data in images]
     finally:
-        frontend.close()
+        publisher_process.close()
 
 
 def _make_torch_streams_busy() -> None:
@@ -242,7 +247,7 @@ def test_cuda_pixels_are_ready_in_order_on_the_callers_stream(
     caller launches at once on its current stream (a side stream here)
     still sees the whole image, because the current stream was made to
     wait for the copies."""
-    frontend, images, expected = large_images
+    publisher_process, images, expected = large_images
 
     async def main() -> None:
         side = torch.cuda.Stream()
@@ -250,7 +255,7 @@ def test_cuda_pixels_are_ready_in_order_on_the_callers_stream(
         torch.cuda.synchronize()
         async with pixelwire.Reader(cuda_chunk_bytes=chunk_bytes) as reader:
             for _ in range(3):
-                descs = [frontend.publish(data)["desc"] for data in images]
+                descs = [publisher_process.publish(data)["desc"] for data in images]
                 _make_torch_streams_busy()
                 with torch.cuda.stream(side):
                     for desc, want in zip(descs, wanted, strict=True):
@@ -268,12 +273,12 @@ def test_the_next_cuda_read_does_not_change_a_copy_still_queued(
     a read's copy is still queued when the next READ starts into the same
     staging buffer: every image read is still itself afterwards, because
     a read waits for the copies queued from its staging buffer first."""
-    frontend, images, expected = large_images
+    publisher_process, images, expected = large_images
 
     async def main() -> None:
         async with pixelwire.Reader(cuda_chunk_bytes=1 << 40) as reader:
             for _ in range(5):
-                descs = [frontend.publish(data)["desc"] for data in images]
+                descs = [publisher_process.publish(data)["desc"] for data in images]
                 _make_torch_streams_busy()
                 got = [await reader.read_decoded(d, output="torch", device="cuda") for d in descs]
                 for pixels, want in zip(got, expected, strict=True):

@@ -1,0 +1,229 @@
+"""The publisher (`python/pixelwire/publisher.py`, `src/publisher.rs`):
+batches decoded side by side and the failures in them, batches at the
+worker, pool exhaustion and recovery, and leases that reclaim unread slots,
+read back over real NIXL (UCX). No mocks."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import copy
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+import pixelwire
+from pixelwire.config import Layout
+from pixelwire.publisher_process import PublisherProcess
+from pixelwire.resize import ResizePolicy
+
+from reference import CORPUS, corpus_files
+
+MiB = 1024 * 1024
+
+try:
+    pixelwire.transfer.nixl_library_path()
+except pixelwire.TransferError as missing:  # pragma: no cover - CI installs it
+    pytest.skip(f"NIXL runtime not installed: {missing}", allow_module_level=True)
+
+
+def test_unread_slots_are_reclaimed_and_late_reads_refused(
+    random_png: Callable[..., bytes],
+    wait_for: Callable[..., bool],
+    start_publisher_process: Callable[..., PublisherProcess],
+) -> None:
+    publisher_process = start_publisher_process(lease=1.0)
+    data = (corpus_files()[0].parent / "hopper.png").read_bytes()
+    desc = publisher_process.publish(data)["desc"]
+    assert wait_for(lambda: publisher_process.stats()["reclaimed_by_lease"] == 1, 10)
+    assert publisher_process.stats()["slots_in_use"] == 0
+
+    async def main() -> None:
+        async with pixelwire.Reader(timeout=10) as reader:
+            with pytest.raises(pixelwire.DescriptorError, match="lease has expired"):
+                await reader.read_decoded(desc, output="numpy")
+            # A reader whose clock disagrees still never gets pixels: the
+            # slot was scrubbed (and may hold another image by now).
+            skewed = copy.deepcopy(desc)
+            skewed["pixelwire"]["expires_at"] = time.time() + 3600
+            with pytest.raises(pixelwire.TransferError, match="reclaimed or reused"):
+                await reader.read_decoded(skewed, output="numpy")
+            publisher_process.publish(random_png(128, 128, seed=5))  # reuses the slot
+            with pytest.raises(pixelwire.TransferError, match="reclaimed or reused"):
+                await reader.read_decoded(skewed, output="numpy")
+
+    asyncio.run(main())
+
+
+def test_pool_exhaustion_and_recovery(
+    random_png: Callable[..., bytes],
+    wait_for: Callable[..., bool],
+    start_publisher_process: Callable[..., PublisherProcess],
+) -> None:
+    publisher_process = start_publisher_process(pool_bytes=1 * MiB, acquire=0.5)
+    image = random_png(300, 300)  # 270 000 bytes of pixels
+    descs = [publisher_process.publish(image)["desc"] for _ in range(3)]
+    started = time.monotonic()
+    answer = publisher_process.publish(image)
+    waited = time.monotonic() - started
+    assert answer.get("error") == "PoolExhausted", answer
+    assert waited >= 0.45
+
+    async def main() -> None:
+        async with pixelwire.Reader() as reader:
+            await reader.read_decoded(descs[0], output="numpy")
+
+    asyncio.run(main())
+    assert wait_for(lambda: publisher_process.stats()["slots_in_use"] == 2)
+    assert "desc" in publisher_process.publish(image)
+    stats = publisher_process.stats()
+    assert stats["registered_bytes"] <= 1 * MiB
+
+
+# Formats, modes and orientations a request's images come in.
+BATCH = [
+    "hopper.png",
+    "flower2.jpg",
+    "transparent.png",
+    "pil_sample_cmyk.jpg",
+    "flower.webp",
+    "transparent.gif",
+]
+
+
+async def _until_no_slot_is_in_use(publisher: pixelwire.Publisher) -> dict[str, int]:
+    """The publisher's stats once every slot is free (frees by notification
+    land on the publisher's own thread), or after 10 s."""
+    deadline = time.monotonic() + 10
+    while publisher.stats()["slots_in_use"] and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+    return publisher.stats()
+
+
+@pytest.mark.parametrize("layout", ["HWC", "RGBX"])
+@pytest.mark.parametrize("resized", [False, True])
+def test_a_batch_publishes_what_one_publish_at_a_time_does(layout: Layout, resized: bool) -> None:
+    """decode_and_publish_many, images decoded side by side on native
+    threads: each one, read back over NIXL, is what decode_and_publish gives
+    for it alone and what decode_image gives (resized to its own target
+    when the policy resizes), with the same descriptor fields, in order."""
+    sources = [(CORPUS / name).read_bytes() for name in BATCH]
+    size = {"shortest_edge": 3136, "longest_edge": 50176}
+    policy = ResizePolicy.from_processor_config(
+        {"image_processor_type": "Qwen2VLImageProcessor", "patch_size": 14, "merge_size": 2, "size": size}
+    )
+    resize = policy if resized else None
+
+    async def main() -> dict[str, int]:
+        async with pixelwire.Publisher() as publisher, pixelwire.Reader() as reader:
+            batch = await publisher.decode_and_publish_many(sources, layout=layout, resize=resize)
+            assert len(batch) == len(sources)
+            targets = set()
+            for name, data, decoded in zip(BATCH, sources, batch, strict=True):
+                assert isinstance(decoded, pixelwire.Decoded), f"{name}: {decoded!r}"
+                alone = await publisher.decode_and_publish(data, layout=layout, resize=resize)
+                assert isinstance(alone, pixelwire.Decoded)
+                fields = (
+                    "shape",
+                    "size",
+                    "format",
+                    "content_hash",
+                    "source_sha256",
+                    "resize",
+                    "layout",
+                    "extra",
+                )
+                for field in fields:
+                    assert getattr(decoded, field) == getattr(alone, field), f"{name}: {field}"
+                assert decoded.slot != alone.slot
+                got = await reader.read_decoded(decoded, output="numpy")
+                np.testing.assert_array_equal(
+                    got, await reader.read_decoded(alone, output="numpy"), err_msg=name
+                )
+                height, width = decoded.shape[:2]
+                if resize is None:
+                    expected = pixelwire.decode_image(data)
+                else:
+                    assert decoded.resize is not None
+                    assert (height, width) == resize.target(*decoded.resize["source"])
+                    expected = pixelwire.decode_image(
+                        data, resize=(height, width), resize_kernel=resize.kernel, resize_filter=resize.filter
+                    )
+                targets.add((height, width))
+                np.testing.assert_array_equal(got, expected, err_msg=name)
+            assert len(targets) > 1, "the images differ in size, resized or not"
+            return await _until_no_slot_is_in_use(publisher)
+
+    stats = asyncio.run(main())
+    assert stats["slots_in_use"] == 0 and stats["bytes_in_use"] == 0, stats
+    assert stats["published"] == 2 * len(sources) and stats["freed_by_notification"] == 2 * len(sources)
+
+
+def test_a_failing_image_in_a_batch_costs_only_itself(random_png: Callable[..., bytes]) -> None:
+    """Each image that cannot be published is its own typed error, in its
+    place, returned not raised; every other image is published, reads back
+    right, and no slot outlives its image."""
+    good = (CORPUS / "hopper.png").read_bytes()
+    url = "data:image/png;base64," + base64.b64encode(good).decode()
+    sources: list[Any] = [
+        good,
+        good[:200],  # a PNG cut short: a slot is taken, then the decode fails
+        b"not an image",
+        random_png(2000, 1500),  # 9 MB of pixels, more than the whole pool
+        "http://10.0.0.1/a.png",  # refused by the default guard
+        random_png(6000, 1),  # over the publisher's max_side
+        url,
+        bytearray(good),
+        memoryview(good),
+    ]
+    expected_errors = {
+        1: pixelwire.DecodeError,
+        2: pixelwire.UnsupportedFormat,
+        3: pixelwire.PoolExhausted,
+        4: pixelwire.BlockedURL,
+        5: pixelwire.ImageTooLarge,
+    }
+    pixels = pixelwire.decode_image(good)
+
+    async def main() -> dict[str, int]:
+        limits = pixelwire.Limits(max_side=5000)
+        publisher = pixelwire.Publisher(pool_bytes=8 * MiB, limits=limits, acquire_timeout=0.5)
+        async with publisher, pixelwire.Reader() as reader:
+            results = await publisher.decode_and_publish_many(sources)
+            assert len(results) == len(sources)
+            for index, result in enumerate(results):
+                if index in expected_errors:
+                    assert type(result) is expected_errors[index], f"{index}: {result!r}"
+                    if isinstance(result, pixelwire.DecodeError):
+                        assert result.index is None  # its place in the list says which input
+                else:
+                    assert isinstance(result, pixelwire.Decoded), f"{index}: {result!r}"
+                    np.testing.assert_array_equal(await reader.read_decoded(result, output="numpy"), pixels)
+            assert "more than the whole pool" in str(results[3])
+            assert isinstance(results[5], pixelwire.ImageTooLarge) and results[5].setting == "max_side"
+            stats = await _until_no_slot_is_in_use(publisher)
+            assert stats["published"] == 4 and stats["returned"] == 1, stats  # the cut PNG's slot
+            # Options no image could be published with fail the whole call, before any work.
+            with pytest.raises(ValueError, match="RGBX"):
+                await publisher.decode_and_publish_many([good, good], mode="L", layout="RGBX")
+            assert publisher.stats()["published"] == 4
+            return publisher.stats()
+
+    stats = asyncio.run(main())
+    assert stats["slots_in_use"] == 0 and stats["bytes_in_use"] == 0, stats
+
+
+def test_a_batch_at_the_worker_passes_every_image_through() -> None:
+    async def main() -> None:
+        publisher = pixelwire.Publisher(decode_at="worker")
+        good = (CORPUS / "hopper.png").read_bytes()
+        sources: list[Any] = [good, "https://images.test/a.png", b"not an image"]
+        batch = await publisher.decode_and_publish_many(sources)
+        assert batch == [await publisher.decode_and_publish(source) for source in sources]
+        assert all(isinstance(item, pixelwire.PassThrough) for item in batch)
+        assert not publisher.is_open
+
+    asyncio.run(main())
