@@ -15,6 +15,7 @@ pub mod publisher;
 mod python;
 pub mod reader;
 pub mod resize;
+pub mod video;
 pub mod wire;
 
 use pyo3::prelude::*;

@@ -8,6 +8,7 @@ mod batch;
 mod errors;
 mod pixels;
 mod transfer;
+mod video;
 
 use crate::decode::{self, DecodeOptions, Mode};
 
@@ -220,6 +221,7 @@ fn notification_for(slot: u64, generation: u64) -> String {
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     errors::register(m)?;
     transfer::register(m)?;
+    video::register(m)?;
     m.add_function(wrap_pyfunction!(decode_data_url, m)?)?;
     m.add_function(wrap_pyfunction!(content_hash, m)?)?;
     m.add_function(wrap_pyfunction!(is_content_hash, m)?)?;
