@@ -150,6 +150,7 @@ class VideoInfo(TypedDict):
     width: int
     height: int
     frame_count: int
+    header_frame_count: int
     fps: float
     duration: float
     rotation: int

@@ -128,14 +128,16 @@ impl PyVideoCapture {
         })
     }
 
-    /// The stream as OpenCV reports it: width, height, frame_count, fps,
-    /// duration, rotation, threads, codec, pix_fmt.
+    /// The stream as OpenCV reports it: width, height, frame_count (as vLLM
+    /// corrects it), header_frame_count, fps, duration, rotation, threads,
+    /// codec, pix_fmt.
     fn info<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let info = self.capture()?.info();
         let d = PyDict::new(py);
         d.set_item("width", info.width)?;
         d.set_item("height", info.height)?;
         d.set_item("frame_count", info.frame_count)?;
+        d.set_item("header_frame_count", info.header_frame_count)?;
         d.set_item("fps", info.fps)?;
         d.set_item("duration", info.duration)?;
         d.set_item("rotation", info.rotation)?;

@@ -12,19 +12,26 @@ use crate::errors::{Error, Result};
 /// What `cv2.VideoCapture` reports about the stream, from its headers.
 #[derive(Clone, Debug, PartialEq)]
 pub struct StreamInfo {
-    /// `CAP_PROP_FRAME_WIDTH` / `_HEIGHT`: the size of every returned frame.
+    /// `CAP_PROP_FRAME_WIDTH` / `_HEIGHT`: the size of every returned
+    /// frame, after the rotation (swapped for 90 and 270 degrees).
     pub width: u32,
     pub height: u32,
-    /// `CAP_PROP_FRAME_COUNT`: the container's count, else duration x fps
-    /// (may be wrong: frames past the real end are simply not there).
+    /// The frame count vLLM's loader samples over: `CAP_PROP_FRAME_COUNT`
+    /// (the container's count, else duration x fps), unless a seek to the
+    /// end finds the stream ending more than one frame earlier (vLLM's
+    /// `get_video_metadata` check). It may still be too high: frames past
+    /// the real end are simply not there.
     pub frame_count: i64,
+    /// `CAP_PROP_FRAME_COUNT` as the headers state it.
+    pub header_frame_count: i64,
     /// `CAP_PROP_FPS`.
     pub fps: f64,
     /// The container's duration in seconds (vLLM's metadata uses
     /// `frame_count / fps` instead).
     pub duration: f64,
-    /// The display matrix's rotation in degrees; OpenCV 5.1 reports it and
-    /// does not apply it, and neither does pixelwire.
+    /// `CAP_PROP_ORIENTATION_META`: the display matrix's clockwise rotation
+    /// in degrees. Frames come back rotated by it when it is 90, 180 or 270,
+    /// as OpenCV's `CAP_PROP_ORIENTATION_AUTO` (on by default) does.
     pub rotation: i32,
     /// The decoder's thread count.
     pub threads: u32,
@@ -49,6 +56,27 @@ pub struct Frames {
 pub enum Conversion {
     BgrSwapped,
     RgbDirect,
+}
+
+/// Rotates a packed RGB frame of `height x width` clockwise by `degrees`
+/// (90, 180 or 270) into `dst`, as `cv::rotate` does.
+fn rotate(src: &[u8], height: usize, width: usize, degrees: i32, dst: &mut [u8]) {
+    for y in 0..height {
+        for x in 0..width {
+            let (ty, tx, out_width) = match degrees {
+                90 => (x, height - 1 - y, height),
+                180 => (height - 1 - y, width - 1 - x, width),
+                _ => (width - 1 - x, y, height),
+            };
+            let from = (y * width + x) * 3;
+            let to = (ty * out_width + tx) * 3;
+            dst[to..to + 3].copy_from_slice(&src[from..from + 3]);
+        }
+    }
+}
+
+fn applied_rotation(degrees: i32) -> Option<i32> {
+    matches!(degrees, 90 | 180 | 270).then_some(degrees)
 }
 
 /// An opened video. The encoded bytes stay owned by it, since FFmpeg reads
@@ -142,6 +170,7 @@ impl Capture {
             width: raw_info.width.max(0) as u32,
             height: raw_info.height.max(0) as u32,
             frame_count: raw_info.frame_count,
+            header_frame_count: raw_info.frame_count,
             fps: raw_info.fps,
             duration: raw_info.duration_sec,
             rotation: raw_info.rotation,
@@ -149,7 +178,7 @@ impl Capture {
             codec: c_string(&raw_info.codec),
             pix_fmt: c_string(&raw_info.pix_fmt),
         };
-        let capture = Capture {
+        let mut capture = Capture {
             raw,
             info,
             limits,
@@ -160,6 +189,12 @@ impl Capture {
         if capture.info.width == 0 || capture.info.height == 0 {
             return Err(Error::Video("the video stream has no frame size".into()));
         }
+        if capture.info.rotation % 180 != 0 {
+            let info = &mut capture.info;
+            std::mem::swap(&mut info.width, &mut info.height);
+        }
+        // SAFETY: `raw` is an open handle, used by this thread only.
+        capture.info.frame_count = unsafe { ffi::pw_video_presentable_frames(capture.raw) };
         Ok(capture)
     }
 
@@ -183,6 +218,13 @@ impl Capture {
         let wanted: BTreeSet<usize> = wanted.iter().copied().collect();
         let (width, height) = (self.info.width as usize, self.info.height as usize);
         let frame_bytes = width * height * 3;
+        let rotation = applied_rotation(self.info.rotation);
+        // The stream's own (unrotated) size, which the shim writes.
+        let (coded_height, coded_width) = if self.info.rotation % 180 != 0 {
+            (width, height)
+        } else {
+            (height, width)
+        };
         self.limits
             .check_sampled(wanted.len(), frame_bytes as u64)?;
         let mut pixels = Vec::new();
@@ -191,6 +233,7 @@ impl Capture {
             .map_err(|_| Error::Video("out of memory for the sampled frames".into()))?;
         pixels.resize(wanted.len() * frame_bytes, 0);
         let mut indices = Vec::with_capacity(wanted.len());
+        let mut scratch = Vec::new();
         let last = wanted.last().copied();
         if let Some(last) = last {
             for index in 0..=last {
@@ -205,7 +248,13 @@ impl Capture {
                     continue;
                 }
                 let at = indices.len() * frame_bytes;
-                let dst = pixels[at..at + frame_bytes].as_mut_ptr();
+                if rotation.is_some() && scratch.is_empty() {
+                    scratch.resize(frame_bytes, 0);
+                }
+                let dst = match rotation {
+                    Some(_) => scratch.as_mut_ptr(),
+                    None => pixels[at..at + frame_bytes].as_mut_ptr(),
+                };
                 // SAFETY: `dst` has room for width * height * 3 bytes, the
                 // size the shim writes (the stream's coded size).
                 let ok = unsafe {
@@ -215,6 +264,10 @@ impl Capture {
                     }
                 };
                 if ok != 0 {
+                    if let Some(degrees) = rotation {
+                        let out = &mut pixels[at..at + frame_bytes];
+                        rotate(&scratch, coded_height, coded_width, degrees, out);
+                    }
                     indices.push(index);
                 }
             }
@@ -226,5 +279,26 @@ impl Capture {
             height,
             width,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::rotate;
+
+    /// A 2x3 frame whose pixels are numbered, rotated as `np.rot90(k=-1)`
+    /// (clockwise), `k=2` and `k=1` would rotate it.
+    #[test]
+    fn rotations_match_cv_rotate() {
+        let src: Vec<u8> = (0..6u8).flat_map(|p| [p, p, p]).collect();
+        let turned = |degrees| {
+            let mut dst = vec![0; 18];
+            rotate(&src, 2, 3, degrees, &mut dst);
+            dst.chunks(3).map(|p| p[0]).collect::<Vec<_>>()
+        };
+        // [[0 1 2] [3 4 5]] clockwise: [[3 0] [4 1] [5 2]].
+        assert_eq!(turned(90), [3, 0, 4, 1, 5, 2]);
+        assert_eq!(turned(180), [5, 4, 3, 2, 1, 0]);
+        assert_eq!(turned(270), [2, 5, 1, 4, 0, 3]);
     }
 }

@@ -9,6 +9,7 @@
 #include <libavutil/opt.h>
 #include <libavutil/pixdesc.h>
 #include <libswscale/swscale.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -37,6 +38,12 @@ struct pw_video {
     struct SwsContext *sws_rgb;
     int sws_threads;
     int finished; /* the demuxer is at its end and the decoder drained */
+    /* OpenCV's position bookkeeping, which its seek relies on. */
+    int64_t picture_pts;
+    int64_t frame_number;
+    int64_t first_frame_number;
+    int64_t ts_offset_avtb;
+    int ts_offset_decided;
 };
 
 static int read_packet(void *opaque, uint8_t *buf, int buf_size) {
@@ -118,6 +125,8 @@ int pw_video_open(const uint8_t *data, size_t size, int threads, int64_t max_pix
     v->data = data;
     v->size = size;
     v->stream = -1;
+    v->picture_pts = AV_NOPTS_VALUE;
+    v->first_frame_number = -1;
     v->sws_threads = threads > 0 ? threads : default_threads();
     int code = PW_ERR_MEMORY;
     int ret = 0;
@@ -283,9 +292,69 @@ void pw_video_get_info(const pw_video *v, pw_video_info *info) {
     snprintf(info->pix_fmt, sizeof info->pix_fmt, "%s", fmt ? fmt : "");
 }
 
-/* grabFrame (l. 1617), without the raw mode, seeking and timestamps. */
+static int64_t to_avtb(int64_t ts, AVRational tb) {
+    return av_rescale_q(ts, tb, av_make_q(1, AV_TIME_BASE));
+}
+
+static int64_t from_avtb(int64_t ts, AVRational tb) {
+    return av_rescale_q(ts, av_make_q(1, AV_TIME_BASE), tb);
+}
+
+/* dts_to_sec and dts_to_frame_number (l. 2262-2275). */
+static double dts_to_sec(const pw_video *v, int64_t dts) {
+    const AVStream *st = v->ic->streams[v->stream];
+    int64_t ts = dts;
+    if (v->ts_offset_avtb == 0 && st->start_time != AV_NOPTS_VALUE)
+        ts -= st->start_time;
+    return (double)ts * r2d(st->time_base);
+}
+
+static int64_t dts_to_frame_number(const pw_video *v, int64_t dts) {
+    return (int64_t)(fps(v) * dts_to_sec(v, dts) + 0.5);
+}
+
+/* The end of grabFrame (l. 1722-1812): the frame's timestamp, normalised to
+ * start at zero, the frame counter and the first frame's number. */
+static void track_position(pw_video *v) {
+    AVStream *st = v->ic->streams[v->stream];
+    AVFrame *pic = v->picture;
+    int64_t dts = 0;
+    v->picture_pts = pic->pts != AV_NOPTS_VALUE ? pic->pts : pic->pkt_dts;
+    if (v->frame_number == 0)
+        dts = pic->pkt_dts;
+    if (!v->ts_offset_decided) {
+        int64_t min_start = INT64_MAX;
+        if (v->ic->start_time != AV_NOPTS_VALUE)
+            min_start = v->ic->start_time;
+        if (st->start_time != AV_NOPTS_VALUE) {
+            int64_t t = to_avtb(st->start_time, st->time_base);
+            if (t < min_start)
+                min_start = t;
+        }
+        int64_t first = v->picture_pts;
+        if (first == AV_NOPTS_VALUE && dts != AV_NOPTS_VALUE)
+            first = dts;
+        if (first != AV_NOPTS_VALUE) {
+            int64_t t = to_avtb(first, st->time_base);
+            if (t < min_start)
+                min_start = t;
+        }
+        v->ts_offset_avtb = (min_start != INT64_MAX && min_start < 0) ? -min_start : 0;
+        v->ts_offset_decided = 1;
+    }
+    if (v->picture_pts != AV_NOPTS_VALUE) {
+        int64_t t = to_avtb(v->picture_pts, st->time_base) + v->ts_offset_avtb;
+        v->picture_pts = from_avtb(t, st->time_base);
+    }
+    v->frame_number++;
+    if (v->first_frame_number < 0)
+        v->first_frame_number = dts_to_frame_number(v, v->picture_pts);
+}
+
+/* grabFrame (l. 1617), without the raw mode. */
 int pw_video_grab(pw_video *v) {
     size_t read_attempts = 0, decode_attempts = 0;
+    v->picture_pts = AV_NOPTS_VALUE;
     int valid = avcodec_receive_frame(v->ctx, v->picture) >= 0;
     while (!valid) {
         av_packet_unref(v->packet);
@@ -317,6 +386,8 @@ int pw_video_grab(pw_video *v) {
         else if (++decode_attempts > MAX_DECODE_ATTEMPTS)
             break;
     }
+    if (valid)
+        track_position(v);
     return valid;
 }
 
@@ -381,4 +452,76 @@ int pw_video_retrieve_rgb_direct(pw_video *v, uint8_t *dst) {
         return 0;
     copy_rows(v->rgb, dst, 0);
     return 1;
+}
+
+static int64_t total_frames(const pw_video *v) {
+    pw_video_info info;
+    pw_video_get_info(v, &info);
+    return info.frame_count;
+}
+
+/* seek(int64_t) (l. 2309): to the keyframe before the target, then grab
+ * forward to it, widening the step back while the landing is past it. */
+static void seek_frame(pw_video *v, int64_t target) {
+    AVStream *st = v->ic->streams[v->stream];
+    int64_t total = total_frames(v);
+    if (target > total)
+        target = total;
+    int64_t delta = 16;
+    if (v->first_frame_number < 0 && total > 1)
+        pw_video_grab(v);
+    for (;;) {
+        int64_t temp = target - delta > 0 ? target - delta : 0;
+        double sec = (double)temp / fps(v);
+        int64_t time_stamp = st->start_time == AV_NOPTS_VALUE ? 0 : st->start_time;
+        int64_t ts_norm = (int64_t)(sec / r2d(st->time_base) + 0.5);
+        if (v->ts_offset_avtb != 0)
+            time_stamp += ts_norm - from_avtb(v->ts_offset_avtb, st->time_base);
+        else
+            time_stamp += ts_norm;
+        if (total > 1)
+            av_seek_frame(v->ic, v->stream, time_stamp, AVSEEK_FLAG_BACKWARD);
+        avcodec_flush_buffers(v->ctx);
+        v->finished = 0;
+        if (target <= 0) {
+            v->frame_number = 0;
+            v->picture_pts = AV_NOPTS_VALUE;
+            return;
+        }
+        pw_video_grab(v);
+        if (target == 1) {
+            v->frame_number = 1;
+            return;
+        }
+        v->frame_number = dts_to_frame_number(v, v->picture_pts) - v->first_frame_number;
+        if (v->frame_number < 0 || v->frame_number > target - 1) {
+            if (temp == 0 || delta >= INT_MAX / 4)
+                return;
+            delta = delta < 16 ? delta * 2 : delta * 3 / 2;
+            continue;
+        }
+        while (v->frame_number < target - 1) {
+            if (!pw_video_grab(v))
+                break;
+        }
+        v->frame_number++;
+        return;
+    }
+}
+
+int64_t pw_video_presentable_frames(pw_video *v) {
+    int64_t total = total_frames(v);
+    if (total <= 0)
+        return total;
+    /* cap.set(CAP_PROP_POS_AVI_RATIO, 1.0): seek((int64_t)(1.0 * duration)). */
+    if (v->ic->duration != AV_NOPTS_VALUE)
+        seek_frame(v, (int64_t)(1.0 * (double)v->ic->duration));
+    else
+        v->frame_number = 0;
+    int64_t visible = v->frame_number;
+    int at_end = !pw_video_grab(v);
+    seek_frame(v, 0);
+    if (at_end && 0 < visible && visible < total - 1)
+        return visible;
+    return total;
 }

@@ -39,6 +39,12 @@ typedef struct {
 int pw_video_open(const uint8_t *data, size_t size, int threads, int64_t max_pixels,
                   pw_video **out, char *err, size_t err_len);
 void pw_video_get_info(const pw_video *v, pw_video_info *info);
+/* The frame count vLLM's loader samples over: CAP_PROP_FRAME_COUNT, unless
+ * OpenCV's seek to the end (CAP_PROP_POS_AVI_RATIO = 1) lands at the real
+ * end of the stream more than one frame earlier (an edit list hiding a
+ * lead-in, a count the header overstates), as vLLM's get_video_metadata
+ * checks. Seeks back to the start afterwards, as vLLM does. */
+int64_t pw_video_presentable_frames(pw_video *v);
 /* Decodes the next frame: 1 when there is one (OpenCV's grab() == true). */
 int pw_video_grab(pw_video *v);
 /* 1 once every later grab must fail too (end of stream, decoder drained),

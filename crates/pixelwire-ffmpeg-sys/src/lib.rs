@@ -43,6 +43,7 @@ extern "C" {
         err_len: usize,
     ) -> i32;
     pub fn pw_video_get_info(v: *const pw_video, info: *mut pw_video_info);
+    pub fn pw_video_presentable_frames(v: *mut pw_video) -> i64;
     pub fn pw_video_grab(v: *mut pw_video) -> i32;
     pub fn pw_video_finished(v: *const pw_video) -> i32;
     pub fn pw_video_retrieve(v: *mut pw_video, dst: *mut u8) -> i32;
