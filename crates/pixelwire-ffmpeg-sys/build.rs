@@ -1,7 +1,9 @@
 //! Builds dav1d 1.5.4 (meson + ninja) and a decode-only static FFmpeg 9.0.2
 //! from the tarballs in `vendor/` into `OUT_DIR`, then the C shim against
 //! them. Nothing is downloaded. The built prefix is kept in `OUT_DIR` with a
-//! stamp naming what made it, so a rerun (a changed shim) reuses it.
+//! stamp naming what made it, so a rerun (a changed shim) reuses it, and
+//! copied to `<target dir>/pixelwire-ffmpeg/<key hash>` for the other
+//! cargo profiles.
 
 use std::env;
 use std::path::{Path, PathBuf};
@@ -60,18 +62,33 @@ fn main() {
     }
     println!("cargo:rerun-if-env-changed=VIRTUAL_ENV");
 
-    let stamp = prefix.join(".built");
     let key = format!(
         "{FFMPEG_TARBALL} {DAV1D_TARBALL}\n{}\n{}\n{}\n",
         FFMPEG_CONFIGURE.join(" "),
         DAV1D_MESON.join(" "),
         std::fs::read_to_string(manifest.join("glibc_compat.h")).unwrap()
     );
-    if std::fs::read_to_string(&stamp).ok().as_deref() != Some(key.as_str()) {
-        let _ = std::fs::remove_dir_all(&prefix);
-        build_libraries(&manifest, &vendor, &out, &prefix);
-        std::fs::write(&stamp, &key).unwrap();
-    }
+    let built = |dir: &Path| {
+        std::fs::read_to_string(dir.join(".built")).ok().as_deref() == Some(key.as_str())
+    };
+    // The libraries do not depend on cargo's profile, so the dev profile
+    // (cargo test, clippy) and the release build share one prefix, kept
+    // next to cargo's profile folders.
+    let shared = shared_prefix(&out, &key);
+    let prefix = match shared {
+        Some(ref dir) if built(dir) => dir.clone(),
+        _ => {
+            if !built(&prefix) {
+                let _ = std::fs::remove_dir_all(&prefix);
+                build_libraries(&manifest, &vendor, &out, &prefix);
+                std::fs::write(prefix.join(".built"), &key).unwrap();
+            }
+            if let Some(dir) = shared {
+                publish(&prefix, &dir);
+            }
+            prefix
+        }
+    };
 
     cc::Build::new()
         .file("shim/pw_video.c")
@@ -88,6 +105,40 @@ fn main() {
     }
     println!("cargo:rustc-link-lib=dylib=m");
     println!("cargo:rustc-link-lib=dylib=pthread");
+}
+
+/// `<target dir>/pixelwire-ffmpeg/<hash of the build's key>`, from
+/// OUT_DIR = `<target dir>[/<triple>]/<profile>/build/<package>/out`.
+fn shared_prefix(out: &Path, key: &str) -> Option<PathBuf> {
+    use std::hash::{Hash, Hasher};
+    let target = out.ancestors().nth(4)?;
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    key.hash(&mut hasher);
+    Some(
+        target
+            .join("pixelwire-ffmpeg")
+            .join(format!("{:016x}", hasher.finish())),
+    )
+}
+
+/// Copies a built prefix to the shared place, atomically (a rename), so a
+/// concurrent build sees it whole or not at all.
+fn publish(prefix: &Path, shared: &Path) {
+    let parent = shared.parent().unwrap();
+    if std::fs::create_dir_all(parent).is_err() {
+        return;
+    }
+    let staging = parent.join(format!(".staging-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&staging);
+    let copied = Command::new("cp")
+        .arg("-a")
+        .arg(prefix)
+        .arg(&staging)
+        .status()
+        .is_ok_and(|s| s.success());
+    if !copied || std::fs::rename(&staging, shared).is_err() {
+        let _ = std::fs::remove_dir_all(&staging);
+    }
 }
 
 fn jobs() -> String {
@@ -121,7 +172,11 @@ fn find_tool(name: &str) -> PathBuf {
 
 fn unpack(tarball: &Path, into: &Path) {
     run(
-        Command::new("tar").arg("-xJf").arg(tarball).arg("-C").arg(into),
+        Command::new("tar")
+            .arg("-xJf")
+            .arg(tarball)
+            .arg("-C")
+            .arg(into),
         "unpacking",
     );
 }
@@ -171,7 +226,9 @@ fn build_libraries(manifest: &Path, vendor: &Path, out: &Path, prefix: &Path) {
         "FFmpeg configure",
     );
     run(
-        Command::new("make").current_dir(&ffmpeg).args(["-j", &jobs()]),
+        Command::new("make")
+            .current_dir(&ffmpeg)
+            .args(["-j", &jobs()]),
         "FFmpeg make",
     );
     run(
