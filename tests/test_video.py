@@ -213,6 +213,10 @@ def test_video_limits_defaults_and_repr():
     assert repr(limits).startswith("VideoLimits(max_bytes=")
 
 
-def test_unknown_loader_is_a_value_error(video_clips):
+def test_unknown_loader_and_what_vllm_does_differently_are_value_errors(video_clips):
+    data = video_clips["vp8.webm"]
     with pytest.raises(ValueError, match="unknown video loader"):
-        decode_video(video_clips["vp8.webm"], loader="glm4v")
+        decode_video(data, loader="glm4v")
+    for unsupported in ({"backend": "torchcodec"}, {"frame_recovery": True}):
+        with pytest.raises(ValueError, match="opencv backend"):
+            decode_video(data, **unsupported)

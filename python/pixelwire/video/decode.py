@@ -24,6 +24,8 @@ def decode_video(
     fps: float | None = None,
     threads: int = 0,
     limits: VideoLimits | None = None,
+    backend: str = "opencv",
+    frame_recovery: bool = False,
     **loader_kwargs: Any,
 ) -> tuple[npt.NDArray[np.uint8], dict[str, Any]]:
     """Decodes the frames vLLM's ``loader`` samples from ``data``.
@@ -38,8 +40,12 @@ def decode_video(
     ``do_sample_frames``). Frames that do not decode are left out, as vLLM
     leaves them out; a video with no decodable frame raises
     ``VideoDecodeError``. ``limits`` are checked before any frame memory is
-    taken (``VideoTooLarge``).
+    taken (``VideoTooLarge``). ``backend`` and ``frame_recovery`` are
+    vLLM's: only its default decoding backend (``opencv``) without frame
+    recovery is reproduced, anything else is a ``ValueError``.
     """
+    if backend != "opencv" or frame_recovery:
+        raise ValueError("pixelwire reproduces vLLM's opencv backend without frame_recovery only")
     sampler = LOADERS.get(loader)
     if sampler is None:
         raise ValueError(f"unknown video loader {loader!r}; pixelwire has {sorted(LOADERS)}")
