@@ -166,18 +166,21 @@ soak: build-dev
 # through RUSTC_BOOTSTRAP=1. FUZZ_SANITIZER=none if ASan builds fail.
 FUZZ_SECONDS ?= 600
 FUZZ_TARGETS ?= decode wire resize
-fuzz:
+# The fuzz build compiles FFmpeg and dav1d once into fuzz/target: meson and
+# ninja come from the tools virtualenv.
+FUZZ_PATH := PATH="$(abspath $(VENV))/bin:$$PATH"
+fuzz: setup
 	@cargo fuzz --version >/dev/null 2>&1 || cargo install cargo-fuzz --locked
-	fuzz/run.sh $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+	$(FUZZ_PATH) fuzz/run.sh $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 
 # What CI runs (.ci/run): replay fuzz/regressions on stable, then each
 # target for a fixed number of executions from a fixed seed, from a third of
 # the corpus: the same inputs on any machine, so a finding is never luck of
 # timing (~3 min here after the ASan build, which takes ~7-11 min).
 FUZZ_CI_RUNS ?= decode=3000 wire=200000 resize=100000
-fuzz-ci:
+fuzz-ci: setup
 	@cargo fuzz --version >/dev/null 2>&1 || cargo install cargo-fuzz --locked
-	cargo test -q --manifest-path fuzz/Cargo.toml
+	$(FUZZ_PATH) cargo test -q --manifest-path fuzz/Cargo.toml
 	for pair in $(FUZZ_CI_RUNS); do \
-		SEED_EVERY=3 SEED_MAX_BYTES=65536 FUZZ_NICE=0 FUZZ_RUNS=$${pair#*=} fuzz/run.sh 600 $${pair%%=*} || exit 1; \
+		$(FUZZ_PATH) SEED_EVERY=3 SEED_MAX_BYTES=65536 FUZZ_NICE=0 FUZZ_RUNS=$${pair#*=} fuzz/run.sh 600 $${pair%%=*} || exit 1; \
 	done

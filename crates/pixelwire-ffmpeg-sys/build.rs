@@ -107,11 +107,17 @@ fn main() {
     println!("cargo:rustc-link-lib=dylib=pthread");
 }
 
-/// `<target dir>/pixelwire-ffmpeg/<hash of the build's key>`, from
-/// OUT_DIR = `<target dir>[/<triple>]/<profile>/build/<package>/out`.
+/// `<target dir>/pixelwire-ffmpeg/<hash of the build's key>`. The target
+/// dir is the folder above OUT_DIR where cargo keeps its `CACHEDIR.TAG`
+/// (OUT_DIR = `<target dir>[/<triple>]/<profile>/build/<package>/out`).
 fn shared_prefix(out: &Path, key: &str) -> Option<PathBuf> {
     use std::hash::{Hash, Hasher};
-    let target = out.ancestors().nth(4)?;
+    let target = out
+        .ancestors()
+        .skip(4)
+        .take(2)
+        .find(|dir| dir.join("CACHEDIR.TAG").is_file())
+        .or_else(|| out.ancestors().nth(4))?;
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     key.hash(&mut hasher);
     Some(
