@@ -180,6 +180,15 @@ def test_a_far_frame_index_ends_at_the_end_of_the_stream(video_clips):
     assert time.monotonic() - started < 5
 
 
+def test_a_tiny_file_claiming_a_thousand_hours_is_sampled_over_its_real_frames(video_clips):
+    data = video_clips_module.claim_duration_mkv(video_clips["h264_open_gop.mkv"], 3.6e9)
+    started = time.monotonic()
+    info = VideoCapture(data).info()
+    frames, metadata = decode_video(data)
+    assert info["header_frame_count"] == 90_000_000 and metadata["total_num_frames"] == 24
+    assert len(frames) == 24 and time.monotonic() - started < 5
+
+
 def test_a_capture_reads_once(video_clips):
     capture = VideoCapture(video_clips["vp8.webm"])
     capture.read([0])

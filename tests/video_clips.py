@@ -95,6 +95,15 @@ def rotate_mp4(data: bytes, degrees: int) -> bytes:
     return data[: at + 48] + matrix + data[at + 84 :]
 
 
+def claim_duration_mkv(data: bytes, milliseconds: float) -> bytes:
+    """Rewrites a Matroska file's Duration (an 8-byte float, in the default
+    1 ms timecode scale): a tiny file that claims hours of frames."""
+    at = data.find(b"\x44\x89\x88")
+    if at < 0:
+        raise ValueError("no 8-byte Duration element")
+    return data[: at + 3] + struct.pack(">d", milliseconds) + data[at + 11 :]
+
+
 def make(name: str, args: list[str], folder: Path) -> bytes:
     out = folder / name
     if not out.exists():

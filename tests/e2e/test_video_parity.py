@@ -16,6 +16,8 @@ import pytest
 import pixelwire
 from pixelwire.video import LOADERS, SourceMetadata
 
+import video_clips
+
 pytestmark = pytest.mark.vllm
 
 # (loader, keyword arguments) as a request's media_io_kwargs would give them.
@@ -35,7 +37,8 @@ def _vllm_load(data: bytes, loader: str, kwargs: dict) -> tuple[np.ndarray, dict
 
 
 def _damaged(clips: dict[str, bytes]) -> dict[str, bytes]:
-    """Truncated and corrupt versions of two clips."""
+    """Truncated and corrupt versions of two clips, and one that claims a
+    thousand hours."""
     out = {}
     for name in ("h264_open_gop.mkv", "hevc.mp4"):
         data = clips[name]
@@ -44,6 +47,7 @@ def _damaged(clips: dict[str, bytes]) -> dict[str, bytes]:
         at = len(data) // 3
         corrupt[at : at + 2000] = np.random.default_rng(1).integers(0, 256, 2000, np.uint8).tobytes()
         out[f"corrupt_{name}"] = bytes(corrupt)
+    out["claims_1000_hours.mkv"] = video_clips.claim_duration_mkv(clips["h264_open_gop.mkv"], 3.6e9)
     return out
 
 
