@@ -77,6 +77,11 @@ def test_qwen3_vl_loader_samples_at_two_fps_with_at_least_four_frames(video_clip
     assert metadata["frames_indices"] == [0, 8, 15, 23]
 
 
+def test_qwen2_vl_loader_samples_a_multiple_of_the_temporal_patch(video_clips):
+    _, metadata = decode_video(video_clips["h264_high_bframes.mp4"], loader="qwen2_vl")
+    assert metadata["frames_indices"] == [0, 6, 12, 18]
+
+
 def test_decoder_thread_count_does_not_change_the_frames(video_clips):
     data = video_clips["h264_open_gop.mkv"]
     one, _ = decode_video(data, threads=1)

@@ -4,7 +4,7 @@ frames byte for byte and metadata equal on every test video (codecs x
 containers, B-frames and open GOP, an odd size, 10-bit, full range and
 BT.709, variable frame rate, rotation, truncated and corrupt streams), and
 the sampled indices equal to vLLM's ``compute_frames_index_to_sample`` over
-a grid of sources and targets. The max |d| of every clip is printed."""
+a grid of sources and targets (opencv, qwen2_vl, qwen3_vl). The max |d| of every clip is printed."""
 
 from __future__ import annotations
 
@@ -25,6 +25,8 @@ SETTINGS = [
     ("opencv", {"num_frames": 32}),
     ("opencv", {"num_frames": 5}),
     ("opencv", {"num_frames": -1, "fps": 10}),
+    ("qwen2_vl", {"num_frames": 32}),
+    ("qwen2_vl", {"num_frames": -1, "fps": 10, "min_frames": 2}),
     ("qwen3_vl", {"num_frames": 32}),
     ("qwen3_vl", {"num_frames": -1, "fps": 4, "min_frames": 2}),
 ]
@@ -119,3 +121,17 @@ def test_frame_indices_equal_vllms_over_a_grid(loader):
         assert tuple(ours.prepare_source(source).__dict__.values()) == tuple(vllm_source)
         checked += 1
     assert checked > 1000
+
+
+def test_torch_arange_float32_equals_torchs():
+    """qwen2_vl's indices come from torch.arange in float32, which ATen fills
+    in vector runs: the emulation must agree value for value."""
+    import torch
+
+    from pixelwire.video.loaders import torch_arange_float32
+
+    for total in range(2, 40001, 7):
+        for count in (2, 4, 6, 8, 16, 32, 34, 64, 100, 128, 256, 300, 512, 766, 768):
+            if count <= total:
+                expected = torch.arange(0, total, total / count).numpy()
+                assert np.array_equal(torch_arange_float32(total, count), expected), (total, count)

@@ -32,8 +32,8 @@ def decode_video(
 
     ``num_frames`` and ``fps`` mean what they mean to vLLM's loader
     (``-1``: no bound; ``fps=None``: the loader's own default, -1 for
-    ``opencv``, 2 for ``qwen3_vl``); ``loader_kwargs`` are its sampling
-    options (``min_frames``, ``max_frames``). ``threads``: decoder threads,
+    ``opencv``, 2 for ``qwen2_vl`` and ``qwen3_vl``); ``loader_kwargs`` are its sampling
+    options (``min_frames``, ``max_frames``, ``temporal_patch_size``). ``threads``: decoder threads,
     0 for min(cores, 16). Returns a C-contiguous uint8 ``(T, H, W, 3)`` RGB
     array and vLLM's metadata dict (``total_num_frames``, ``fps``,
     ``duration``, ``video_backend``, ``frames_indices``,

