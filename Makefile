@@ -19,16 +19,19 @@ PYPROJECT_REQUIREMENTS := import tomllib; p = tomllib.load(open("pyproject.toml"
 	print(*p["build-system"]["requires"], *p["project"]["dependencies"], \
 	*(r for group in ("test", "bench", "lint") for r in extras[group]), sep="\n")
 
-# System tools: cmake and nasm build the vendored libjpeg-turbo; iproute2 and
+# System tools: cmake and nasm build the vendored libjpeg-turbo (nasm and
+# pkg-config also the vendored FFmpeg; meson and ninja come from pyproject's
+# build requirements); ffmpeg (the CLI) makes the test videos only; iproute2 and
 # nftables let the fault suite build its two-host network; libclang is
 # what nixl-sys's bindgen needs. Then a virtualenv with the build, test, bench
 # and lint tools (plus auditwheel, which checks the wheel), and NIXL's runtime
 # (the nixl-cu12 wheel without its torch requirement: pixelwire loads only
 # its C API and UCX plugin).
 $(VENV)/.tools: pyproject.toml Makefile
-	@command -v cmake >/dev/null && command -v nasm >/dev/null && [ -n "$$(ls /usr/lib/llvm-*/lib/libclang*.so* 2>/dev/null)" ] \
+	@command -v cmake >/dev/null && command -v nasm >/dev/null && command -v pkg-config >/dev/null \
+		&& command -v ffmpeg >/dev/null && [ -n "$$(ls /usr/lib/llvm-*/lib/libclang*.so* 2>/dev/null)" ] \
 		&& command -v ip >/dev/null && command -v tc >/dev/null && command -v nft >/dev/null || \
-		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq cmake nasm libclang-dev iproute2 nftables >/dev/null; }
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq cmake nasm pkg-config ffmpeg libclang-dev iproute2 nftables >/dev/null; }
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q -U pip
 	$(PY) -c '$(PYPROJECT_REQUIREMENTS)' > $(VENV)/requirements-tools.txt
@@ -54,7 +57,8 @@ build-dev: setup
 # libstdc++. auditwheel must agree with the tag and find nothing to graft.
 MANYLINUX ?= manylinux_2_34
 WHEEL_SOURCES := Cargo.toml Cargo.lock pyproject.toml README.md \
-	$(shell find src python -type f \( -name '*.rs' -o -name '*.py' -o -name '*.pyi' -o -name py.typed \) -not -path '*/__pycache__/*')
+	$(shell find src python -type f \( -name '*.rs' -o -name '*.py' -o -name '*.pyi' -o -name py.typed \) -not -path '*/__pycache__/*') \
+	$(shell find crates -type f -not -path '*/target/*')
 dist/.built: $(WHEEL_SOURCES) | $(VENV)/.tools
 	rm -f dist/pixelwire-*.whl dist/pixelwire-*.tar.gz dist/auditwheel.txt
 	VIRTUAL_ENV=$(abspath $(VENV)) $(VENV)/bin/maturin build --release --compatibility $(MANYLINUX) --auditwheel check -o dist
@@ -162,18 +166,21 @@ soak: build-dev
 # through RUSTC_BOOTSTRAP=1. FUZZ_SANITIZER=none if ASan builds fail.
 FUZZ_SECONDS ?= 600
 FUZZ_TARGETS ?= decode wire resize
-fuzz:
+# The fuzz build compiles FFmpeg and dav1d once into fuzz/target: meson and
+# ninja come from the tools virtualenv.
+FUZZ_PATH := PATH="$(abspath $(VENV))/bin:$$PATH"
+fuzz: setup
 	@cargo fuzz --version >/dev/null 2>&1 || cargo install cargo-fuzz --locked
-	fuzz/run.sh $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+	$(FUZZ_PATH) fuzz/run.sh $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 
 # What CI runs (.ci/run): replay fuzz/regressions on stable, then each
 # target for a fixed number of executions from a fixed seed, from a third of
 # the corpus: the same inputs on any machine, so a finding is never luck of
 # timing (~3 min here after the ASan build, which takes ~7-11 min).
 FUZZ_CI_RUNS ?= decode=3000 wire=200000 resize=100000
-fuzz-ci:
+fuzz-ci: setup
 	@cargo fuzz --version >/dev/null 2>&1 || cargo install cargo-fuzz --locked
-	cargo test -q --manifest-path fuzz/Cargo.toml
+	$(FUZZ_PATH) cargo test -q --manifest-path fuzz/Cargo.toml
 	for pair in $(FUZZ_CI_RUNS); do \
-		SEED_EVERY=3 SEED_MAX_BYTES=65536 FUZZ_NICE=0 FUZZ_RUNS=$${pair#*=} fuzz/run.sh 600 $${pair%%=*} || exit 1; \
+		$(FUZZ_PATH) SEED_EVERY=3 SEED_MAX_BYTES=65536 FUZZ_NICE=0 FUZZ_RUNS=$${pair#*=} fuzz/run.sh 600 $${pair%%=*} || exit 1; \
 	done

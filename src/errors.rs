@@ -44,6 +44,22 @@ pub enum Error {
     /// The caller gave the work up (its request went away) before it was done.
     #[error("{0}")]
     Cancelled(String),
+    /// A video that cannot be read: not a container pixelwire demuxes,
+    /// corrupt or truncated headers, no video stream, or no decodable frame.
+    #[error("{0}")]
+    Video(String),
+    /// A video stream in a codec this build does not decode.
+    #[error("{0}")]
+    UnsupportedVideo(String),
+    /// A video over one of the caller's [`crate::video::VideoLimits`]
+    /// (`setting` names the field), found before any frame memory is taken.
+    #[error("{message}")]
+    VideoOverLimit {
+        message: String,
+        setting: &'static str,
+        limit: u64,
+        actual: u64,
+    },
     /// Input `index` of a batch failed with `error`; the Python class is
     /// `error`'s, with the index as an attribute.
     #[error("image {index}: {error}")]

@@ -19,6 +19,7 @@ pub mod reader;
 pub mod region;
 pub mod remotes;
 pub mod resize;
+pub mod video;
 pub mod wire;
 
 use pyo3::prelude::*;

@@ -96,3 +96,20 @@ def start_publisher_process() -> Iterator[Callable[..., PublisherProcess]]:
 def publisher_process(start_publisher_process: Callable[..., PublisherProcess]) -> PublisherProcess:
     """A publisher in a child process with `start_publisher_process`'s defaults."""
     return start_publisher_process()
+
+
+@pytest.fixture(scope="session")
+def video_clips(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
+    """Every test video of ``video_clips.CLIPS`` by name, made once per session."""
+    import video_clips
+
+    return video_clips.make_all(video_clips.CLIPS, tmp_path_factory.mktemp("videos"))
+
+
+@pytest.fixture(scope="session")
+def bad_videos(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
+    """``video_clips.BAD_SOURCES`` by name (audio only, zero frames, codecs
+    pixelwire does not decode, an mp4 with its index at the end)."""
+    import video_clips
+
+    return video_clips.make_all(video_clips.BAD_SOURCES, tmp_path_factory.mktemp("bad_videos"))

@@ -13,7 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 # Top-level folders of the repository: a backticked span starting with one
 # of them is a path into it.
-TOP = ("src/", "python/", "tests/", "benches/", "docs/", "fuzz/", ".ci/")
+TOP = ("src/", "python/", "tests/", "benches/", "docs/", "fuzz/", ".ci/", "crates/")
 # Where the build, the fuzzers and the benchmarks write (git-ignored): paths
 # the docs name as outputs.
 OUTPUTS = ("target/", "dist/", ".bench/", "fuzz/artifacts/", "fuzz/target/")

@@ -14,6 +14,10 @@ from pixelwire._native import (
     PoolExhausted,
     TransferError,
     UnsupportedFormat,
+    UnsupportedVideo,
+    VideoDecodeError,
+    VideoLimits,
+    VideoTooLarge,
     __version__,
     content_hash,
     decode_data_url,
@@ -25,6 +29,7 @@ from pixelwire.descriptor import Decoded, PassThrough
 from pixelwire.publisher import Publisher
 from pixelwire.reader import Reader
 from pixelwire.transfer import decode_and_publish, read_decoded
+from pixelwire.video import decode_video
 
 if TYPE_CHECKING:
     from pixelwire.fetch import Fetcher, load_image
@@ -56,12 +61,17 @@ __all__ = [
     "Reader",
     "TransferError",
     "UnsupportedFormat",
+    "UnsupportedVideo",
+    "VideoDecodeError",
+    "VideoLimits",
+    "VideoTooLarge",
     "__version__",
     "content_hash",
     "decode_and_publish",
     "decode_data_url",
     "decode_image",
     "decode_many",
+    "decode_video",
     "load_image",
     "probe_image",
     "read_decoded",

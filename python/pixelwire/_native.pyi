@@ -87,6 +87,17 @@ class ImageTooLarge(DecodeError):
         actual: int | None = None,
     ) -> None: ...
 
+class VideoDecodeError(DecodeError):
+    """The video cannot be read: not a supported container, corrupt or
+    truncated, no video stream or no decodable frame."""
+
+class UnsupportedVideo(VideoDecodeError):
+    """The video stream is in a codec pixelwire does not decode."""
+
+class VideoTooLarge(ImageTooLarge):
+    """The video is over a ``VideoLimits`` setting (``max_bytes``,
+    ``max_frames``, ``max_pixels``, ``max_frame_bytes``)."""
+
 class FetchError(PixelwireError):
     """An image URL could not be fetched: ``status`` is the HTTP status (None
     when not HTTP), ``retryable`` whether a retry may succeed."""
@@ -144,6 +155,52 @@ class Limits:
     def max_pixels(self) -> int: ...
     @property
     def max_side(self) -> int: ...
+
+@final
+class VideoLimits:
+    """Bounds on one video, checked before the memory they guard is taken."""
+
+    def __new__(
+        cls,
+        *,
+        max_bytes: int | None = None,
+        max_frames: int | None = None,
+        max_pixels: int | None = None,
+        max_frame_bytes: int | None = None,
+    ) -> VideoLimits: ...
+    @property
+    def max_bytes(self) -> int: ...
+    @property
+    def max_frames(self) -> int: ...
+    @property
+    def max_pixels(self) -> int: ...
+    @property
+    def max_frame_bytes(self) -> int: ...
+
+class VideoInfo(TypedDict):
+    width: int
+    height: int
+    frame_count: int
+    header_frame_count: int
+    fps: float
+    duration: float
+    rotation: int
+    threads: int
+    codec: str
+    pix_fmt: str
+
+@final
+class VideoCapture:
+    """An opened in-memory video, read as ``cv2.VideoCapture`` reads it."""
+
+    def __new__(
+        cls, data: Buffer, *, threads: int = 0, limits: VideoLimits | None = None
+    ) -> VideoCapture: ...
+    def info(self) -> VideoInfo: ...
+    def read(
+        self, indices: Sequence[int], *, rgb_direct: bool = False
+    ) -> tuple[npt.NDArray[np.uint8], list[int]]: ...
+    def close(self) -> None: ...
 
 class ProbeResult(TypedDict):
     format: str

@@ -48,6 +48,9 @@ ACQUIRE_TIMEOUT = 10.0
 READ_TIMEOUT = 30.0
 # The largest image a reader accepts, in pixels: the decoder's own limit.
 MAX_PIXELS = Limits().max_pixels
+# Frames a video is sampled to when the caller names no number: vLLM's
+# default (VideoMediaIO's num_frames).
+VIDEO_NUM_FRAMES = 32
 # How a worker READs (see docs/performance.md, "Transfers", for the sweep
 # these come from). NIXL's progress thread on a reader's agent: without it
 # nothing progresses the UCX worker between reads, and after a link outage

@@ -34,6 +34,24 @@ create_exception!(
 );
 create_exception!(
     pixelwire,
+    VideoDecodeError,
+    DecodeError,
+    "The video cannot be read: not a supported container, corrupt or truncated, no video stream or no decodable frame."
+);
+create_exception!(
+    pixelwire,
+    UnsupportedVideo,
+    VideoDecodeError,
+    "The video stream is in a codec pixelwire does not decode."
+);
+create_exception!(
+    pixelwire,
+    VideoTooLarge,
+    ImageTooLarge,
+    "The video is over a VideoLimits setting (attributes: setting, limit, actual)."
+);
+create_exception!(
+    pixelwire,
     FetchError,
     PixelwireError,
     "An image URL could not be fetched (attributes: status, retryable)."
@@ -81,18 +99,15 @@ impl From<Error> for PyErr {
                 setting,
                 limit,
                 actual,
-            } => Python::attach(|py| {
-                let kwargs = [
-                    ("setting", setting.into_pyobject(py)?.into_any()),
-                    ("limit", limit.into_pyobject(py)?.into_any()),
-                    ("actual", actual.into_pyobject(py)?.into_any()),
-                ]
-                .into_py_dict(py)?;
-                py.get_type::<ImageTooLarge>()
-                    .call((message,), Some(&kwargs))
-                    .map(PyErr::from_value)
-            })
-            .unwrap_or_else(|err| err),
+            } => over_limit::<ImageTooLarge>(message, setting, limit, actual),
+            Error::Video(m) => VideoDecodeError::new_err(m),
+            Error::UnsupportedVideo(m) => UnsupportedVideo::new_err(m),
+            Error::VideoOverLimit {
+                message,
+                setting,
+                limit,
+                actual,
+            } => over_limit::<VideoTooLarge>(message, setting, limit, actual),
             Error::InvalidArgument(m) => PyValueError::new_err(m),
             Error::InvalidData(m) => FetchError::new_err(m),
             Error::Descriptor(m) => DescriptorError::new_err(m),
@@ -124,6 +139,27 @@ impl From<ReadError> for PyErr {
         })
         .unwrap_or_else(|err| err)
     }
+}
+
+/// An `ImageTooLarge` (or subclass) carrying the limit that was exceeded.
+fn over_limit<T: pyo3::PyTypeInfo>(
+    message: String,
+    setting: &'static str,
+    limit: u64,
+    actual: u64,
+) -> PyErr {
+    Python::attach(|py| {
+        let kwargs = [
+            ("setting", setting.into_pyobject(py)?.into_any()),
+            ("limit", limit.into_pyobject(py)?.into_any()),
+            ("actual", actual.into_pyobject(py)?.into_any()),
+        ]
+        .into_py_dict(py)?;
+        py.get_type::<T>()
+            .call((message,), Some(&kwargs))
+            .map(PyErr::from_value)
+    })
+    .unwrap_or_else(|err| err)
 }
 
 /// The exception of input `index` of a batch: the class its own error maps
@@ -222,6 +258,9 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("DecodeError", py.get_type::<DecodeError>())?;
     m.add("UnsupportedFormat", py.get_type::<UnsupportedFormat>())?;
     m.add("ImageTooLarge", py.get_type::<ImageTooLarge>())?;
+    m.add("VideoDecodeError", py.get_type::<VideoDecodeError>())?;
+    m.add("UnsupportedVideo", py.get_type::<UnsupportedVideo>())?;
+    m.add("VideoTooLarge", py.get_type::<VideoTooLarge>())?;
     m.add("FetchError", py.get_type::<FetchError>())?;
     m.add("BlockedURL", py.get_type::<BlockedURL>())?;
     m.add("DescriptorError", py.get_type::<DescriptorError>())?;

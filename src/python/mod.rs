@@ -12,6 +12,7 @@ mod pixels;
 mod publisher;
 mod reader;
 mod tickets;
+mod video;
 
 use crate::decode::{self, DecodeOptions, Mode};
 
@@ -249,6 +250,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     publisher::register(m)?;
     reader::register(m)?;
     tickets::register(m)?;
+    video::register(m)?;
     m.add_function(wrap_pyfunction!(decode_data_url, m)?)?;
     m.add_function(wrap_pyfunction!(content_hash, m)?)?;
     m.add_function(wrap_pyfunction!(is_content_hash, m)?)?;

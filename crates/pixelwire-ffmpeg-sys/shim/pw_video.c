@@ -1,0 +1,527 @@
+/* See pw_video.h. Line references are to OpenCV 5.1.0's
+ * modules/videoio/src/cap_ffmpeg_impl.hpp. */
+#include "pw_video.h"
+
+#include <libavcodec/avcodec.h>
+#include <libavformat/avformat.h>
+#include <libavutil/display.h>
+#include <libavutil/mathematics.h>
+#include <libavutil/opt.h>
+#include <libavutil/pixdesc.h>
+#include <libswscale/swscale.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+/* OpenCV's retry budgets (OPENCV_FFMPEG_READ_ATTEMPTS / _DECODE_ATTEMPTS). */
+#define MAX_READ_ATTEMPTS 4096
+#define MAX_DECODE_ATTEMPTS 64
+/* OpenCV's stream reader buffer. */
+#define AVIO_BUFFER_SIZE 4096
+
+struct pw_video {
+    const uint8_t *data;
+    size_t size;
+    int64_t pos;
+    AVIOContext *avio;
+    AVFormatContext *ic;
+    AVCodecContext *ctx;
+    const AVCodec *codec;
+    int stream;
+    AVPacket *packet;
+    AVFrame *picture;
+    AVFrame *bgr;
+    AVFrame *rgb;
+    struct SwsContext *sws;
+    struct SwsContext *sws_rgb;
+    int sws_threads;
+    int finished; /* the demuxer is at its end and the decoder drained */
+    /* OpenCV's position bookkeeping, which its seek relies on. */
+    int64_t picture_pts;
+    int64_t frame_number;
+    int64_t first_frame_number;
+    int64_t ts_offset_avtb;
+    int ts_offset_decided;
+};
+
+static int read_packet(void *opaque, uint8_t *buf, int buf_size) {
+    pw_video *v = opaque;
+    int64_t left = (int64_t)v->size - v->pos;
+    if (left <= 0 || buf_size <= 0)
+        return buf_size > 0 ? AVERROR_EOF : 0;
+    int n = left < buf_size ? (int)left : buf_size;
+    memcpy(buf, v->data + v->pos, (size_t)n);
+    v->pos += n;
+    return n;
+}
+
+/* As OpenCV's stream seek: SEEK_SET/CUR/END only, so AVSEEK_SIZE is refused
+ * (-1) and FFmpeg does not learn the size that way. */
+static int64_t seek(void *opaque, int64_t offset, int whence) {
+    pw_video *v = opaque;
+    int origin = whence & ~AVSEEK_FORCE;
+    int64_t base;
+    if (origin == SEEK_SET)
+        base = 0;
+    else if (origin == SEEK_CUR)
+        base = v->pos;
+    else if (origin == SEEK_END)
+        base = (int64_t)v->size;
+    else
+        return -1;
+    int64_t to = base + offset;
+    if (to < 0)
+        return -1;
+    v->pos = to;
+    return to;
+}
+
+static void set_error(char *err, size_t err_len, const char *what, int code) {
+    if (!err || !err_len)
+        return;
+    if (code) {
+        char buf[AV_ERROR_MAX_STRING_SIZE] = {0};
+        av_strerror(code, buf, sizeof buf);
+        snprintf(err, err_len, "%s: %s", what, buf);
+    } else {
+        snprintf(err, err_len, "%s", what);
+    }
+}
+
+static int default_threads(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    if (n < 1)
+        n = 1;
+    return n > 16 ? 16 : (int)n;
+}
+
+void pw_video_close(pw_video *v) {
+    if (!v)
+        return;
+    sws_freeContext(v->sws);
+    sws_freeContext(v->sws_rgb);
+    av_frame_free(&v->bgr);
+    av_frame_free(&v->rgb);
+    av_frame_free(&v->picture);
+    av_packet_free(&v->packet);
+    avcodec_free_context(&v->ctx);
+    avformat_close_input(&v->ic);
+    if (v->avio) {
+        av_freep(&v->avio->buffer);
+        avio_context_free(&v->avio);
+    }
+    av_free(v);
+}
+
+int pw_video_open(const uint8_t *data, size_t size, int threads, int64_t max_pixels,
+                  pw_video **out, char *err, size_t err_len) {
+    *out = NULL;
+    av_log_set_level(AV_LOG_QUIET);
+    pw_video *v = av_mallocz(sizeof *v);
+    if (!v)
+        return PW_ERR_MEMORY;
+    v->data = data;
+    v->size = size;
+    v->stream = -1;
+    v->picture_pts = AV_NOPTS_VALUE;
+    v->first_frame_number = -1;
+    v->sws_threads = threads > 0 ? threads : default_threads();
+    int code = PW_ERR_MEMORY;
+    int ret = 0;
+    AVDictionary **probe_opts = NULL;
+
+    uint8_t *buffer = av_malloc(AVIO_BUFFER_SIZE);
+    if (!buffer)
+        goto fail;
+    v->avio = avio_alloc_context(buffer, AVIO_BUFFER_SIZE, 0, v, read_packet, NULL, seek);
+    if (!v->avio) {
+        av_free(buffer);
+        goto fail;
+    }
+    v->ic = avformat_alloc_context();
+    if (!v->ic)
+        goto fail;
+    v->ic->pb = v->avio;
+    ret = avformat_open_input(&v->ic, NULL, NULL, NULL);
+    if (ret < 0) {
+        /* avformat_open_input frees the context on failure. */
+        code = PW_ERR_FORMAT;
+        set_error(err, err_len, "not a video container pixelwire can read", ret);
+        goto fail;
+    }
+
+    /* The probing decoders get the same frame-size bound as ours. */
+    if (max_pixels > 0 && v->ic->nb_streams > 0) {
+        probe_opts = av_calloc(v->ic->nb_streams, sizeof *probe_opts);
+        if (!probe_opts)
+            goto fail;
+        for (unsigned i = 0; i < v->ic->nb_streams; i++)
+            av_dict_set_int(&probe_opts[i], "max_pixels", max_pixels, 0);
+    }
+    ret = avformat_find_stream_info(v->ic, probe_opts);
+    if (ret < 0) {
+        code = PW_ERR_FORMAT;
+        set_error(err, err_len, "cannot read the stream parameters", ret);
+        goto fail;
+    }
+
+    /* OpenCV takes the first video stream (not av_find_best_stream). */
+    int video_seen = 0;
+    for (unsigned i = 0; i < v->ic->nb_streams; i++) {
+        AVCodecParameters *par = v->ic->streams[i]->codecpar;
+        if (par->codec_type != AVMEDIA_TYPE_VIDEO)
+            continue;
+        video_seen = 1;
+        if (max_pixels > 0 && (int64_t)par->width * par->height > max_pixels) {
+            code = PW_ERR_TOO_LARGE;
+            snprintf(err, err_len, "%dx%d", par->width, par->height);
+            goto fail;
+        }
+        const AVCodec *codec = avcodec_find_decoder(par->codec_id);
+        if (!codec) {
+            code = PW_ERR_NO_DECODER;
+            snprintf(err, err_len, "no decoder for the video codec %s", avcodec_get_name(par->codec_id));
+            continue;
+        }
+        v->ctx = avcodec_alloc_context3(codec);
+        if (!v->ctx)
+            goto fail;
+        v->ctx->thread_count = threads > 0 ? threads : default_threads();
+        if (avcodec_parameters_to_context(v->ctx, par) < 0)
+            goto fail;
+        if (max_pixels > 0)
+            v->ctx->max_pixels = max_pixels;
+        ret = avcodec_open2(v->ctx, codec, NULL);
+        if (ret < 0) {
+            code = PW_ERR_DECODER;
+            set_error(err, err_len, "the decoder refused the stream", ret);
+            goto fail;
+        }
+        /* "decoder can sometimes alter it": OpenCV restores the coded size. */
+        if (par->width && v->ctx->width != par->width)
+            v->ctx->width = par->width;
+        if (par->height && v->ctx->height != par->height)
+            v->ctx->height = par->height;
+        v->codec = codec;
+        v->stream = (int)i;
+        break;
+    }
+    if (v->stream < 0) {
+        if (!video_seen) {
+            code = PW_ERR_NO_VIDEO;
+            snprintf(err, err_len, "no video stream");
+        }
+        goto fail;
+    }
+    v->packet = av_packet_alloc();
+    v->picture = av_frame_alloc();
+    v->bgr = av_frame_alloc();
+    v->rgb = av_frame_alloc();
+    if (!v->packet || !v->picture || !v->bgr || !v->rgb)
+        goto fail;
+    if (probe_opts) {
+        for (unsigned i = 0; i < v->ic->nb_streams; i++)
+            av_dict_free(&probe_opts[i]);
+        av_free(probe_opts);
+    }
+    *out = v;
+    return PW_OK;
+
+fail:
+    if (probe_opts && v->ic) {
+        for (unsigned i = 0; i < v->ic->nb_streams; i++)
+            av_dict_free(&probe_opts[i]);
+    }
+    av_free(probe_opts);
+    if (code == PW_ERR_MEMORY && err && err_len)
+        snprintf(err, err_len, "out of memory");
+    pw_video_close(v);
+    return code;
+}
+
+static double r2d(AVRational r) {
+    return r.num == 0 || r.den == 0 ? 0. : (double)r.num / (double)r.den;
+}
+
+/* get_duration_sec (l. 2208). */
+static double duration_sec(const pw_video *v) {
+    double sec = (double)v->ic->duration / (double)AV_TIME_BASE;
+    if (sec < 0.000025) {
+        AVStream *st = v->ic->streams[v->stream];
+        sec = (double)st->duration * r2d(st->time_base);
+    }
+    return sec;
+}
+
+/* get_fps (l. 2225). */
+static double fps(const pw_video *v) {
+    AVStream *st = v->ic->streams[v->stream];
+    double f = r2d(st->avg_frame_rate);
+    if (f < 0.000025)
+        f = r2d(av_guess_frame_rate(v->ic, st, NULL));
+    if (f < 0.000025)
+        f = 1.0 / r2d(st->time_base);
+    return f;
+}
+
+void pw_video_get_info(const pw_video *v, pw_video_info *info) {
+    memset(info, 0, sizeof *info);
+    AVStream *st = v->ic->streams[v->stream];
+    info->width = v->ctx->width;
+    info->height = v->ctx->height;
+    info->fps = fps(v);
+    info->duration_sec = duration_sec(v);
+    /* get_total_frames (l. 2248). */
+    info->frame_count = st->nb_frames;
+    if (info->frame_count == 0)
+        info->frame_count = (int64_t)floor(info->duration_sec * info->fps + 0.5);
+    /* get_rotation_angle (l. 2276). */
+    const AVPacketSideData *sd = av_packet_side_data_get(
+        st->codecpar->coded_side_data, st->codecpar->nb_coded_side_data, AV_PKT_DATA_DISPLAYMATRIX);
+    if (sd && sd->size >= 9 * sizeof(int32_t)) {
+        int angle = -(int)lrint(av_display_rotation_get((const int32_t *)sd->data));
+        if (angle < 0)
+            angle += 360;
+        info->rotation = angle;
+    }
+    info->threads = v->ctx->thread_count;
+    snprintf(info->codec, sizeof info->codec, "%s", v->codec->name);
+    const char *fmt = av_get_pix_fmt_name((enum AVPixelFormat)st->codecpar->format);
+    snprintf(info->pix_fmt, sizeof info->pix_fmt, "%s", fmt ? fmt : "");
+}
+
+static int64_t to_avtb(int64_t ts, AVRational tb) {
+    return av_rescale_q(ts, tb, av_make_q(1, AV_TIME_BASE));
+}
+
+static int64_t from_avtb(int64_t ts, AVRational tb) {
+    return av_rescale_q(ts, av_make_q(1, AV_TIME_BASE), tb);
+}
+
+/* dts_to_sec and dts_to_frame_number (l. 2262-2275). */
+static double dts_to_sec(const pw_video *v, int64_t dts) {
+    const AVStream *st = v->ic->streams[v->stream];
+    int64_t ts = dts;
+    if (v->ts_offset_avtb == 0 && st->start_time != AV_NOPTS_VALUE)
+        ts -= st->start_time;
+    return (double)ts * r2d(st->time_base);
+}
+
+static int64_t dts_to_frame_number(const pw_video *v, int64_t dts) {
+    return (int64_t)(fps(v) * dts_to_sec(v, dts) + 0.5);
+}
+
+/* The end of grabFrame (l. 1722-1812): the frame's timestamp, normalised to
+ * start at zero, the frame counter and the first frame's number. */
+static void track_position(pw_video *v) {
+    AVStream *st = v->ic->streams[v->stream];
+    AVFrame *pic = v->picture;
+    int64_t dts = 0;
+    v->picture_pts = pic->pts != AV_NOPTS_VALUE ? pic->pts : pic->pkt_dts;
+    if (v->frame_number == 0)
+        dts = pic->pkt_dts;
+    if (!v->ts_offset_decided) {
+        int64_t min_start = INT64_MAX;
+        if (v->ic->start_time != AV_NOPTS_VALUE)
+            min_start = v->ic->start_time;
+        if (st->start_time != AV_NOPTS_VALUE) {
+            int64_t t = to_avtb(st->start_time, st->time_base);
+            if (t < min_start)
+                min_start = t;
+        }
+        int64_t first = v->picture_pts;
+        if (first == AV_NOPTS_VALUE && dts != AV_NOPTS_VALUE)
+            first = dts;
+        if (first != AV_NOPTS_VALUE) {
+            int64_t t = to_avtb(first, st->time_base);
+            if (t < min_start)
+                min_start = t;
+        }
+        v->ts_offset_avtb = (min_start != INT64_MAX && min_start < 0) ? -min_start : 0;
+        v->ts_offset_decided = 1;
+    }
+    if (v->picture_pts != AV_NOPTS_VALUE) {
+        int64_t t = to_avtb(v->picture_pts, st->time_base) + v->ts_offset_avtb;
+        v->picture_pts = from_avtb(t, st->time_base);
+    }
+    v->frame_number++;
+    if (v->first_frame_number < 0)
+        v->first_frame_number = dts_to_frame_number(v, v->picture_pts);
+}
+
+/* grabFrame (l. 1617), without the raw mode. */
+int pw_video_grab(pw_video *v) {
+    size_t read_attempts = 0, decode_attempts = 0;
+    v->picture_pts = AV_NOPTS_VALUE;
+    int valid = avcodec_receive_frame(v->ctx, v->picture) >= 0;
+    while (!valid) {
+        av_packet_unref(v->packet);
+        int ret = av_read_frame(v->ic, v->packet);
+        if (ret == AVERROR(EAGAIN))
+            continue;
+        if (ret == AVERROR_EOF) {
+            /* Flush the frames the decoder still holds. */
+            v->packet->data = NULL;
+            v->packet->size = 0;
+            v->packet->stream_index = v->stream;
+        }
+        if (v->packet->stream_index != v->stream) {
+            av_packet_unref(v->packet);
+            if (++read_attempts > MAX_READ_ATTEMPTS)
+                break;
+            continue;
+        }
+        if (avcodec_send_packet(v->ctx, v->packet) < 0) {
+            if (ret == AVERROR_EOF)
+                v->finished = 1;
+            break;
+        }
+        ret = avcodec_receive_frame(v->ctx, v->picture);
+        if (ret >= 0)
+            valid = 1;
+        else if (ret == AVERROR(EAGAIN))
+            continue;
+        else if (++decode_attempts > MAX_DECODE_ATTEMPTS)
+            break;
+    }
+    if (valid)
+        track_position(v);
+    return valid;
+}
+
+/* retrieveFrame (l. 1823) for swscale >= 8.12.100: a context given only its
+ * flags and threads (no size, format or colorspace), a BGR24 frame of the
+ * stream's size aligned to 32, the field flags copied, sws_scale_frame. */
+static int convert(pw_video *v, struct SwsContext **sws, AVFrame *out, enum AVPixelFormat format) {
+    AVFrame *pic = v->picture;
+    if (!pic->data[0])
+        return 0;
+    int w = v->ic->streams[v->stream]->codecpar->width;
+    int h = v->ic->streams[v->stream]->codecpar->height;
+    if (!*sws || out->width != w || out->height != h || !out->data[0]) {
+        sws_freeContext(*sws);
+        *sws = sws_alloc_context();
+        if (!*sws)
+            return 0;
+        av_opt_set_int(*sws, "sws_flags", SWS_BICUBIC, 0);
+        av_opt_set_int(*sws, "threads", v->sws_threads, 0);
+        av_frame_unref(out);
+        out->format = format;
+        out->width = w;
+        out->height = h;
+        if (av_frame_get_buffer(out, 32) != 0)
+            return 0;
+    }
+    const int field_flags = AV_FRAME_FLAG_INTERLACED | AV_FRAME_FLAG_TOP_FIELD_FIRST;
+    out->flags = (out->flags & ~field_flags) | (pic->flags & field_flags);
+    return sws_scale_frame(*sws, out, pic) >= 0;
+}
+
+static void copy_rows(const AVFrame *from, uint8_t *dst, int swap) {
+    size_t row = (size_t)from->width * 3;
+    for (int y = 0; y < from->height; y++) {
+        const uint8_t *s = from->data[0] + (ptrdiff_t)y * from->linesize[0];
+        uint8_t *d = dst + (size_t)y * row;
+        if (!swap) {
+            memcpy(d, s, row);
+            continue;
+        }
+        for (size_t x = 0; x < row; x += 3) {
+            d[x] = s[x + 2];
+            d[x + 1] = s[x + 1];
+            d[x + 2] = s[x];
+        }
+    }
+}
+
+int pw_video_finished(const pw_video *v) {
+    return v->finished;
+}
+
+int pw_video_retrieve(pw_video *v, uint8_t *dst) {
+    if (!convert(v, &v->sws, v->bgr, AV_PIX_FMT_BGR24))
+        return 0;
+    copy_rows(v->bgr, dst, 1);
+    return 1;
+}
+
+int pw_video_retrieve_rgb_direct(pw_video *v, uint8_t *dst) {
+    if (!convert(v, &v->sws_rgb, v->rgb, AV_PIX_FMT_RGB24))
+        return 0;
+    copy_rows(v->rgb, dst, 0);
+    return 1;
+}
+
+static int64_t total_frames(const pw_video *v) {
+    pw_video_info info;
+    pw_video_get_info(v, &info);
+    return info.frame_count;
+}
+
+/* seek(int64_t) (l. 2309): to the keyframe before the target, then grab
+ * forward to it, widening the step back while the landing is past it. */
+static void seek_frame(pw_video *v, int64_t target) {
+    AVStream *st = v->ic->streams[v->stream];
+    int64_t total = total_frames(v);
+    if (target > total)
+        target = total;
+    int64_t delta = 16;
+    if (v->first_frame_number < 0 && total > 1)
+        pw_video_grab(v);
+    for (;;) {
+        int64_t temp = target - delta > 0 ? target - delta : 0;
+        double sec = (double)temp / fps(v);
+        int64_t time_stamp = st->start_time == AV_NOPTS_VALUE ? 0 : st->start_time;
+        int64_t ts_norm = (int64_t)(sec / r2d(st->time_base) + 0.5);
+        if (v->ts_offset_avtb != 0)
+            time_stamp += ts_norm - from_avtb(v->ts_offset_avtb, st->time_base);
+        else
+            time_stamp += ts_norm;
+        if (total > 1)
+            av_seek_frame(v->ic, v->stream, time_stamp, AVSEEK_FLAG_BACKWARD);
+        avcodec_flush_buffers(v->ctx);
+        v->finished = 0;
+        if (target <= 0) {
+            v->frame_number = 0;
+            v->picture_pts = AV_NOPTS_VALUE;
+            return;
+        }
+        pw_video_grab(v);
+        if (target == 1) {
+            v->frame_number = 1;
+            return;
+        }
+        v->frame_number = dts_to_frame_number(v, v->picture_pts) - v->first_frame_number;
+        if (v->frame_number < 0 || v->frame_number > target - 1) {
+            if (temp == 0 || delta >= INT_MAX / 4)
+                return;
+            delta = delta < 16 ? delta * 2 : delta * 3 / 2;
+            continue;
+        }
+        while (v->frame_number < target - 1) {
+            if (!pw_video_grab(v))
+                break;
+        }
+        v->frame_number++;
+        return;
+    }
+}
+
+int64_t pw_video_presentable_frames(pw_video *v) {
+    int64_t total = total_frames(v);
+    if (total <= 0)
+        return total;
+    /* cap.set(CAP_PROP_POS_AVI_RATIO, 1.0): seek((int64_t)(1.0 * duration)). */
+    if (v->ic->duration != AV_NOPTS_VALUE)
+        seek_frame(v, (int64_t)(1.0 * (double)v->ic->duration));
+    else
+        v->frame_number = 0;
+    int64_t visible = v->frame_number;
+    int at_end = !pw_video_grab(v);
+    seek_frame(v, 0);
+    if (at_end && 0 < visible && visible < total - 1)
+        return visible;
+    return total;
+}

@@ -1,0 +1,61 @@
+/* pixelwire's video shim: the only code that touches FFmpeg structs. It
+ * repeats the steps of OpenCV 5.1's FFmpeg capture (cap_ffmpeg_impl.hpp,
+ * CvCapture_FFMPEG: open from a stream, grabFrame, retrieveFrame) so that
+ * the frames and numbers are the ones vLLM's `opencv` loader sees. */
+#ifndef PW_VIDEO_H
+#define PW_VIDEO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct pw_video pw_video;
+
+/* Failure classes of pw_video_open; Rust maps each onto an error variant. */
+enum {
+    PW_OK = 0,
+    PW_ERR_FORMAT = -1,       /* not a container we demux, or its headers are broken */
+    PW_ERR_NO_VIDEO = -2,     /* no video stream (audio only, empty) */
+    PW_ERR_NO_DECODER = -3,   /* a video stream in a codec this build does not decode */
+    PW_ERR_DECODER = -4,      /* the decoder refused the stream's parameters */
+    PW_ERR_MEMORY = -5,
+    PW_ERR_TOO_LARGE = -6,    /* frame size over the caller's max_pixels */
+};
+
+typedef struct {
+    int32_t width;          /* CAP_PROP_FRAME_WIDTH: the stream's coded picture size */
+    int32_t height;         /* CAP_PROP_FRAME_HEIGHT */
+    int64_t frame_count;    /* CAP_PROP_FRAME_COUNT */
+    double fps;             /* CAP_PROP_FPS */
+    double duration_sec;    /* the container's duration, else the stream's */
+    int32_t rotation;       /* CAP_PROP_ORIENTATION_META (degrees, not applied) */
+    int32_t threads;        /* the decoder's thread_count */
+    char codec[32];         /* the decoder's name */
+    char pix_fmt[32];       /* the stream's pixel format ("" when unknown) */
+} pw_video_info;
+
+/* Opens an in-memory file. `data` must outlive the handle. `threads` <= 0
+ * means min(cores, 16), as OpenCV. `max_pixels` (> 0) bounds the frame size
+ * FFmpeg's decoders accept, also while probing the stream. */
+int pw_video_open(const uint8_t *data, size_t size, int threads, int64_t max_pixels,
+                  pw_video **out, char *err, size_t err_len);
+void pw_video_get_info(const pw_video *v, pw_video_info *info);
+/* The frame count vLLM's loader samples over: CAP_PROP_FRAME_COUNT, unless
+ * OpenCV's seek to the end (CAP_PROP_POS_AVI_RATIO = 1) lands at the real
+ * end of the stream more than one frame earlier (an edit list hiding a
+ * lead-in, a count the header overstates), as vLLM's get_video_metadata
+ * checks. Seeks back to the start afterwards, as vLLM does. */
+int64_t pw_video_presentable_frames(pw_video *v);
+/* Decodes the next frame: 1 when there is one (OpenCV's grab() == true). */
+int pw_video_grab(pw_video *v);
+/* 1 once every later grab must fail too (end of stream, decoder drained),
+ * so a caller can stop instead of asking for frames a header promised. */
+int pw_video_finished(const pw_video *v);
+/* Converts the last grabbed frame into `dst` (width * height * 3 bytes, RGB,
+ * rows packed): 1 on success, 0 where OpenCV's retrieve() fails. */
+int pw_video_retrieve(pw_video *v, uint8_t *dst);
+/* Same, but asks swscale for RGB24 directly instead of BGR24 then a swap
+ * (kept to check that the two are byte-identical). */
+int pw_video_retrieve_rgb_direct(pw_video *v, uint8_t *dst);
+void pw_video_close(pw_video *v);
+
+#endif

@@ -1,0 +1,52 @@
+//! Raw bindings to the C shim (`shim/pw_video.h`) over pixelwire's static
+//! decode-only FFmpeg. The shim owns every FFmpeg struct; Rust sees only
+//! these calls. Safe wrappers live in pixelwire's `video` module.
+#![allow(non_camel_case_types)]
+
+use std::ffi::c_char;
+
+pub const PW_OK: i32 = 0;
+pub const PW_ERR_FORMAT: i32 = -1;
+pub const PW_ERR_NO_VIDEO: i32 = -2;
+pub const PW_ERR_NO_DECODER: i32 = -3;
+pub const PW_ERR_DECODER: i32 = -4;
+pub const PW_ERR_MEMORY: i32 = -5;
+pub const PW_ERR_TOO_LARGE: i32 = -6;
+
+#[repr(C)]
+pub struct pw_video {
+    _private: [u8; 0],
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct pw_video_info {
+    pub width: i32,
+    pub height: i32,
+    pub frame_count: i64,
+    pub fps: f64,
+    pub duration_sec: f64,
+    pub rotation: i32,
+    pub threads: i32,
+    pub codec: [c_char; 32],
+    pub pix_fmt: [c_char; 32],
+}
+
+extern "C" {
+    pub fn pw_video_open(
+        data: *const u8,
+        size: usize,
+        threads: i32,
+        max_pixels: i64,
+        out: *mut *mut pw_video,
+        err: *mut c_char,
+        err_len: usize,
+    ) -> i32;
+    pub fn pw_video_get_info(v: *const pw_video, info: *mut pw_video_info);
+    pub fn pw_video_presentable_frames(v: *mut pw_video) -> i64;
+    pub fn pw_video_grab(v: *mut pw_video) -> i32;
+    pub fn pw_video_finished(v: *const pw_video) -> i32;
+    pub fn pw_video_retrieve(v: *mut pw_video, dst: *mut u8) -> i32;
+    pub fn pw_video_retrieve_rgb_direct(v: *mut pw_video, dst: *mut u8) -> i32;
+    pub fn pw_video_close(v: *mut pw_video);
+}

@@ -1,0 +1,69 @@
+"""``decode_video``: open, sample as the loader samples, decode the sampled
+frames (GIL released), and return vLLM's ``(frames, metadata)``."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+
+from pixelwire import config
+from pixelwire._native import VideoCapture, VideoDecodeError, VideoLimits
+from pixelwire.video.loaders import LOADERS, SourceMetadata
+
+if TYPE_CHECKING:
+    from pixelwire._native import Buffer
+
+
+def decode_video(
+    data: Buffer,
+    *,
+    loader: str = "opencv",
+    num_frames: int = config.VIDEO_NUM_FRAMES,
+    fps: float | None = None,
+    threads: int = 0,
+    limits: VideoLimits | None = None,
+    backend: str = "opencv",
+    frame_recovery: bool = False,
+    **loader_kwargs: Any,
+) -> tuple[npt.NDArray[np.uint8], dict[str, Any]]:
+    """Decodes the frames vLLM's ``loader`` samples from ``data``.
+
+    ``num_frames`` and ``fps`` mean what they mean to vLLM's loader
+    (``-1``: no bound; ``fps=None``: the loader's own default, -1 for
+    ``opencv``, 2 for ``qwen2_vl`` and ``qwen3_vl``); ``loader_kwargs`` are its sampling
+    options (``min_frames``, ``max_frames``, ``temporal_patch_size``). ``threads``: decoder threads,
+    0 for min(cores, 16). Returns a C-contiguous uint8 ``(T, H, W, 3)`` RGB
+    array and vLLM's metadata dict (``total_num_frames``, ``fps``,
+    ``duration``, ``video_backend``, ``frames_indices``,
+    ``do_sample_frames``). Frames that do not decode are left out, as vLLM
+    leaves them out; a video with no decodable frame raises
+    ``VideoDecodeError``. ``limits`` are checked before any frame memory is
+    taken (``VideoTooLarge``). ``backend`` and ``frame_recovery`` are
+    vLLM's: only its default decoding backend (``opencv``) without frame
+    recovery is reproduced, anything else is a ``ValueError``.
+    """
+    if backend != "opencv" or frame_recovery:
+        raise ValueError("pixelwire reproduces vLLM's opencv backend without frame_recovery only")
+    sampler = LOADERS.get(loader)
+    if sampler is None:
+        raise ValueError(f"unknown video loader {loader!r}; pixelwire has {sorted(LOADERS)}")
+    capture = VideoCapture(data, threads=threads, limits=limits)
+    info = capture.info()
+    source = sampler.prepare_source(SourceMetadata.from_stream(info["frame_count"], info["fps"]))
+    wanted = sampler.frame_indices(
+        source, num_frames, sampler.default_fps if fps is None else fps, **loader_kwargs
+    )
+    frames, valid = capture.read(wanted)
+    if not valid:
+        raise VideoDecodeError(f"no frame of the video could be decoded ({info['codec']})")
+    metadata = {
+        "total_num_frames": source.total_frames_num,
+        "fps": source.original_fps,
+        "duration": source.duration,
+        "video_backend": "opencv",
+        "frames_indices": valid,
+        "do_sample_frames": len(valid) == source.total_frames_num,
+    }
+    return frames, metadata

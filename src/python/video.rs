@@ -1,0 +1,194 @@
+//! `VideoLimits` and `VideoCapture`: the thin binding over `crate::video`.
+//! Opening and reading run with the GIL released.
+
+use numpy::{PyArray1, PyArrayMethods};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict};
+
+use super::Encoded;
+use crate::video::{self, Capture, Conversion};
+
+/// Bounds on one video, checked before the memory they guard is taken.
+#[pyclass(module = "pixelwire", name = "VideoLimits", frozen, eq)]
+#[derive(Clone, PartialEq)]
+pub struct PyVideoLimits {
+    pub inner: video::VideoLimits,
+}
+
+#[pymethods]
+impl PyVideoLimits {
+    #[new]
+    #[pyo3(signature = (*, max_bytes = None, max_frames = None, max_pixels = None, max_frame_bytes = None))]
+    fn new(
+        max_bytes: Option<usize>,
+        max_frames: Option<usize>,
+        max_pixels: Option<u64>,
+        max_frame_bytes: Option<u64>,
+    ) -> Self {
+        let d = video::VideoLimits::default();
+        PyVideoLimits {
+            inner: video::VideoLimits {
+                max_bytes: max_bytes.unwrap_or(d.max_bytes),
+                max_frames: max_frames.unwrap_or(d.max_frames),
+                max_pixels: max_pixels.unwrap_or(d.max_pixels),
+                max_frame_bytes: max_frame_bytes.unwrap_or(d.max_frame_bytes),
+            },
+        }
+    }
+
+    #[getter]
+    fn max_bytes(&self) -> usize {
+        self.inner.max_bytes
+    }
+
+    #[getter]
+    fn max_frames(&self) -> usize {
+        self.inner.max_frames
+    }
+
+    #[getter]
+    fn max_pixels(&self) -> u64 {
+        self.inner.max_pixels
+    }
+
+    #[getter]
+    fn max_frame_bytes(&self) -> u64 {
+        self.inner.max_frame_bytes
+    }
+
+    fn __repr__(&self) -> String {
+        let l = &self.inner;
+        format!(
+            "VideoLimits(max_bytes={}, max_frames={}, max_pixels={}, max_frame_bytes={})",
+            l.max_bytes, l.max_frames, l.max_pixels, l.max_frame_bytes
+        )
+    }
+}
+
+/// The encoded bytes a capture reads from while the GIL is released: a
+/// `bytes` object kept alive (immutable, so no copy), or a copy of any other
+/// buffer.
+enum Source {
+    Bytes {
+        _owner: Py<PyBytes>,
+        ptr: *const u8,
+        len: usize,
+    },
+    Owned(Vec<u8>),
+}
+
+// SAFETY: a `bytes` object's buffer never changes or moves while `_owner`
+// holds a reference to it, so reading it from other threads is sound.
+unsafe impl Send for Source {}
+unsafe impl Sync for Source {}
+
+impl AsRef<[u8]> for Source {
+    fn as_ref(&self) -> &[u8] {
+        match self {
+            // SAFETY: see `Send` above; `ptr`/`len` describe the owner's buffer.
+            Source::Bytes { ptr, len, .. } => unsafe { std::slice::from_raw_parts(*ptr, *len) },
+            Source::Owned(v) => v,
+        }
+    }
+}
+
+/// An opened in-memory video, read as `cv2.VideoCapture` reads it.
+#[pyclass(module = "pixelwire._native", name = "VideoCapture")]
+pub struct PyVideoCapture {
+    inner: Option<Capture>,
+}
+
+#[pymethods]
+impl PyVideoCapture {
+    /// Opens `data` and reads the container and codec headers. `threads`:
+    /// the decoder's threads (0: min(cores, 16), as OpenCV).
+    #[new]
+    #[pyo3(signature = (data, *, threads = 0, limits = None))]
+    fn new(
+        py: Python<'_>,
+        data: Encoded<'_>,
+        threads: usize,
+        limits: Option<PyRef<'_, PyVideoLimits>>,
+    ) -> PyResult<Self> {
+        let limits = limits.map(|l| l.inner).unwrap_or_default();
+        let source = match data {
+            Encoded::Borrowed(b) => {
+                let bytes = b.as_bytes();
+                Source::Bytes {
+                    ptr: bytes.as_ptr(),
+                    len: bytes.len(),
+                    _owner: b.unbind(),
+                }
+            }
+            Encoded::Owned(v) => Source::Owned(v),
+        };
+        let capture = py.detach(|| Capture::open(Box::new(source), threads, limits))?;
+        Ok(PyVideoCapture {
+            inner: Some(capture),
+        })
+    }
+
+    /// The stream as OpenCV reports it: width, height, frame_count (as vLLM
+    /// corrects it), header_frame_count, fps, duration, rotation, threads,
+    /// codec, pix_fmt.
+    fn info<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let info = self.capture()?.info();
+        let d = PyDict::new(py);
+        d.set_item("width", info.width)?;
+        d.set_item("height", info.height)?;
+        d.set_item("frame_count", info.frame_count)?;
+        d.set_item("header_frame_count", info.header_frame_count)?;
+        d.set_item("fps", info.fps)?;
+        d.set_item("duration", info.duration)?;
+        d.set_item("rotation", info.rotation)?;
+        d.set_item("threads", info.threads)?;
+        d.set_item("codec", &info.codec)?;
+        d.set_item("pix_fmt", &info.pix_fmt)?;
+        Ok(d)
+    }
+
+    /// Decodes up to the last of `indices` and returns the decodable ones
+    /// among them as a (T, H, W, 3) uint8 RGB array and their sorted
+    /// indices. Reads once; the capture is closed afterwards.
+    #[pyo3(signature = (indices, *, rgb_direct = false))]
+    fn read<'py>(
+        &mut self,
+        py: Python<'py>,
+        indices: Vec<usize>,
+        rgb_direct: bool,
+    ) -> PyResult<(Bound<'py, PyAny>, Vec<usize>)> {
+        let mut capture = self.inner.take().ok_or_else(closed)?;
+        let conversion = if rgb_direct {
+            Conversion::RgbDirect
+        } else {
+            Conversion::BgrSwapped
+        };
+        let frames = py.detach(move || capture.read_frames(&indices, conversion))?;
+        let shape = [frames.indices.len(), frames.height, frames.width, 3];
+        let array = PyArray1::from_vec(py, frames.pixels).reshape(shape)?;
+        Ok((array.into_any(), frames.indices))
+    }
+
+    /// Frees the decoder now rather than when the object goes.
+    fn close(&mut self) {
+        self.inner = None;
+    }
+}
+
+impl PyVideoCapture {
+    fn capture(&self) -> PyResult<&Capture> {
+        self.inner.as_ref().ok_or_else(closed)
+    }
+}
+
+fn closed() -> PyErr {
+    PyErr::from(crate::errors::Error::InvalidArgument(
+        "the video capture is closed (frames are read once)".into(),
+    ))
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyVideoLimits>()?;
+    m.add_class::<PyVideoCapture>()?;
+    Ok(())
+}

@@ -1,0 +1,304 @@
+//! [`Capture`]: one in-memory video opened through the C shim, read the way
+//! vLLM's `opencv` loader reads a `cv2.VideoCapture`.
+
+use std::collections::BTreeSet;
+use std::ffi::{c_char, CStr};
+
+use pixelwire_ffmpeg_sys as ffi;
+
+use super::VideoLimits;
+use crate::errors::{Error, Result};
+
+/// What `cv2.VideoCapture` reports about the stream, from its headers.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StreamInfo {
+    /// `CAP_PROP_FRAME_WIDTH` / `_HEIGHT`: the size of every returned
+    /// frame, after the rotation (swapped for 90 and 270 degrees).
+    pub width: u32,
+    pub height: u32,
+    /// The frame count vLLM's loader samples over: `CAP_PROP_FRAME_COUNT`
+    /// (the container's count, else duration x fps), unless a seek to the
+    /// end finds the stream ending more than one frame earlier (vLLM's
+    /// `get_video_metadata` check). It may still be too high: frames past
+    /// the real end are simply not there.
+    pub frame_count: i64,
+    /// `CAP_PROP_FRAME_COUNT` as the headers state it.
+    pub header_frame_count: i64,
+    /// `CAP_PROP_FPS`.
+    pub fps: f64,
+    /// The container's duration in seconds (vLLM's metadata uses
+    /// `frame_count / fps` instead).
+    pub duration: f64,
+    /// `CAP_PROP_ORIENTATION_META`: the display matrix's clockwise rotation
+    /// in degrees. Frames come back rotated by it when it is 90, 180 or 270,
+    /// as OpenCV's `CAP_PROP_ORIENTATION_AUTO` (on by default) does.
+    pub rotation: i32,
+    /// The decoder's thread count.
+    pub threads: u32,
+    /// The FFmpeg decoder's name (`h264`, `hevc`, `libdav1d`, ...).
+    pub codec: String,
+    /// The stream's pixel format (`yuv420p`, `yuv420p10le`, ...).
+    pub pix_fmt: String,
+}
+
+/// Sampled frames: `indices.len()` RGB frames of `height x width`, packed.
+#[derive(Debug)]
+pub struct Frames {
+    pub pixels: Vec<u8>,
+    pub indices: Vec<usize>,
+    pub height: usize,
+    pub width: usize,
+}
+
+/// How a frame becomes RGB. `BgrSwapped` is OpenCV's path (swscale to
+/// BGR24, then `cv2.cvtColor(BGR2RGB)`); `RgbDirect` asks swscale for RGB24.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Conversion {
+    BgrSwapped,
+    RgbDirect,
+}
+
+/// Rotates a packed RGB frame of `height x width` clockwise by `degrees`
+/// (90, 180 or 270) into `dst`, as `cv::rotate` does.
+fn rotate(src: &[u8], height: usize, width: usize, degrees: i32, dst: &mut [u8]) {
+    for y in 0..height {
+        for x in 0..width {
+            let (ty, tx, out_width) = match degrees {
+                90 => (x, height - 1 - y, height),
+                180 => (height - 1 - y, width - 1 - x, width),
+                _ => (width - 1 - x, y, height),
+            };
+            let from = (y * width + x) * 3;
+            let to = (ty * out_width + tx) * 3;
+            dst[to..to + 3].copy_from_slice(&src[from..from + 3]);
+        }
+    }
+}
+
+fn applied_rotation(degrees: i32) -> Option<i32> {
+    matches!(degrees, 90 | 180 | 270).then_some(degrees)
+}
+
+/// An opened video. The encoded bytes stay owned by it, since FFmpeg reads
+/// them while frames are decoded.
+pub struct Capture {
+    raw: *mut ffi::pw_video,
+    info: StreamInfo,
+    limits: VideoLimits,
+    read: bool,
+    // Dropped after `raw` is closed (see Drop).
+    _source: Box<dyn AsRef<[u8]> + Send + Sync>,
+}
+
+// SAFETY: the shim's handle is only used through `&mut self` (and closed in
+// Drop), so by one thread at a time; FFmpeg contexts may move between
+// threads. `&self` reads only the Rust-side `info`.
+unsafe impl Send for Capture {}
+unsafe impl Sync for Capture {}
+
+impl Drop for Capture {
+    fn drop(&mut self) {
+        // SAFETY: `raw` came from pw_video_open and is closed once.
+        unsafe { ffi::pw_video_close(self.raw) };
+    }
+}
+
+fn c_string(chars: &[c_char]) -> String {
+    let bytes: Vec<u8> = chars
+        .iter()
+        .take_while(|&&c| c != 0)
+        .map(|&c| c as u8)
+        .collect();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+impl Capture {
+    /// Opens `source` and reads its headers. `threads` is the decoder's
+    /// thread count; 0 means OpenCV's default, min(cores, 16).
+    pub fn open(
+        source: Box<dyn AsRef<[u8]> + Send + Sync>,
+        threads: usize,
+        limits: VideoLimits,
+    ) -> Result<Capture> {
+        let data = (*source).as_ref();
+        limits.check_encoded(data.len())?;
+        if data.is_empty() {
+            return Err(Error::Video("empty video data".into()));
+        }
+        let threads = i32::try_from(threads.min(1024)).unwrap_or(0);
+        let max_pixels = i64::try_from(limits.max_pixels).unwrap_or(i64::MAX);
+        let mut raw = std::ptr::null_mut();
+        let mut err = [0 as c_char; 256];
+        // SAFETY: `data` outlives the handle (both live in the Capture, the
+        // handle is closed first); `err` is writable for its length.
+        let code = unsafe {
+            ffi::pw_video_open(
+                data.as_ptr(),
+                data.len(),
+                threads,
+                max_pixels,
+                &mut raw,
+                err.as_mut_ptr(),
+                err.len(),
+            )
+        };
+        // SAFETY: the shim always NUL-terminates inside `err`.
+        let message = unsafe { CStr::from_ptr(err.as_ptr()) }
+            .to_string_lossy()
+            .into_owned();
+        match code {
+            ffi::PW_OK => {}
+            ffi::PW_ERR_NO_DECODER => return Err(Error::UnsupportedVideo(message)),
+            ffi::PW_ERR_TOO_LARGE => {
+                let (w, h) = message
+                    .split_once('x')
+                    .and_then(|(w, h)| Some((w.parse().ok()?, h.parse().ok()?)))
+                    .unwrap_or((u32::MAX, u32::MAX));
+                limits.check_frame_size(w, h)?;
+                return Err(Error::Video(format!("video frames are {message}")));
+            }
+            ffi::PW_ERR_MEMORY => return Err(Error::Video("out of memory".into())),
+            _ => return Err(Error::Video(message)),
+        }
+        let mut raw_info = std::mem::MaybeUninit::<ffi::pw_video_info>::zeroed();
+        // SAFETY: `raw` is an open handle; the shim fills the whole struct.
+        let raw_info = unsafe {
+            ffi::pw_video_get_info(raw, raw_info.as_mut_ptr());
+            raw_info.assume_init()
+        };
+        let info = StreamInfo {
+            width: raw_info.width.max(0) as u32,
+            height: raw_info.height.max(0) as u32,
+            frame_count: raw_info.frame_count,
+            header_frame_count: raw_info.frame_count,
+            fps: raw_info.fps,
+            duration: raw_info.duration_sec,
+            rotation: raw_info.rotation,
+            threads: raw_info.threads.max(0) as u32,
+            codec: c_string(&raw_info.codec),
+            pix_fmt: c_string(&raw_info.pix_fmt),
+        };
+        let mut capture = Capture {
+            raw,
+            info,
+            limits,
+            read: false,
+            _source: source,
+        };
+        limits.check_frame_size(capture.info.width, capture.info.height)?;
+        if capture.info.width == 0 || capture.info.height == 0 {
+            return Err(Error::Video("the video stream has no frame size".into()));
+        }
+        if capture.info.rotation % 180 != 0 {
+            let info = &mut capture.info;
+            std::mem::swap(&mut info.width, &mut info.height);
+        }
+        // SAFETY: `raw` is an open handle, used by this thread only.
+        capture.info.frame_count = unsafe { ffi::pw_video_presentable_frames(capture.raw) };
+        Ok(capture)
+    }
+
+    pub fn info(&self) -> &StreamInfo {
+        &self.info
+    }
+
+    /// Decodes from the start up to the last wanted index and keeps the
+    /// wanted frames, as vLLM's `_read_frames_no_recovery`: a frame that does
+    /// not decode is skipped (its index is missing from the result), indices
+    /// come back sorted and without repeats. Limits are checked before the
+    /// output exists; decoding stops early once the stream has ended. A
+    /// capture reads once (it does not seek).
+    pub fn read_frames(&mut self, wanted: &[usize], conversion: Conversion) -> Result<Frames> {
+        if self.read {
+            return Err(Error::InvalidArgument(
+                "a video capture reads its frames once".into(),
+            ));
+        }
+        self.read = true;
+        let wanted: BTreeSet<usize> = wanted.iter().copied().collect();
+        let (width, height) = (self.info.width as usize, self.info.height as usize);
+        let frame_bytes = width * height * 3;
+        let rotation = applied_rotation(self.info.rotation);
+        // The stream's own (unrotated) size, which the shim writes.
+        let (coded_height, coded_width) = if self.info.rotation % 180 != 0 {
+            (width, height)
+        } else {
+            (height, width)
+        };
+        self.limits
+            .check_sampled(wanted.len(), frame_bytes as u64)?;
+        let mut pixels = Vec::new();
+        pixels
+            .try_reserve_exact(wanted.len() * frame_bytes)
+            .map_err(|_| Error::Video("out of memory for the sampled frames".into()))?;
+        pixels.resize(wanted.len() * frame_bytes, 0);
+        let mut indices = Vec::with_capacity(wanted.len());
+        let mut scratch = Vec::new();
+        let last = wanted.last().copied();
+        if let Some(last) = last {
+            for index in 0..=last {
+                // SAFETY: `raw` is an open handle, used by this thread only.
+                if unsafe { ffi::pw_video_grab(self.raw) } == 0 {
+                    if unsafe { ffi::pw_video_finished(self.raw) } != 0 {
+                        break;
+                    }
+                    continue;
+                }
+                if !wanted.contains(&index) {
+                    continue;
+                }
+                let at = indices.len() * frame_bytes;
+                if rotation.is_some() && scratch.is_empty() {
+                    scratch.resize(frame_bytes, 0);
+                }
+                let dst = match rotation {
+                    Some(_) => scratch.as_mut_ptr(),
+                    None => pixels[at..at + frame_bytes].as_mut_ptr(),
+                };
+                // SAFETY: `dst` has room for width * height * 3 bytes, the
+                // size the shim writes (the stream's coded size).
+                let ok = unsafe {
+                    match conversion {
+                        Conversion::BgrSwapped => ffi::pw_video_retrieve(self.raw, dst),
+                        Conversion::RgbDirect => ffi::pw_video_retrieve_rgb_direct(self.raw, dst),
+                    }
+                };
+                if ok != 0 {
+                    if let Some(degrees) = rotation {
+                        let out = &mut pixels[at..at + frame_bytes];
+                        rotate(&scratch, coded_height, coded_width, degrees, out);
+                    }
+                    indices.push(index);
+                }
+            }
+        }
+        pixels.truncate(indices.len() * frame_bytes);
+        Ok(Frames {
+            pixels,
+            indices,
+            height,
+            width,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::rotate;
+
+    /// A 2x3 frame whose pixels are numbered, rotated as `np.rot90(k=-1)`
+    /// (clockwise), `k=2` and `k=1` would rotate it.
+    #[test]
+    fn rotations_match_cv_rotate() {
+        let src: Vec<u8> = (0..6u8).flat_map(|p| [p, p, p]).collect();
+        let turned = |degrees| {
+            let mut dst = vec![0; 18];
+            rotate(&src, 2, 3, degrees, &mut dst);
+            dst.chunks(3).map(|p| p[0]).collect::<Vec<_>>()
+        };
+        // [[0 1 2] [3 4 5]] clockwise: [[3 0] [4 1] [5 2]].
+        assert_eq!(turned(90), [3, 0, 4, 1, 5, 2]);
+        assert_eq!(turned(180), [5, 4, 3, 2, 1, 0]);
+        assert_eq!(turned(270), [2, 5, 1, 4, 0, 3]);
+    }
+}

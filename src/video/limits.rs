@@ -1,0 +1,115 @@
+//! Bounds on one video, checked from the container and codec headers before
+//! any frame memory exists.
+
+use crate::errors::{Error, Result};
+
+/// What one video may cost. Every check runs before the memory it guards is
+/// taken: `max_bytes` on the encoded input, `max_pixels` while FFmpeg probes
+/// the stream (its decoders refuse bigger frames), `max_frames` and
+/// `max_frame_bytes` on the sampled frames before the output exists.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VideoLimits {
+    /// Encoded size in bytes.
+    pub max_bytes: usize,
+    /// Frames sampled (returned) from one video.
+    pub max_frames: usize,
+    /// Pixels of one frame (width x height).
+    pub max_pixels: u64,
+    /// Bytes of all sampled RGB frames together.
+    pub max_frame_bytes: u64,
+}
+
+impl Default for VideoLimits {
+    fn default() -> Self {
+        VideoLimits {
+            max_bytes: 1024 * 1024 * 1024,
+            max_frames: 1024,
+            // 8K UHD.
+            max_pixels: 7680 * 4320,
+            max_frame_bytes: 4 * 1024 * 1024 * 1024,
+        }
+    }
+}
+
+fn over(what: String, setting: &'static str, limit: u64, actual: u64) -> Error {
+    Error::VideoOverLimit {
+        message: format!("{what}, over the limit of {limit} ({setting})"),
+        setting,
+        limit,
+        actual,
+    }
+}
+
+impl VideoLimits {
+    pub fn check_encoded(&self, len: usize) -> Result<()> {
+        if len > self.max_bytes {
+            return Err(over(
+                format!("encoded video is {len} bytes"),
+                "max_bytes",
+                self.max_bytes as u64,
+                len as u64,
+            ));
+        }
+        Ok(())
+    }
+
+    pub fn check_frame_size(&self, width: u32, height: u32) -> Result<()> {
+        let pixels = u64::from(width) * u64::from(height);
+        if pixels > self.max_pixels {
+            return Err(over(
+                format!("video frames are {width}x{height} ({pixels} pixels)"),
+                "max_pixels",
+                self.max_pixels,
+                pixels,
+            ));
+        }
+        Ok(())
+    }
+
+    /// `frames` sampled frames of `frame_bytes` each.
+    pub fn check_sampled(&self, frames: usize, frame_bytes: u64) -> Result<()> {
+        if frames > self.max_frames {
+            return Err(over(
+                format!("{frames} frames sampled"),
+                "max_frames",
+                self.max_frames as u64,
+                frames as u64,
+            ));
+        }
+        let total = (frames as u64).saturating_mul(frame_bytes);
+        if total > self.max_frame_bytes {
+            return Err(over(
+                format!("{frames} sampled frames take {total} bytes"),
+                "max_frame_bytes",
+                self.max_frame_bytes,
+                total,
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limits_name_the_setting_that_was_exceeded() {
+        let limits = VideoLimits {
+            max_bytes: 10,
+            max_frames: 4,
+            max_pixels: 100,
+            max_frame_bytes: 1000,
+        };
+        let setting = |r: Result<()>| match r {
+            Err(Error::VideoOverLimit { setting, .. }) => setting,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(setting(limits.check_encoded(11)), "max_bytes");
+        assert_eq!(setting(limits.check_frame_size(11, 10)), "max_pixels");
+        assert_eq!(setting(limits.check_sampled(5, 1)), "max_frames");
+        assert_eq!(setting(limits.check_sampled(4, 251)), "max_frame_bytes");
+        assert!(limits.check_sampled(4, 250).is_ok());
+        assert!(limits.check_frame_size(10, 10).is_ok());
+    }
+}

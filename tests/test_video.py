@@ -1,0 +1,236 @@
+"""pixelwire.video: decode_video's frames and metadata, the stream info of
+every codec and container, bad input and limits. Parity with vLLM's own
+loader is the vLLM group's (tests/e2e/test_video_parity.py)."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+import pixelwire
+from pixelwire import (
+    ImageTooLarge,
+    UnsupportedVideo,
+    VideoDecodeError,
+    VideoLimits,
+    VideoTooLarge,
+    decode_video,
+)
+from pixelwire._native import VideoCapture
+
+import video_clips as video_clips_module
+
+CODECS = {
+    "h264": "h264",
+    "hevc": "hevc",
+    "vp8": "vp8",
+    "vp9": "vp9",
+    "av1": "libdav1d",
+    "mpeg4": "mpeg4",
+}
+
+
+def test_every_clip_decodes_to_c_contiguous_rgb_frames_of_the_stream_size(video_clips):
+    for name, data in video_clips.items():
+        info = VideoCapture(data).info()
+        frames, metadata = decode_video(data)
+        assert frames.dtype == np.uint8 and frames.flags.c_contiguous, name
+        assert frames.shape == (len(metadata["frames_indices"]), info["height"], info["width"], 3), name
+        assert frames.shape[0] > 0, name
+        assert info["codec"] == CODECS[name.split("_")[0].split(".")[0]], name
+
+
+def test_metadata_has_vllms_keys_and_values_for_a_known_clip(video_clips):
+    data = video_clips["h264_high_bframes.mp4"]  # 24 frames at 25 fps
+    frames, metadata = decode_video(data, num_frames=8)
+    assert metadata == {
+        "total_num_frames": 24,
+        "fps": 25.0,
+        "duration": 0.96,
+        "video_backend": "opencv",
+        "frames_indices": [0, 3, 6, 9, 13, 16, 19, 23],
+        "do_sample_frames": False,
+    }
+    assert frames.shape == (8, 240, 320, 3)
+
+
+def test_all_frames_when_fewer_than_asked_and_fps_bounds_the_count(video_clips):
+    data = video_clips["h264_high_bframes.mp4"]
+    frames, metadata = decode_video(data)  # num_frames=32 by default, as vLLM
+    assert metadata["frames_indices"] == list(range(24)) and metadata["do_sample_frames"]
+    assert len(frames) == 24
+    _, by_fps = decode_video(data, num_frames=-1, fps=5)  # floor(0.96 s * 5) = 4
+    assert by_fps["frames_indices"] == [0, 7, 15, 23]
+
+
+def test_sampled_frames_are_the_same_frames_as_decoding_everything(video_clips):
+    data = video_clips["hevc.mp4"]
+    every, _ = decode_video(data, num_frames=-1)
+    some, metadata = decode_video(data, num_frames=5)
+    assert np.array_equal(some, every[metadata["frames_indices"]])
+
+
+def test_qwen3_vl_loader_samples_at_two_fps_with_at_least_four_frames(video_clips):
+    _, metadata = decode_video(video_clips["h264_high_bframes.mp4"], loader="qwen3_vl")
+    assert metadata["frames_indices"] == [0, 8, 15, 23]
+
+
+def test_qwen2_vl_loader_samples_a_multiple_of_the_temporal_patch(video_clips):
+    _, metadata = decode_video(video_clips["h264_high_bframes.mp4"], loader="qwen2_vl")
+    assert metadata["frames_indices"] == [0, 6, 12, 18]
+
+
+def test_decoder_thread_count_does_not_change_the_frames(video_clips):
+    data = video_clips["h264_open_gop.mkv"]
+    one, _ = decode_video(data, threads=1)
+    many, _ = decode_video(data, threads=4)
+    assert np.array_equal(one, many)
+
+
+def test_any_buffer_is_accepted(video_clips):
+    data = video_clips["vp9.webm"]
+    expected, _ = decode_video(data)
+    for buffer in (bytearray(data), memoryview(data)):
+        assert np.array_equal(decode_video(buffer)[0], expected)
+
+
+def test_high_bit_depth_and_odd_sizes_keep_their_stream_size(video_clips):
+    for name, pix_fmt in (("hevc_10bit.mkv", "yuv420p10le"), ("vp9_10bit.mkv", "yuv420p10le")):
+        assert VideoCapture(video_clips[name]).info()["pix_fmt"] == pix_fmt
+    for name in ("h264_odd_853x480_444.mp4", "vp9_odd_853x480.webm"):
+        frames, _ = decode_video(video_clips[name])
+        assert frames.shape[1:] == (480, 853, 3), name
+
+
+def test_rotated_clips_come_back_rotated_as_opencv_rotates_them(video_clips):
+    """OpenCV applies the display matrix (CAP_PROP_ORIENTATION_AUTO) and
+    reports the rotated size; the pixels are the unrotated frame turned."""
+    for name, turns in (("h264_rotated_90.mp4", -1), ("h264_rotated_270.mp4", 1)):
+        data = video_clips[name]
+        info = VideoCapture(data).info()
+        assert (info["rotation"], info["width"], info["height"]) == (-90 * turns % 360, 240, 320)
+        frames, _ = decode_video(data)
+        upright, _ = decode_video(video_clips_module.rotate_mp4(data, 0))
+        assert np.array_equal(frames, np.rot90(upright, k=turns, axes=(1, 2)))
+
+
+def test_variable_frame_rate_counts_the_frames_that_are_there(video_clips):
+    """The header's estimate (duration x average fps) overstates a VFR clip;
+    the seek to the end that vLLM does finds the 12 real frames."""
+    info = VideoCapture(video_clips["h264_vfr.mkv"]).info()
+    assert info["header_frame_count"] > 12 and info["frame_count"] == 12
+
+
+def test_rgb24_direct_differs_from_bgr24_swapped_at_high_bit_depth(video_clips):
+    """Why frames go through BGR24 as OpenCV's do: swscale's direct RGB24
+    output is identical for 8-bit input but not for 10-bit."""
+
+    def read(name: str, rgb_direct: bool) -> np.ndarray:
+        return VideoCapture(video_clips[name]).read(range(12), rgb_direct=rgb_direct)[0]
+
+    assert np.array_equal(read("h264.avi", True), read("h264.avi", False))
+    assert not np.array_equal(read("hevc_10bit.mkv", True), read("hevc_10bit.mkv", False))
+
+
+# -- bad input -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "data", [b"", b"\x00" * 1000, bytes(np.random.default_rng(0).integers(0, 256, 50_000, np.uint8))]
+)
+def test_bytes_that_are_no_video_raise_video_decode_error(data):
+    with pytest.raises(VideoDecodeError):
+        decode_video(data)
+
+
+def test_audio_only_and_zero_frame_files_raise_video_decode_error(bad_videos):
+    with pytest.raises(VideoDecodeError, match="no video stream"):
+        decode_video(bad_videos["audio_only.mka"])
+    with pytest.raises(VideoDecodeError):
+        decode_video(bad_videos["zero_frames.mkv"])
+
+
+@pytest.mark.parametrize("name", ["ffv1.mkv", "mjpeg.avi"])
+def test_a_codec_pixelwire_does_not_decode_raises_unsupported_video(bad_videos, name):
+    with pytest.raises(UnsupportedVideo, match="no decoder"):
+        decode_video(bad_videos[name])
+    assert issubclass(UnsupportedVideo, VideoDecodeError)
+    assert issubclass(VideoDecodeError, pixelwire.DecodeError)
+
+
+def test_an_mp4_cut_before_its_index_raises_video_decode_error(bad_videos):
+    data = bad_videos["h264_moov_last.mp4"]
+    with pytest.raises(VideoDecodeError):
+        decode_video(data[: len(data) // 2])
+
+
+def test_truncated_and_corrupt_streams_give_the_frames_that_decode(video_clips):
+    data = video_clips["h264_open_gop.mkv"]
+    truncated, metadata = decode_video(data[: len(data) * 6 // 10], num_frames=-1)
+    assert 0 < len(truncated) < 24 and metadata["frames_indices"] == list(range(len(truncated)))
+    corrupt = bytearray(data)
+    noise = np.random.default_rng(1).integers(0, 256, 2000, np.uint8)
+    corrupt[len(data) // 3 : len(data) // 3 + 2000] = noise.tobytes()
+    frames, metadata = decode_video(bytes(corrupt), num_frames=-1)
+    assert len(frames) == len(metadata["frames_indices"]) <= 24
+
+
+def test_a_far_frame_index_ends_at_the_end_of_the_stream(video_clips):
+    """A header can claim hours of frames; reading stops where the stream does."""
+    started = time.monotonic()
+    frames, indices = VideoCapture(video_clips["vp8.webm"]).read([3, 10**12])
+    assert indices == [3] and frames.shape[0] == 1
+    assert time.monotonic() - started < 5
+
+
+def test_a_tiny_file_claiming_a_thousand_hours_is_sampled_over_its_real_frames(video_clips):
+    data = video_clips_module.claim_duration_mkv(video_clips["h264_open_gop.mkv"], 3.6e9)
+    started = time.monotonic()
+    info = VideoCapture(data).info()
+    frames, metadata = decode_video(data)
+    assert info["header_frame_count"] == 90_000_000 and metadata["total_num_frames"] == 24
+    assert len(frames) == 24 and time.monotonic() - started < 5
+
+
+def test_a_capture_reads_once(video_clips):
+    capture = VideoCapture(video_clips["vp8.webm"])
+    capture.read([0])
+    with pytest.raises(ValueError, match="closed"):
+        capture.read([0])
+
+
+# -- limits --------------------------------------------------------------------
+
+
+def test_limits_are_checked_before_frames_are_decoded(video_clips):
+    data = video_clips["h264_high_bframes.mp4"]  # 320x240, 24 frames
+    cases = [
+        (VideoLimits(max_bytes=len(data) - 1), "max_bytes", len(data)),
+        (VideoLimits(max_pixels=320 * 240 - 1), "max_pixels", 320 * 240),
+        (VideoLimits(max_frames=7), "max_frames", 8),
+        (VideoLimits(max_frame_bytes=8 * 320 * 240 * 3 - 1), "max_frame_bytes", 8 * 320 * 240 * 3),
+    ]
+    for limits, setting, actual in cases:
+        with pytest.raises(VideoTooLarge) as raised:
+            decode_video(data, num_frames=8, limits=limits)
+        assert (raised.value.setting, raised.value.actual) == (setting, actual)
+        assert isinstance(raised.value, ImageTooLarge)
+    frames, _ = decode_video(data, num_frames=8, limits=VideoLimits(max_frames=8, max_pixels=320 * 240))
+    assert len(frames) == 8
+
+
+def test_video_limits_defaults_and_repr():
+    limits = VideoLimits(max_frames=3)
+    assert limits.max_frames == 3 and limits.max_pixels == VideoLimits().max_pixels
+    assert repr(limits).startswith("VideoLimits(max_bytes=")
+
+
+def test_unknown_loader_and_what_vllm_does_differently_are_value_errors(video_clips):
+    data = video_clips["vp8.webm"]
+    with pytest.raises(ValueError, match="unknown video loader"):
+        decode_video(data, loader="glm4v")
+    for unsupported in ({"backend": "torchcodec"}, {"frame_recovery": True}):
+        with pytest.raises(ValueError, match="opencv backend"):
+            decode_video(data, **unsupported)

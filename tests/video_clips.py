@@ -1,0 +1,130 @@
+"""Test videos, made at test time with Debian's ``ffmpeg`` CLI (the Makefile
+installs it; pixelwire's own FFmpeg decodes only). Every clip is tiny (a
+few frames, a few tens of KB) and made once per session."""
+
+from __future__ import annotations
+
+import shutil
+import struct
+import subprocess
+from pathlib import Path
+
+# A moving test pattern: colour bars, a gradient, a counter, a sweep.
+PATTERN = ["-f", "lavfi", "-i", "testsrc2=size=320x240:rate=25"]
+# Something closer to camera content: a zooming fractal.
+SCENE = ["-f", "lavfi", "-i", "mandelbrot=size=320x240:rate=25"]
+X264 = ["-c:v", "libx264", "-pix_fmt", "yuv420p"]
+X265 = ["-c:v", "libx265", "-x265-params", "log-level=none:bframes=3"]
+VP9 = ["-c:v", "libvpx-vp9", "-deadline", "realtime", "-cpu-used", "8"]
+SVTAV1 = ["-c:v", "libsvtav1", "-preset", "12"]
+ODD_SIZE = ["-vf", "scale=853:480", "-frames:v", "6"]
+
+# name -> ffmpeg arguments between the input and the output file. The
+# codec x container grid, B-frames and open GOP, an odd size, 10-bit, full
+# range and BT.709, variable frame rate and rotation.
+CLIPS: dict[str, list[str]] = {
+    "h264_high_bframes.mp4": [*PATTERN, "-frames:v", "24", *X264, "-profile:v", "high", "-bf", "3"],
+    "h264_baseline.mkv": [*PATTERN, "-frames:v", "12", *X264, "-profile:v", "baseline"],
+    "h264.avi": [*PATTERN, "-frames:v", "12", *X264],
+    "h264_open_gop.mkv": [
+        *PATTERN,
+        "-frames:v",
+        "24",
+        *X264,
+        "-bf",
+        "2",
+        "-x264-params",
+        "keyint=8:open-gop=1",
+    ],
+    "h264_bt709_full_range.mp4": [
+        *PATTERN,
+        "-frames:v",
+        "8",
+        *X264[:2],
+        "-pix_fmt",
+        "yuvj420p",
+        "-colorspace",
+        "bt709",
+        "-color_primaries",
+        "bt709",
+        "-color_trc",
+        "bt709",
+    ],
+    "h264_odd_853x480_444.mp4": [*PATTERN, *ODD_SIZE, *X264[:2], "-pix_fmt", "yuv444p"],
+    "h264_scene.mp4": [*SCENE, "-frames:v", "12", *X264, "-bf", "3"],
+    "h264_vfr.mkv": [*PATTERN, "-frames:v", "12", "-vf", "setpts=N*N/100/TB", "-fps_mode", "vfr", *X264],
+    "h264_rotated_90.mp4": [*PATTERN, "-frames:v", "8", *X264],
+    "h264_rotated_270.mp4": [*PATTERN, "-frames:v", "8", *X264, "-bf", "2"],
+    "hevc.mp4": [*PATTERN, "-frames:v", "12", *X265],
+    "hevc_10bit.mkv": [*PATTERN, "-frames:v", "12", *X265, "-pix_fmt", "yuv420p10le"],
+    "vp8.webm": [*PATTERN, "-frames:v", "12", "-c:v", "libvpx"],
+    "vp9.webm": [*PATTERN, "-frames:v", "12", *VP9],
+    "vp9_10bit.mkv": [*PATTERN, "-frames:v", "12", *VP9, "-pix_fmt", "yuv420p10le", "-profile:v", "2"],
+    "vp9_odd_853x480.webm": [*PATTERN, *ODD_SIZE, *VP9],
+    "av1.mkv": [*PATTERN, "-frames:v", "12", *SVTAV1],
+    "av1_10bit.mp4": [*PATTERN, "-frames:v", "12", *SVTAV1, "-pix_fmt", "yuv420p10le"],
+    "mpeg4_bframes.avi": [*PATTERN, "-frames:v", "12", "-c:v", "mpeg4", "-bf", "2", "-q:v", "4"],
+    "mpeg4.mp4": [*PATTERN, "-frames:v", "12", "-c:v", "mpeg4", "-q:v", "4"],
+}
+
+# Display-matrix rotations (clockwise degrees) written into those mp4s'
+# track headers afterwards: Debian's ffmpeg 5.1 CLI has no option that
+# writes one.
+ROTATIONS = {"h264_rotated_90.mp4": 90, "h264_rotated_270.mp4": 270}
+
+# Files that are not decodable videos, for the error tests.
+BAD_SOURCES: dict[str, list[str]] = {
+    "audio_only.mka": ["-f", "lavfi", "-i", "sine=frequency=440:duration=0.5", "-c:a", "pcm_s16le"],
+    "zero_frames.mkv": [*PATTERN, "-frames:v", "0", *X264],
+    "ffv1.mkv": [*PATTERN, "-frames:v", "4", "-c:v", "ffv1"],
+    "mjpeg.avi": [*PATTERN, "-frames:v", "4", "-c:v", "mjpeg"],
+    # moov at the end (no faststart): cut in half, the index is gone.
+    "h264_moov_last.mp4": [*PATTERN, "-frames:v", "24", *X264],
+}
+
+
+def rotate_mp4(data: bytes, degrees: int) -> bytes:
+    """Sets the (only) track header's matrix to a clockwise rotation: the
+    matrix of a version-0 ``tkhd`` starts 48 bytes into the box."""
+    at = data.find(b"tkhd") - 4
+    if at < 0 or data[at + 8] != 0:
+        raise ValueError("no version-0 tkhd box")
+    sin = {0: 0, 90: 1, 180: 0, 270: -1}[degrees] << 16
+    cos = {0: 1, 90: 0, 180: -1, 270: 0}[degrees] << 16
+    matrix = struct.pack(">9i", cos, sin, 0, -sin, cos, 0, 0, 0, 1 << 30)
+    return data[: at + 48] + matrix + data[at + 84 :]
+
+
+def claim_duration_mkv(data: bytes, milliseconds: float) -> bytes:
+    """Rewrites a Matroska file's Duration (an 8-byte float, in the default
+    1 ms timecode scale): a tiny file that claims hours of frames."""
+    at = data.find(b"\x44\x89\x88")
+    if at < 0:
+        raise ValueError("no 8-byte Duration element")
+    return data[: at + 3] + struct.pack(">d", milliseconds) + data[at + 11 :]
+
+
+def make(name: str, args: list[str], folder: Path) -> bytes:
+    out = folder / name
+    if not out.exists():
+        ffmpeg = shutil.which("ffmpeg")
+        if ffmpeg is None:
+            raise RuntimeError("the video tests need the ffmpeg CLI (make setup installs it)")
+        # Encoders' own chatter (SVT-AV1 prints its config) goes with the
+        # error, not to the test output.
+        made = subprocess.run(
+            [ffmpeg, "-hide_banner", "-loglevel", "error", "-y", *args, str(out)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        if made.returncode != 0:
+            raise RuntimeError(f"ffmpeg could not make {name}: {made.stderr[-2000:]}")
+        if name in ROTATIONS:
+            out.write_bytes(rotate_mp4(out.read_bytes(), ROTATIONS[name]))
+    return out.read_bytes()
+
+
+def make_all(recipes: dict[str, list[str]], folder: Path) -> dict[str, bytes]:
+    folder.mkdir(parents=True, exist_ok=True)
+    return {name: make(name, args, folder) for name, args in recipes.items()}
