@@ -277,10 +277,21 @@ impl Reader {
                     return Ok(());
                 };
                 let others = !in_flight.is_empty();
-                self.agent
+                let landed = self
+                    .agent
                     .wait_read(&mut posted, deadline)
-                    .map_err(|e| landing_if(e, others))?;
-                on_chunk(at, n).map_err(|e| landing_if(refused(e), others))?;
+                    .and_then(|()| on_chunk(at, n).map_err(refused));
+                if let Err(error) = landed {
+                    // The READs still running are waited for (until the
+                    // deadline) before their requests are let go: NIXL is
+                    // not asked to drop a request UCX may still be serving.
+                    // Bytes may have landed meanwhile, so the destination
+                    // is still treated as written by them.
+                    for (_, _, mut running) in in_flight.drain(..) {
+                        let _ = self.agent.wait_read(&mut running, deadline);
+                    }
+                    return Err(landing_if(error, others));
+                }
             }
         };
         let outcome = match &source.header {
