@@ -58,9 +58,15 @@ pub struct Published {
     /// Decoded size before any resize (EXIF orientation applied).
     pub source_shape: OutputShape,
     pub shape: OutputShape,
+    pub slot: PublishedSlot,
+}
+
+/// One published slot, whatever the caller wrote into it.
+#[derive(Clone, Debug)]
+pub struct PublishedSlot {
     pub slot: u64,
     pub generation: u64,
-    /// Address of the pixels; the slot header is the bytes just before.
+    /// Address of the bytes; the slot header is the bytes just before.
     pub addr: usize,
     pub len: usize,
     pub content_hash: String,
@@ -239,7 +245,33 @@ impl Publisher {
         } else {
             shape.len()
         };
-        let (slot, region, metadata_version) = self.shared.acquire(len, control)?;
+        let slot = self.publish_filled(len, control, |pixels| {
+            decode::decode_resized_into(data, &info, opts, resize, &mut pixels[..shape.len()])?;
+            if rgbx {
+                decode::expand_rgb_to_rgbx(pixels);
+            }
+            Ok(len)
+        })?;
+        Ok(Published {
+            info,
+            source_shape,
+            shape,
+            slot,
+        })
+    }
+
+    /// Takes a slot of `capacity` bytes (waiting for one as
+    /// [`Publisher::publish`] does), lets `fill` write it, and publishes the
+    /// first `n` bytes, `n` being what `fill` returns (at most `capacity`):
+    /// their content hash, the slot header and the lease. A `fill` that
+    /// fails gives the slot back.
+    pub fn publish_filled(
+        &self,
+        capacity: usize,
+        control: Option<&BatchControl>,
+        fill: impl FnOnce(&mut [u8]) -> Result<usize>,
+    ) -> Result<PublishedSlot> {
+        let (slot, region, metadata_version) = self.shared.acquire(capacity, control)?;
         let mut taken = TakenSlot {
             shared: &self.shared,
             slot,
@@ -247,18 +279,15 @@ impl Publisher {
         };
         let pixels_at = slot.offset + SLOT_HEADER_BYTES;
         // SAFETY: the slot's range belongs to this call until it is published.
-        let pixels = unsafe { region.slice_mut(pixels_at, len) };
-        let decoded =
-            decode::decode_resized_into(data, &info, opts, resize, &mut pixels[..shape.len()]).map(
-                |()| {
-                    if rgbx {
-                        decode::expand_rgb_to_rgbx(pixels);
-                    }
-                    wire::content_hash(pixels)
-                },
-            );
-        // A failed decode gives the slot back (`taken`'s drop).
-        let content_hash = decoded?;
+        let pixels = unsafe { region.slice_mut(pixels_at, capacity) };
+        // A failed fill gives the slot back (`taken`'s drop).
+        let len = fill(pixels)?;
+        if len > capacity {
+            return Err(Error::InvalidArgument(format!(
+                "{len} bytes written into a {capacity}-byte slot"
+            )));
+        }
+        let content_hash = wire::content_hash(&pixels[..len]);
         let header = SlotHeader {
             slot: slot.id,
             generation: slot.generation,
@@ -287,10 +316,7 @@ impl Publisher {
             .counters
             .published
             .fetch_add(1, Ordering::Relaxed);
-        Ok(Published {
-            info,
-            source_shape,
-            shape,
+        Ok(PublishedSlot {
             slot: slot.id,
             generation: slot.generation,
             addr: region.addr() + pixels_at,
@@ -346,10 +372,12 @@ impl Publisher {
             if state.cancelled {
                 // Published after its owner gave it up: nobody will read it.
                 drop(state);
-                self.release(published.slot, published.generation);
+                self.release(published.slot.slot, published.slot.generation);
                 return Err(cancelled());
             }
-            state.published.push((published.slot, published.generation));
+            state
+                .published
+                .push((published.slot.slot, published.slot.generation));
             Ok(published)
         }))
     }
@@ -480,7 +508,7 @@ impl Shared {
         let need = len + SLOT_HEADER_BYTES;
         if need > cap {
             return Err(Error::PoolExhausted(format!(
-                "image needs {need} bytes, more than the whole pool ({cap} bytes)"
+                "a slot of {need} bytes (pixels and header) is needed, more than the whole pool ({cap} bytes)"
             )));
         }
         let deadline = Instant::now() + self.config.acquire_timeout;

@@ -9,7 +9,14 @@ from typing import Any
 import pytest
 
 import pixelwire
-from pixelwire.descriptor import Decoded, ResizeRecord, decoded_as, parse_descriptor
+from pixelwire.descriptor import (
+    Decoded,
+    DecodedVideo,
+    ResizeRecord,
+    decoded_as,
+    is_video_descriptor,
+    parse_descriptor,
+)
 
 
 def _decoded() -> Decoded:
@@ -142,4 +149,79 @@ def test_check_refuses_what_no_read_should_try() -> None:
     desc = copy.deepcopy(_decoded().to_dict())
     desc["nixl_descriptor"]["size"] = 4 * 6 * 3  # RGBX is four bytes a pixel
     with pytest.raises(pixelwire.DescriptorError, match="does not match size"):
+        parse_descriptor(desc).check(max_pixels=24, now=0.0)
+
+
+def _decoded_video() -> DecodedVideo:
+    return DecodedVideo(
+        nixl_metadata="b64:AAAA",
+        addr=1 << 20,
+        size=3 * 4 * 6 * 3,
+        shape=(3, 4, 6, 3),
+        content_hash="xxh3-256k:0123456789abcdef",
+        agent="pixelwire-frontend-1",
+        slot=3,
+        generation=7,
+        expires_at=1_900_000_000.5,
+        notification="pw1:3:7",
+        loader_metadata={
+            "total_num_frames": 50,
+            "fps": 25.0,
+            "duration": 2.0,
+            "video_backend": "opencv",
+            "frames_indices": [0, 24, 49],
+            "do_sample_frames": False,
+        },
+        sampling={"loader": "opencv", "num_frames": 3, "fps": -1.0},
+        codec="h264",
+        source_sha256="ab" * 32,
+    )
+
+
+def test_a_video_descriptor_carries_dynamos_video_metadata_and_reads_back() -> None:
+    """A video's descriptor has dynamo's [T, H, W, 3] shape and ``Video``
+    metadata (source fps, duration, each sampled frame's time); parsed, it
+    names T frames of (H, W, 3) and vLLM's metadata dict unchanged."""
+    video = _decoded_video()
+    desc = video.to_dict()
+    assert desc["shape"] == [3, 4, 6, 3] and desc["dtype"] == "UINT8"
+    assert desc["metadata"] == {
+        "Video": {"source_fps": 25.0, "source_duration": 2.0, "sampled_timestamps": [0.0, 0.96, 1.96]}
+    }
+    remote = parse_descriptor(desc)
+    assert (remote.frames, remote.shape, remote.color_type) == (3, (4, 6, 3), "RGB")
+    assert remote.video is not None and remote.video.loader_metadata == video.loader_metadata
+    assert remote.video.sampling == video.sampling
+    remote.check(max_pixels=24, now=0.0)
+    assert is_video_descriptor(desc) and not is_video_descriptor(_decoded().to_dict())
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda d: d.update(shape=[3, 4, 6]), r"\[T, H, W, 3\]"),
+        (lambda d: d.update(shape=[0, 4, 6, 3]), "not video frames"),
+        (lambda d: d.update(shape=[3, 4, 6, 4]), "not video frames"),
+        (lambda d: d.update(shape=[2, 4, 6, 3]), "frames_indices must name each frame"),
+        (lambda d: d["pixelwire"].pop("video"), "pixelwire.video record"),
+        (lambda d: d["pixelwire"]["video"]["sampling"].pop("loader"), "sampling"),
+        (lambda d: d["pixelwire"]["video"]["loader_metadata"].update(fps=float("inf")), "fps"),
+        (
+            lambda d: d["pixelwire"]["video"]["loader_metadata"].update(frames_indices=[0, -1, 2]),
+            "frames_indices",
+        ),
+        (lambda d: d["pixelwire"]["video"]["loader_metadata"].pop("do_sample_frames"), "do_sample_frames"),
+    ],
+)
+def test_a_video_descriptor_is_checked(change: Any, message: str) -> None:
+    desc = _decoded_video().to_dict()
+    change(desc)
+    with pytest.raises(pixelwire.DescriptorError, match=message):
+        parse_descriptor(desc)
+
+
+def test_a_video_whose_frames_do_not_fill_its_buffer_is_not_read() -> None:
+    desc = _decoded_video().to_dict()
+    desc["nixl_descriptor"]["size"] -= 1
+    with pytest.raises(pixelwire.DescriptorError, match=r"shape \[3, 4, 6, 3\] does not match size"):
         parse_descriptor(desc).check(max_pixels=24, now=0.0)

@@ -19,6 +19,7 @@ import pixelwire
 from pixelwire.config import Layout
 from pixelwire.publisher_process import PublisherProcess
 from pixelwire.resize import ResizePolicy
+from pixelwire.video.sampling import VideoSampling
 
 from reference import CORPUS, corpus_files
 
@@ -224,6 +225,52 @@ def test_a_batch_at_the_worker_passes_every_image_through() -> None:
         batch = await publisher.decode_and_publish_many(sources)
         assert batch == [await publisher.decode_and_publish(source) for source in sources]
         assert all(isinstance(item, pixelwire.PassThrough) for item in batch)
+        assert not publisher.is_open
+
+    asyncio.run(main())
+
+
+def test_each_failing_video_is_a_typed_error_and_keeps_no_slot(
+    video_clips: dict[str, bytes], bad_videos: dict[str, bytes]
+) -> None:
+    """A video the publisher cannot publish raises its own error: over a
+    limit (before any slot is taken), bigger than the whole pool, a codec
+    pixelwire does not decode, no decodable frame (its slot is given back);
+    none keeps a slot, and a good video after them reads back right."""
+    good = video_clips["h264_baseline.mkv"]
+    frames_zeroed = good[:600] + bytes(len(good) - 600)
+    sampling = VideoSampling(num_frames=6)
+
+    async def main() -> dict[str, int]:
+        publisher = pixelwire.Publisher(pool_bytes=2 * MiB, acquire_timeout=0.5)
+        async with publisher, pixelwire.Reader() as reader:
+            with pytest.raises(pixelwire.VideoTooLarge) as over:
+                await publisher.decode_and_publish_video(
+                    good, sampling=sampling, limits=pixelwire.VideoLimits(max_frames=5)
+                )
+            assert over.value.setting == "max_frames"
+            with pytest.raises(pixelwire.PoolExhausted, match="more than the whole pool"):
+                await publisher.decode_and_publish_video(good, sampling=VideoSampling(num_frames=32))
+            with pytest.raises(pixelwire.UnsupportedVideo):
+                await publisher.decode_and_publish_video(bad_videos["ffv1.mkv"], sampling=sampling)
+            with pytest.raises(pixelwire.VideoDecodeError, match="no frame"):
+                await publisher.decode_and_publish_video(frames_zeroed, sampling=sampling)
+            assert publisher.stats()["returned"] == 1, "the zeroed video's slot went back"
+            video = await publisher.decode_and_publish_video(good, sampling=sampling)
+            assert isinstance(video, pixelwire.DecodedVideo)
+            frames = await reader.read_decoded(video.to_dict(), output="numpy")
+            np.testing.assert_array_equal(frames, pixelwire.decode_video(good, num_frames=6)[0])
+            return await _until_no_slot_is_in_use(publisher)
+
+    stats = asyncio.run(main())
+    assert stats["published"] == 1 and stats["bytes_in_use"] == 0, stats
+
+
+def test_a_video_at_the_worker_passes_through() -> None:
+    async def main() -> None:
+        publisher = pixelwire.Publisher(decode_at="worker")
+        url = "https://videos.test/a.mp4"
+        assert await publisher.decode_and_publish_video(url) == pixelwire.PassThrough(url)
         assert not publisher.is_open
 
     asyncio.run(main())

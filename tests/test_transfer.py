@@ -19,6 +19,7 @@ import pytest
 from PIL import Image
 
 import pixelwire
+from pixelwire.descriptor import parse_descriptor
 from pixelwire.publisher_process import PublisherProcess
 
 from reference import CORPUS, corpus_files
@@ -265,3 +266,41 @@ def test_rgbx_layout_maps_into_pil_and_unpacks_for_arrays(publisher_process: Pub
                 await publisher.decode_and_publish((CORPUS / names[0]).read_bytes(), mode="L", layout="RGBX")
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("loader", ["opencv", "qwen2_vl", "qwen3_vl"])
+def test_a_video_arrives_as_decode_video_returns_it(
+    loader: str,
+    video_clips: dict[str, bytes],
+    publisher_process: PublisherProcess,
+    wait_for: Callable[..., bool],
+) -> None:
+    """A video published as one slot (the frames a vLLM loader samples,
+    decoded straight into it) is read over NIXL as exactly the frames and
+    metadata ``decode_video`` returns, with dynamo's Video metadata beside
+    them; each slot is freed by the reader's notification."""
+    names = ["h264_high_bframes.mp4", "h264_rotated_90.mp4", "vp9_odd_853x480.webm", "av1.mkv"]
+
+    async def main() -> None:
+        async with pixelwire.Reader(timeout=20) as reader:
+            for name in names:
+                data = video_clips[name]
+                answer = publisher_process.publish_video(data, loader, {"num_frames": 6})
+                desc = answer["desc"]
+                remote = parse_descriptor(desc)
+                frames = await reader.read_decoded(desc, output="numpy")
+                expected, metadata = pixelwire.decode_video(data, loader=loader, num_frames=6)
+                np.testing.assert_array_equal(frames, expected, err_msg=name)
+                assert remote.video is not None and remote.video.loader_metadata == metadata, name
+                assert desc["shape"] == list(expected.shape)
+                fps = metadata["fps"]
+                assert desc["metadata"]["Video"] == {
+                    "source_fps": fps,
+                    "source_duration": metadata["duration"],
+                    "sampled_timestamps": [i / fps for i in metadata["frames_indices"]],
+                }
+                assert remote.video.sampling["loader"] == loader
+
+    asyncio.run(main())
+    assert wait_for(lambda: publisher_process.stats()["freed_by_notification"] == len(names))
+    assert publisher_process.stats()["slots_in_use"] == 0

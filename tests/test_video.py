@@ -234,3 +234,11 @@ def test_unknown_loader_and_what_vllm_does_differently_are_value_errors(video_cl
     for unsupported in ({"backend": "torchcodec"}, {"frame_recovery": True}):
         with pytest.raises(ValueError, match="opencv backend"):
             decode_video(data, **unsupported)
+
+
+def test_a_video_with_no_decodable_frame_raises_video_decode_error(video_clips):
+    """Frames that all fail to decode (the stream zeroed after its headers)
+    are a VideoDecodeError naming the codec, not an empty array."""
+    data = video_clips["h264_baseline.mkv"]
+    with pytest.raises(VideoDecodeError, match=r"no frame of the video could be decoded \(h264\)"):
+        decode_video(data[:600] + bytes(len(data) - 600), num_frames=4)

@@ -25,7 +25,7 @@ from pixelwire._native import (
     decode_many,
     probe_image,
 )
-from pixelwire.descriptor import Decoded, PassThrough
+from pixelwire.descriptor import Decoded, DecodedVideo, PassThrough
 from pixelwire.publisher import Publisher
 from pixelwire.reader import Reader
 from pixelwire.transfer import decode_and_publish, read_decoded
@@ -49,6 +49,7 @@ __all__ = [
     "Cancelled",
     "DecodeError",
     "Decoded",
+    "DecodedVideo",
     "DescriptorError",
     "FetchError",
     "Fetcher",

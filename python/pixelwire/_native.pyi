@@ -273,24 +273,36 @@ def load_nixl(path: str) -> None:
     """Loads NIXL's C API from ``path`` (once per process)."""
 
 MIN_LEASE_SECONDS: float
+# Bytes of the header before each slot's pixels: a slot takes this much more pool.
+SLOT_HEADER_BYTES: int
 
-class Published(TypedDict):
-    """What ``NativePublisher.publish`` returns; the descriptor is built from it."""
+class PublishedSlot(TypedDict):
+    """The fields of a published slot, as every publish returns them."""
 
     metadata: str
     metadata_version: int
     metadata_pruned: int
     addr: int
     size: int
-    shape: tuple[int, int, int]
-    source_shape: tuple[int, int]
-    format: str
-    color_type: str
     content_hash: str
     slot: int
     generation: int
     expires_at: float
     notification: str
+
+class Published(PublishedSlot):
+    """What ``NativePublisher.publish`` returns; the descriptor is built from it."""
+
+    shape: tuple[int, int, int]
+    source_shape: tuple[int, int]
+    format: str
+    color_type: str
+
+class PublishedVideo(PublishedSlot):
+    """What ``NativePublisher.publish_video`` returns."""
+
+    shape: tuple[int, int, int, int]
+    indices: list[int]
 
 @final
 class NativePublisher:
@@ -344,6 +356,11 @@ class NativePublisher:
         options no input could be published with. After :meth:`cancel` of
         ``control``, inputs not yet published come back as
         :class:`Cancelled`."""
+    def publish_video(self, capture: VideoCapture, indices: Sequence[int]) -> PublishedVideo:
+        """Decodes the frames ``indices`` of ``capture`` (each once, in
+        order; frames that do not decode are left out) straight into one
+        slot and starts its lease (GIL released). ``shape`` is (T, H, W, 3),
+        ``indices`` the frames decoded. Reads (and closes) the capture."""
     def release(self, slot: int, generation: int) -> bool: ...
     def cancel(self, control: BatchControl) -> int:
         """Gives up the batch ``control`` was passed to: frees every slot it

@@ -38,12 +38,16 @@ def _frontend(args: argparse.Namespace) -> int:
     from pixelwire import frontend
     from pixelwire.config import FrontendConfig
     from pixelwire.resize import ResizePolicy
+    from pixelwire.video.sampling import model_video_loader
 
-    image_kwargs = args.media_io_kwargs.get("image", {}) if isinstance(args.media_io_kwargs, dict) else {}
-    resize = None
+    media_io_kwargs = args.media_io_kwargs if isinstance(args.media_io_kwargs, dict) else {}
+    image_kwargs = media_io_kwargs.get("image", {})
+    video_kwargs = media_io_kwargs.get("video", {})
+    resize = video_loader = None
     if args.model:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         resize = ResizePolicy.from_pretrained(args.model, args.mm_processor_kwargs)
+        video_loader = model_video_loader(args.model)
     config = FrontendConfig.from_env(
         args.upstream,
         decode_at=args.decode_at,
@@ -51,6 +55,12 @@ def _frontend(args: argparse.Namespace) -> int:
         region_bytes=args.region_bytes,
         lease_seconds=args.lease_seconds,
         image_kwargs=image_kwargs,
+        video_kwargs=video_kwargs,
+        video_loader=video_loader,
+        max_video_bytes=args.max_video_bytes,
+        max_video_frames=args.max_video_frames,
+        max_video_pixels=args.max_video_pixels,
+        max_video_frame_bytes=args.max_video_frame_bytes,
         upstream_timeout=args.upstream_timeout,
         allowed_domains=args.allowed_domains,
         allow_private=args.allow_private,
@@ -145,7 +155,8 @@ def main(argv: list[str] | None = None) -> int:
         "--media-io-kwargs",
         type=json.loads,
         default={},
-        help="the same JSON as vLLM's --media-io-kwargs; its 'image' part is used",
+        help="the same JSON as vLLM's --media-io-kwargs; its 'image' and 'video' parts are used (a "
+        "video is sampled here only when the loader is known: 'video_backend' here, or --model)",
     )
     front.add_argument(
         "--allowed-domains",
@@ -213,6 +224,32 @@ def main(argv: list[str] | None = None) -> int:
         help="decoded pixels of one request's images, 400 above it, from their headers before any "
         f"decode (default {config.MAX_PIXELS_PER_REQUEST:,}: 32 photos of 12 MP fit); a request's "
         "images must also fit in the pool at once",
+    )
+    front.add_argument(
+        "--max-video-bytes",
+        type=int,
+        default=config.MAX_VIDEO_BYTES,
+        help=f"encoded bytes of one video, 400 above it (default {config.MAX_VIDEO_BYTES >> 20} MiB)",
+    )
+    front.add_argument(
+        "--max-video-frames",
+        type=int,
+        default=config.MAX_VIDEO_FRAMES,
+        help=f"frames sampled from one video, 400 above it (default {config.MAX_VIDEO_FRAMES})",
+    )
+    front.add_argument(
+        "--max-video-pixels",
+        type=int,
+        default=config.MAX_VIDEO_PIXELS,
+        help=f"pixels of one video frame, 400 above it, from the stream's headers (default "
+        f"{config.MAX_VIDEO_PIXELS:,}: 4K UHD)",
+    )
+    front.add_argument(
+        "--max-video-frame-bytes",
+        type=int,
+        default=config.MAX_VIDEO_FRAME_BYTES,
+        help=f"bytes of one video's sampled RGB frames, 400 above it, before any is decoded (default "
+        f"{config.MAX_VIDEO_FRAME_BYTES >> 20} MiB, and never more than --pool-bytes)",
     )
     front.add_argument(
         "--max-json-values",

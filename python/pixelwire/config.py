@@ -114,6 +114,16 @@ MAX_JSON_VALUES = 500_000
 # can claim 50 MP) do not. A request's images must also fit in the pool
 # at once, at the size they ship: it could never be served otherwise.
 MAX_PIXELS_PER_REQUEST = 400_000_000
+# One video at the frontend, checked from its container and codec headers
+# before any frame memory exists (a 400 naming the setting above each):
+# its encoded bytes (the request's encoded-bytes cap applies too), the
+# frames sampled (Qwen's loaders sample up to 768), the pixels of a frame
+# (4K UHD) and the bytes of all its sampled RGB frames, which also must fit
+# in the pool (a video ships as one slot).
+MAX_VIDEO_BYTES = 256 * MiB
+MAX_VIDEO_FRAMES = 768
+MAX_VIDEO_PIXELS = 3840 * 2160
+MAX_VIDEO_FRAME_BYTES = 1024 * MiB
 # Threads of the publish pool, which decodes a request's images taking
 # turns with the other requests' (at a lower priority than the process's
 # other threads): every core but one, so the event loop and the single
@@ -374,6 +384,16 @@ class FrontendConfig:
     # Bearer tokens a client must send (Authorization) before the frontend
     # does any work for it; empty: every client is served.
     api_keys: list[str] = field(default_factory=list)
+    # Server-wide video defaults, as vLLM's --media-io-kwargs '{"video": {...}}'.
+    video_kwargs: dict[str, Any] = field(default_factory=dict)
+    # The loader vLLM samples the model's videos with (from --model's video
+    # processor); None: the frontend cannot tell, and passes videos on
+    # unless video_kwargs names one (video_backend).
+    video_loader: str | None = None
+    max_video_bytes: int = MAX_VIDEO_BYTES
+    max_video_frames: int = MAX_VIDEO_FRAMES
+    max_video_pixels: int = MAX_VIDEO_PIXELS
+    max_video_frame_bytes: int = MAX_VIDEO_FRAME_BYTES
     # JSON values in one body (400 above it), counted as 1 + the `{`, `[`
     # and `,` bytes anywhere in the body: an upper bound (characters inside
     # strings count too; base64 has none, and ordinary prose needs ~30 MB

@@ -76,32 +76,93 @@ class Decoded:
 
     def to_dict(self) -> dict[str, Any]:
         """Dynamo's decoded-media field names, plus pixelwire's own keys."""
-        return {
-            "nixl_metadata": self.nixl_metadata,
-            "nixl_descriptor": {
-                "addr": self.addr,
-                "size": self.size,
-                "mem_type": self.mem_type,
-                "device_id": self.device_id,
+        desc = _slot_dict(self, {"format": self.format, "color_type": self.color_type, "layout": self.layout})
+        desc["pixelwire"]["background"] = list(self.background)
+        if self.resize is not None:
+            desc["pixelwire"]["resize"] = self.resize
+        return desc
+
+
+@dataclass(frozen=True)
+class DecodedVideo:
+    """One published video: the frames a vLLM video loader samples, packed
+    (T, H, W, 3) RGB; `to_dict()` is the JSON-able descriptor."""
+
+    nixl_metadata: str
+    addr: int
+    size: int
+    shape: tuple[int, int, int, int]
+    content_hash: str
+    agent: str
+    slot: int
+    generation: int
+    expires_at: float
+    notification: str
+    # vLLM's metadata dict for the frames (total_num_frames, fps, duration,
+    # video_backend, frames_indices, do_sample_frames).
+    loader_metadata: dict[str, Any]
+    # How they were sampled: {"loader": name, "num_frames": n, "fps": f,
+    # and the loader's own options}; a worker whose vLLM would sample
+    # otherwise refuses the frames.
+    sampling: dict[str, Any]
+    codec: str = ""
+    mem_type: str = "Dram"
+    device_id: int = 0
+    published_at: float = 0.0
+    source_sha256: str = ""
+    metadata_version: int = 0
+    metadata_pruned: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """Dynamo's decoded-media fields with its ``Video`` metadata (source
+        fps and duration, each sampled frame's time), plus pixelwire's keys."""
+        fps = float(self.loader_metadata["fps"])
+        timestamps = [index / fps if fps > 0 else 0.0 for index in self.loader_metadata["frames_indices"]]
+        desc = _slot_dict(
+            self,
+            {
+                "Video": {
+                    "source_fps": fps,
+                    "source_duration": float(self.loader_metadata["duration"]),
+                    "sampled_timestamps": timestamps,
+                }
             },
-            "shape": list(self.shape),
-            "dtype": "UINT8",
-            "metadata": {"format": self.format, "color_type": self.color_type, "layout": self.layout},
-            "content_hash": self.content_hash,
-            "pixelwire": {
-                "agent": self.agent,
-                "slot": self.slot,
-                "generation": self.generation,
-                "expires_at": self.expires_at,
-                "notification": self.notification,
-                "background": list(self.background),
-                "published_at": self.published_at,
-                "source_sha256": self.source_sha256,
-                "metadata_version": self.metadata_version,
-                "metadata_pruned": self.metadata_pruned,
-                **({"resize": self.resize} if self.resize is not None else {}),
-            },
+        )
+        desc["pixelwire"]["video"] = {
+            "loader_metadata": self.loader_metadata,
+            "sampling": self.sampling,
+            "codec": self.codec,
         }
+        return desc
+
+
+def _slot_dict(published: Decoded | DecodedVideo, metadata: dict[str, Any]) -> dict[str, Any]:
+    """The fields every descriptor has: where the pixels are, their shape,
+    ``metadata`` (dynamo's), and the slot they live in."""
+    return {
+        "nixl_metadata": published.nixl_metadata,
+        "nixl_descriptor": {
+            "addr": published.addr,
+            "size": published.size,
+            "mem_type": published.mem_type,
+            "device_id": published.device_id,
+        },
+        "shape": list(published.shape),
+        "dtype": "UINT8",
+        "metadata": metadata,
+        "content_hash": published.content_hash,
+        "pixelwire": {
+            "agent": published.agent,
+            "slot": published.slot,
+            "generation": published.generation,
+            "expires_at": published.expires_at,
+            "notification": published.notification,
+            "published_at": published.published_at,
+            "source_sha256": published.source_sha256,
+            "metadata_version": published.metadata_version,
+            "metadata_pruned": published.metadata_pruned,
+        },
+    }
 
 
 @dataclass(frozen=True)
@@ -121,6 +182,15 @@ class ResizeRecord:
 
     policy: str
     source: tuple[int, int]
+
+
+@dataclass(frozen=True)
+class VideoRecord:
+    """What a video descriptor says of its frames: vLLM's metadata dict for
+    them and how they were sampled (see :class:`DecodedVideo`)."""
+
+    loader_metadata: dict[str, Any]
+    sampling: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -151,6 +221,10 @@ class RemoteImage:
     # (RdmaMetadata carries neither).
     color_type: str | None = None
     background: tuple[int, int, int] = BACKGROUND
+    # A video's frame count (the pixels are `frames` images of `shape`,
+    # packed), and how its frames were sampled; None for an image.
+    frames: int | None = None
+    video: VideoRecord | None = None
 
     @property
     def pixel_bytes(self) -> int:
@@ -168,8 +242,10 @@ class RemoteImage:
         h, w, c = self.shape
         if self.layout == "RGBX" and c != 3:
             raise DescriptorError("the RGBX layout holds 3-channel images only")
-        if h * w * self.pixel_bytes != self.size:
-            raise DescriptorError(f"shape {list(self.shape)} does not match size {self.size}")
+        count = 1 if self.frames is None else self.frames
+        if count * h * w * self.pixel_bytes != self.size:
+            shape = list(self.shape) if self.frames is None else [self.frames, *self.shape]
+            raise DescriptorError(f"shape {shape} does not match size {self.size}")
         if h * w > max_pixels:
             raise DescriptorError(f"image of {h * w} pixels is over max_pixels={max_pixels}")
         if self.expires_at is not None and now > self.expires_at:
@@ -258,6 +334,65 @@ def _resize(value: Any) -> ResizeRecord | None:
     return ResizeRecord(value["policy"], (source[0], source[1]))
 
 
+def is_video_descriptor(desc: dict[str, Any]) -> bool:
+    """Whether ``desc`` describes video frames (dynamo's ``Video`` metadata)."""
+    info = desc.get("metadata")
+    return isinstance(info, dict) and "Video" in info
+
+
+def _video_shape(value: Any) -> tuple[int, int, int, int]:
+    if not isinstance(value, (list, tuple)) or len(value) != 4:
+        raise DescriptorError(f"a video's shape must be [T, H, W, 3], not {_short(value)}")
+    frames = _int(value[0], "shape", MAX_SIDE)
+    h, w, c = _shape(value[1:])
+    if frames == 0 or c != 3:
+        raise DescriptorError(f"shape {list(value)} is not video frames (T > 0, RGB)")
+    return frames, h, w, c
+
+
+def _number(value: Any, what: str) -> float:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or value < 0
+    ):
+        raise DescriptorError(f"{what} must be a finite non-negative number, not {_short(value)}")
+    return float(value)
+
+
+def _video(desc: dict[str, Any]) -> VideoRecord | None:
+    """The video record of a descriptor with dynamo's ``Video`` metadata,
+    checked: vLLM's metadata dict as the loader gives it, and the sampling."""
+    if not is_video_descriptor(desc):
+        return None
+    own = desc.get("pixelwire")
+    record = own.get("video") if isinstance(own, dict) else None
+    if not isinstance(record, dict):
+        raise DescriptorError("a video descriptor needs its pixelwire.video record")
+    meta, sampling = record.get("loader_metadata"), record.get("sampling")
+    if (
+        not isinstance(meta, dict)
+        or not isinstance(sampling, dict)
+        or not isinstance(sampling.get("loader"), str)
+    ):
+        raise DescriptorError("pixelwire.video must hold the loader's metadata and the sampling")
+    indices = meta.get("frames_indices")
+    if not isinstance(indices, list) or not indices:
+        raise DescriptorError("pixelwire.video's frames_indices must be a list of frame indices")
+    checked = {
+        "total_num_frames": _int(meta.get("total_num_frames"), "total_num_frames", MAX_SIDE),
+        "fps": _number(meta.get("fps"), "fps"),
+        "duration": _number(meta.get("duration"), "duration"),
+        "video_backend": meta.get("video_backend"),
+        "frames_indices": [_int(index, "frames_indices", MAX_SIDE) for index in indices],
+        "do_sample_frames": meta.get("do_sample_frames"),
+    }
+    if not isinstance(checked["video_backend"], str) or not isinstance(checked["do_sample_frames"], bool):
+        raise DescriptorError("pixelwire.video's video_backend and do_sample_frames are missing")
+    return VideoRecord(checked, dict(sampling))
+
+
 def _rdma_metadata(desc: dict[str, Any], metadata: str, shape: Any | None) -> RemoteImage:
     """dynamo nixl_connect's RdmaMetadata: one descriptor, shape given by the caller."""
     if shape is None:
@@ -294,7 +429,16 @@ def parse_descriptor(desc: Decoded | dict[str, Any], shape: Any | None = None) -
     if not isinstance(desc, dict):
         raise DescriptorError(f"descriptor must be a dict or Decoded, not {type(desc).__name__}")
     is_rdma_metadata = "descriptors" in desc
-    if not is_rdma_metadata:
+    video = _video(desc)
+    frames: int | None = None
+    if video is not None:
+        # A video's frames are RGB, decoded without compositing.
+        color_type, background = "RGB", BACKGROUND
+        frames, *frame_shape = _video_shape(desc.get("shape") if shape is None else shape)
+        shape = frame_shape
+        if len(video.loader_metadata["frames_indices"]) != frames:
+            raise DescriptorError("pixelwire.video's frames_indices must name each frame of the shape")
+    elif not is_rdma_metadata:
         color_type, background = decoded_as(desc)
     metadata = desc.get("nixl_metadata")
     if not isinstance(metadata, str):
@@ -351,4 +495,6 @@ def parse_descriptor(desc: Decoded | dict[str, Any], shape: Any | None = None) -
         resize=_resize(own.get("resize")),
         color_type=color_type,
         background=background,
+        frames=frames,
+        video=video,
     )

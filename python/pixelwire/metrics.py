@@ -51,6 +51,18 @@ _HELP = {
         "worker": "Bytes the reader's receive pool may grow to (PIXELWIRE_READER_POOL_BYTES): with "
         "pool_bytes_in_use, how full it is",
     },
+    "videos": {
+        "frontend": "Videos handled, by path: nixl (sampled, decoded here and published) or passthrough "
+        "(left to the worker's vLLM loader: worker mode, or a codec, container or sampling pixelwire "
+        "does not reproduce)",
+        "worker": "Videos handled, by path: nixl (frames read over NIXL), url (fetched and decoded "
+        "natively) or vllm (handed to vLLM's own loader)",
+    },
+    "video_frame_bytes": {
+        "frontend": "Bytes of the sampled RGB frames published (3 bytes a pixel); 0 for passthrough",
+        "worker": "Bytes of the sampled RGB frames handled (3 bytes a pixel), read over NIXL or decoded; "
+        "0 for vllm",
+    },
     "errors": {
         "frontend": "Requests refused for one of their media, by the exception type of the first that failed",
         "worker": "Media that failed in the plug-in (an image refused, or a fetch, READ or decode that "
@@ -109,6 +121,10 @@ class ImageMetrics:
         )
         self.pool_bytes_capacity.set_function(pool_capacity)
         self.errors = Counter(f"{prefix}_errors", helps["errors"], ["type"], registry=registry)
+        self.videos = Counter(f"{prefix}_videos", helps["videos"], ["path"], registry=registry)
+        self.video_frame_bytes = Counter(
+            f"{prefix}_video_frame_bytes", helps["video_frame_bytes"], ["path"], registry=registry
+        )
 
     def handled(self, path: str, nbytes: int, source_nbytes: int | None = None) -> None:
         """One image: `nbytes` of pixels shipped, `source_nbytes` (default
@@ -116,6 +132,11 @@ class ImageMetrics:
         self.images.labels(path=path).inc()
         self.pixel_bytes.labels(path=path).inc(nbytes)
         self.source_pixel_bytes.labels(path=path).inc(nbytes if source_nbytes is None else source_nbytes)
+
+    def handled_video(self, path: str, nbytes: int) -> None:
+        """One video: `nbytes` of sampled frames."""
+        self.videos.labels(path=path).inc()
+        self.video_frame_bytes.labels(path=path).inc(nbytes)
 
     def failed(self, error: BaseException) -> None:
         self.errors.labels(type=type(error).__name__).inc()

@@ -29,8 +29,10 @@ from pixelwire.config import (
     Mode,
     allow_private_from_env,
 )
-from pixelwire.descriptor import Decoded, PassThrough
+from pixelwire.descriptor import Decoded, DecodedVideo, PassThrough
 from pixelwire.nixl import ensure_nixl
+from pixelwire.video.decode import loader_metadata, sample_video
+from pixelwire.video.sampling import VideoSampling
 
 if TYPE_CHECKING:
     from pixelwire.fetch import Fetcher
@@ -132,6 +134,17 @@ def _release_when_published(native: _native.NativePublisher) -> Any:
     return release
 
 
+def _release_video_when_published(native: _native.NativePublisher) -> Any:
+    """A done-callback that frees the video an abandoned publish published."""
+
+    def release(work: asyncio.Future[tuple[_native.PublishedVideo, dict[str, Any], str, str]]) -> None:
+        if not work.cancelled() and work.exception() is None:
+            fields = work.result()[0]
+            native.release(fields["slot"], fields["generation"])
+
+    return release
+
+
 def _pass_through(source: bytes | bytearray | memoryview | str) -> PassThrough:
     """What worker mode hands on for `source`: its URL, or its bytes as a ``data:`` URL."""
     if isinstance(source, str):
@@ -175,6 +188,25 @@ def _decoded(
         if resize is None
         else {"policy": resize.identity, "source": list(fields["source_shape"])},
     )
+
+
+def _publish_video(
+    native: _native.NativePublisher,
+    data: bytes | bytearray,
+    sampling: VideoSampling,
+    limits: _native.VideoLimits | None,
+    threads: int,
+) -> tuple[_native.PublishedVideo, dict[str, Any], str, str]:
+    """Opens the video, samples it as the loader does and decodes the
+    sampled frames into a slot (GIL released throughout); the slot's
+    fields, vLLM's metadata dict, the codec and the source's SHA-256."""
+    capture = _native.VideoCapture(data, threads=threads, limits=limits)
+    codec = capture.info()["codec"]
+    source, wanted = sample_video(
+        capture, sampling.loader, sampling.num_frames, sampling.fps, sampling.loader_kwargs
+    )
+    fields = native.publish_video(capture, wanted)
+    return fields, loader_metadata(source, fields["indices"]), codec, hashlib.sha256(data).hexdigest()
 
 
 def _check_resize(mode: Mode, resize: ResizePolicy | None) -> None:
@@ -392,7 +424,57 @@ class Publisher:
             for outcome in outcomes
         ]
 
-    def release(self, decoded: Decoded) -> bool:
+    async def decode_and_publish_video(
+        self,
+        source: bytes | bytearray | memoryview | str,
+        *,
+        sampling: VideoSampling | None = None,
+        limits: _native.VideoLimits | None = None,
+        threads: int = 0,
+    ) -> DecodedVideo | PassThrough:
+        """Fetches `source` as :meth:`decode_and_publish` does, samples its
+        frames as vLLM's video loader would (``sampling``: the loader, its
+        ``num_frames`` and ``fps``; vLLM's ``opencv`` defaults when None),
+        decodes them straight into one pool slot off the event loop (checked
+        against ``limits`` before any frame memory exists; ``threads``
+        decoder threads, 0 for all cores) and returns its descriptor, whose
+        frames and metadata are what the loader returns. Raises what
+        :func:`pixelwire.decode_video` raises; with ``decode_at="worker"``
+        returns a :class:`PassThrough`."""
+        if self.decode_at == "worker":
+            return _pass_through(source)
+        native = self._opened()
+        sampling = sampling or VideoSampling()
+        data = await self.fetcher.fetch(source) if isinstance(source, str) else _encoded(source)
+        call = functools.partial(_publish_video, native, data, sampling, limits, threads)
+        work = asyncio.get_running_loop().run_in_executor(_publish_executor(), call)
+        try:
+            fields, metadata, codec, digest = await asyncio.shield(work)
+        except asyncio.CancelledError:
+            # The caller went away mid-decode: the slot is freed once published.
+            work.add_done_callback(_release_video_when_published(native))
+            raise
+        return DecodedVideo(
+            nixl_metadata=fields["metadata"],
+            metadata_version=fields["metadata_version"],
+            metadata_pruned=fields["metadata_pruned"],
+            addr=fields["addr"],
+            size=fields["size"],
+            shape=fields["shape"],
+            content_hash=fields["content_hash"],
+            agent=native.agent_name,
+            slot=fields["slot"],
+            generation=fields["generation"],
+            expires_at=fields["expires_at"],
+            notification=fields["notification"],
+            loader_metadata=metadata,
+            sampling=sampling.to_dict(),
+            codec=codec,
+            published_at=time.time(),
+            source_sha256=digest,
+        )
+
+    def release(self, decoded: Decoded | DecodedVideo) -> bool:
         """Frees a published image before its reader's notification or its
         lease (its request is over). False when it was already freed, by a
         notification, an expired lease or an earlier release."""

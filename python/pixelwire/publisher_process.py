@@ -33,6 +33,7 @@ import numpy as np
 
 import pixelwire
 from pixelwire import config
+from pixelwire.video.sampling import VideoSampling
 
 
 def rss_kib(pid: int | str = "self") -> int:
@@ -117,6 +118,17 @@ async def serve(pool_bytes: int, lease: float, acquire: float, region_bytes: int
                 assert naive is not None
                 naive.release(int(cmd["id"]))
                 answer = {"ok": True}
+            elif kind == "publish_video":
+                sampling = VideoSampling.from_video_kwargs(
+                    cmd.get("video_kwargs", {}), cmd.get("loader", "opencv")
+                )
+                try:
+                    video = await pub.decode_and_publish_video(
+                        base64.b64decode(cmd["data"]), sampling=sampling
+                    )
+                    answer = {"desc": video.to_dict()}
+                except pixelwire.PixelwireError as error:
+                    answer = {"error": type(error).__name__, "message": str(error)}
             elif kind == "publish_source":
                 try:
                     item = await pub.decode_and_publish(cmd["source"], mode=cmd.get("mode", "RGB"))
@@ -205,6 +217,14 @@ class PublisherProcess:
         """One image: {"desc": ...} or {"error": ..., "message": ...}."""
         answer = self.publish_many(data, 1, mode, layout)
         return {"desc": answer["descs"][0]} if "descs" in answer else answer
+
+    def publish_video(
+        self, data: bytes, loader: str = "opencv", video_kwargs: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """One video sampled as vLLM's ``loader`` with ``video_kwargs``
+        (vLLM's --media-io-kwargs video part): {"desc": ...} or {"error": ...}."""
+        encoded = base64.b64encode(data).decode()
+        return self.ask(cmd="publish_video", data=encoded, loader=loader, video_kwargs=video_kwargs or {})
 
     def stats(self) -> dict[str, int]:
         stats: dict[str, int] = self.ask(cmd="stats")["stats"]

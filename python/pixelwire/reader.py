@@ -245,6 +245,8 @@ class Reader:
         not parsed again."""
         _check_output(output)
         image.check(self.settings.max_pixels, time.time())
+        if image.frames is not None and (output == "pil" or device != "cpu"):
+            raise ValueError("video frames are read into host memory as output='numpy' or 'torch'")
         native = self._opened()
         if device != "cpu":
             if output != "torch":
@@ -259,7 +261,8 @@ class Reader:
             if output == "pil":
                 return rgb_image_over(flat, w, h)
             return as_output(np.ascontiguousarray(flat.reshape(h, w, 4)[:, :, :3]), output)
-        return as_output(flat.reshape(image.shape), output)
+        shape = image.shape if image.frames is None else (image.frames, *image.shape)
+        return as_output(flat.reshape(shape), output)
 
     async def _read_host(self, native: _native.NativeReader, image: RemoteImage) -> Any:
         """The pixels in host memory. The READ starts at once on a native

@@ -205,7 +205,7 @@ _CONFIG_FILES = ("preprocessor_config.json", "processor_config.json")
 
 def _image_processor_config(model: str) -> dict[str, Any]:
     for name in _CONFIG_FILES:
-        path = _find_config(model, name)
+        path = find_model_file(model, name)
         if path is None:
             continue
         config = json.loads(path.read_text())
@@ -220,7 +220,9 @@ def _image_processor_config(model: str) -> dict[str, Any]:
     )
 
 
-def _find_config(model: str, name: str) -> Path | None:
+def find_model_file(model: str, name: str) -> Path | None:
+    """``name`` of ``model``: in its folder, or through the Hugging Face
+    cache for a Hub id; None when it has no such file."""
     local = Path(model).expanduser()
     if local.is_dir():
         return local / name if (local / name).is_file() else None

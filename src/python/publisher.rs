@@ -12,8 +12,13 @@ use super::{decode_options, limits_or_default, resize_target, seconds, Encoded, 
 use crate::decode::DecodeOptions;
 use crate::errors::Error;
 use crate::fair::FairPool;
-use crate::publisher::{BatchControl, BatchImage, Published, Publisher, PublisherConfig};
+use crate::publisher::{
+    BatchControl, BatchImage, Published, PublishedSlot, Publisher, PublisherConfig,
+};
+use crate::video;
 use crate::wire::notification_for;
+
+use super::video::PyVideoCapture;
 
 #[pyclass(module = "pixelwire._native", frozen)]
 pub struct NativePublisher {
@@ -33,7 +38,7 @@ impl NativePublisher {
     /// with nobody holding their descriptors.
     fn owned_by_python<T>(
         &self,
-        published: &[&Published],
+        published: &[&PublishedSlot],
         to_python: impl FnOnce() -> PyResult<T>,
     ) -> PyResult<T> {
         to_python().inspect_err(|_| {
@@ -44,18 +49,11 @@ impl NativePublisher {
     }
 }
 
-/// What `NativePublisher.publish` returns for one image.
-fn published_fields<'py>(py: Python<'py>, p: &Published) -> PyResult<Bound<'py, PyDict>> {
+/// The fields of a published slot, as every publish returns them.
+fn slot_fields<'py>(py: Python<'py>, p: &PublishedSlot) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
     d.set_item("addr", p.addr)?;
     d.set_item("size", p.len)?;
-    d.set_item("shape", (p.shape.height, p.shape.width, p.shape.channels))?;
-    d.set_item(
-        "source_shape",
-        (p.source_shape.height, p.source_shape.width),
-    )?;
-    d.set_item("format", p.info.format.name())?;
-    d.set_item("color_type", p.info.color_type)?;
     d.set_item("content_hash", &p.content_hash)?;
     d.set_item("slot", p.slot)?;
     d.set_item("generation", p.generation)?;
@@ -64,6 +62,19 @@ fn published_fields<'py>(py: Python<'py>, p: &Published) -> PyResult<Bound<'py, 
     d.set_item("metadata", &p.metadata)?;
     d.set_item("metadata_version", p.metadata_version)?;
     d.set_item("metadata_pruned", p.metadata_pruned)?;
+    Ok(d)
+}
+
+/// What `NativePublisher.publish` returns for one image.
+fn published_fields<'py>(py: Python<'py>, p: &Published) -> PyResult<Bound<'py, PyDict>> {
+    let d = slot_fields(py, &p.slot)?;
+    d.set_item("shape", (p.shape.height, p.shape.width, p.shape.channels))?;
+    d.set_item(
+        "source_shape",
+        (p.source_shape.height, p.source_shape.width),
+    )?;
+    d.set_item("format", p.info.format.name())?;
+    d.set_item("color_type", p.info.color_type)?;
     Ok(d)
 }
 
@@ -121,7 +132,7 @@ impl NativePublisher {
         let opts = self.decode_options(mode, background)?;
         let bytes = data.as_slice();
         let published = py.detach(|| self.inner.publish(bytes, &opts, rgbx, target.as_ref()))?;
-        self.owned_by_python(&[&published], || published_fields(py, &published))
+        self.owned_by_python(&[&published.slot], || published_fields(py, &published))
     }
 
     /// Publishes every image of `inputs` as `publish` would, image `i`
@@ -172,7 +183,7 @@ impl NativePublisher {
             self.inner
                 .publish_many(&pool, &images, &opts, rgbx, control)
         })?;
-        let published: Vec<&Published> = outcomes.iter().flatten().collect();
+        let published: Vec<&PublishedSlot> = outcomes.iter().flatten().map(|p| &p.slot).collect();
         self.owned_by_python(&published, || {
             let items = outcomes
                 .iter()
@@ -185,6 +196,27 @@ impl NativePublisher {
                 })
                 .collect::<PyResult<Vec<_>>>()?;
             PyList::new(py, items)
+        })
+    }
+
+    /// Decodes the frames `indices` of an opened capture (each once, in
+    /// order; those that do not decode are left out) straight into one slot
+    /// and publishes it: the slot's fields plus `shape` (T, H, W, 3) and the
+    /// `indices` decoded. The capture is read (and closed) by this call.
+    fn publish_video<'py>(
+        &self,
+        py: Python<'py>,
+        mut capture: PyRefMut<'_, PyVideoCapture>,
+        indices: Vec<usize>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let mut capture = capture.take()?;
+        let published = py.detach(|| video::publish_video(&self.inner, &mut capture, &indices))?;
+        self.owned_by_python(&[&published.slot], || {
+            let d = slot_fields(py, &published.slot)?;
+            let frames = published.indices.len();
+            d.set_item("shape", (frames, published.height, published.width, 3))?;
+            d.set_item("indices", &published.indices)?;
+            Ok(d)
         })
     }
 
@@ -246,6 +278,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
         "MIN_LEASE_SECONDS",
         crate::publisher::MIN_LEASE.as_secs_f64(),
     )?;
+    m.add("SLOT_HEADER_BYTES", crate::wire::SLOT_HEADER_BYTES)?;
     m.add_class::<NativePublisher>()?;
     m.add_class::<NativeBatchControl>()?;
     Ok(())

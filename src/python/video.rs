@@ -157,7 +157,7 @@ impl PyVideoCapture {
         indices: Vec<usize>,
         rgb_direct: bool,
     ) -> PyResult<(Bound<'py, PyAny>, Vec<usize>)> {
-        let mut capture = self.inner.take().ok_or_else(closed)?;
+        let mut capture = self.take()?;
         let conversion = if rgb_direct {
             Conversion::RgbDirect
         } else {
@@ -178,6 +178,11 @@ impl PyVideoCapture {
 impl PyVideoCapture {
     fn capture(&self) -> PyResult<&Capture> {
         self.inner.as_ref().ok_or_else(closed)
+    }
+
+    /// The capture itself, for a caller that reads it (it is read once).
+    pub(super) fn take(&mut self) -> PyResult<Capture> {
+        self.inner.take().ok_or_else(closed)
     }
 }
 

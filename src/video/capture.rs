@@ -202,6 +202,20 @@ impl Capture {
         &self.info
     }
 
+    /// Bytes of one returned (RGB, rotated) frame.
+    pub fn frame_bytes(&self) -> usize {
+        self.info.width as usize * self.info.height as usize * 3
+    }
+
+    /// Bytes the frames of `wanted` take at most (repeats count once),
+    /// checked against the limits before any of that memory exists.
+    pub fn sampled_bytes(&self, wanted: &[usize]) -> Result<usize> {
+        let count = wanted.iter().collect::<BTreeSet<_>>().len();
+        self.limits
+            .check_sampled(count, self.frame_bytes() as u64)?;
+        Ok(count * self.frame_bytes())
+    }
+
     /// Decodes from the start up to the last wanted index and keeps the
     /// wanted frames, as vLLM's `_read_frames_no_recovery`: a frame that does
     /// not decode is skipped (its index is missing from the result), indices
@@ -209,10 +223,43 @@ impl Capture {
     /// output exists; decoding stops early once the stream has ended. A
     /// capture reads once (it does not seek).
     pub fn read_frames(&mut self, wanted: &[usize], conversion: Conversion) -> Result<Frames> {
+        let len = self.sampled_bytes(wanted)?;
+        let mut pixels = Vec::new();
+        pixels
+            .try_reserve_exact(len)
+            .map_err(|_| Error::Video("out of memory for the sampled frames".into()))?;
+        pixels.resize(len, 0);
+        let indices = self.read_frames_into(wanted, conversion, &mut pixels)?;
+        pixels.truncate(indices.len() * self.frame_bytes());
+        Ok(Frames {
+            pixels,
+            indices,
+            height: self.info.height as usize,
+            width: self.info.width as usize,
+        })
+    }
+
+    /// [`Capture::read_frames`] into `out` (at least
+    /// [`Capture::sampled_bytes`] long): the decoded frames are packed at its
+    /// start, in index order, and their indices returned. Bytes past them
+    /// are left as they were.
+    pub fn read_frames_into(
+        &mut self,
+        wanted: &[usize],
+        conversion: Conversion,
+        out: &mut [u8],
+    ) -> Result<Vec<usize>> {
         if self.read {
             return Err(Error::InvalidArgument(
                 "a video capture reads its frames once".into(),
             ));
+        }
+        let need = self.sampled_bytes(wanted)?;
+        if out.len() < need {
+            return Err(Error::InvalidArgument(format!(
+                "{} bytes given for {need} bytes of frames",
+                out.len()
+            )));
         }
         self.read = true;
         let wanted: BTreeSet<usize> = wanted.iter().copied().collect();
@@ -225,13 +272,6 @@ impl Capture {
         } else {
             (height, width)
         };
-        self.limits
-            .check_sampled(wanted.len(), frame_bytes as u64)?;
-        let mut pixels = Vec::new();
-        pixels
-            .try_reserve_exact(wanted.len() * frame_bytes)
-            .map_err(|_| Error::Video("out of memory for the sampled frames".into()))?;
-        pixels.resize(wanted.len() * frame_bytes, 0);
         let mut indices = Vec::with_capacity(wanted.len());
         let mut scratch = Vec::new();
         let last = wanted.last().copied();
@@ -253,7 +293,7 @@ impl Capture {
                 }
                 let dst = match rotation {
                     Some(_) => scratch.as_mut_ptr(),
-                    None => pixels[at..at + frame_bytes].as_mut_ptr(),
+                    None => out[at..at + frame_bytes].as_mut_ptr(),
                 };
                 // SAFETY: `dst` has room for width * height * 3 bytes, the
                 // size the shim writes (the stream's coded size).
@@ -265,20 +305,14 @@ impl Capture {
                 };
                 if ok != 0 {
                     if let Some(degrees) = rotation {
-                        let out = &mut pixels[at..at + frame_bytes];
-                        rotate(&scratch, coded_height, coded_width, degrees, out);
+                        let frame = &mut out[at..at + frame_bytes];
+                        rotate(&scratch, coded_height, coded_width, degrees, frame);
                     }
                     indices.push(index);
                 }
             }
         }
-        pixels.truncate(indices.len() * frame_bytes);
-        Ok(Frames {
-            pixels,
-            indices,
-            height,
-            width,
-        })
+        Ok(indices)
     }
 }
 

@@ -10,6 +10,8 @@
 
 mod capture;
 mod limits;
+mod publish;
 
 pub use capture::{Capture, Conversion, Frames, StreamInfo};
 pub use limits::VideoLimits;
+pub use publish::{publish_video, PublishedVideo};

@@ -46,8 +46,8 @@ INFO = worker_info()
 
 
 class Upstream:
-    """An OpenAI-shaped server: for each image reference it READs the pixels
-    over NIXL and answers their shape and SHA-256; ``"hang"`` in the model
+    """An OpenAI-shaped server: for each image or video reference it READs
+    the pixels over NIXL and answers their shape and SHA-256; ``"hang"`` in the model
     name makes it wait forever, ``"stream"`` answers SSE. Its /metrics
     shows ``metrics_text`` (a worker's info line, or none), which a test may
     change; its /health answers ``health_status``."""
@@ -123,12 +123,12 @@ class Upstream:
         for message in body["messages"]:
             for part in message["content"] if isinstance(message["content"], list) else []:
                 # image_url parts, input_image parts and parts without a type: vLLM loads them all.
-                url = part.get("image_url")
+                url = part.get("image_url") or part.get("video_url")
                 url = url.get("url") if isinstance(url, dict) else url
                 if isinstance(url, str):
                     if is_reference(url):
-                        # The worker's plug-in asks for PIL images; numpy here otherwise.
-                        output = "pil" if "pil" in body["model"] else "numpy"
+                        # The worker's plug-in asks for PIL images; numpy here otherwise (and for videos).
+                        output = "pil" if "pil" in body["model"] and "image_url" in part else "numpy"
                         read = await self.reader.read_decoded(decode_reference(url, SECRET), output=output)
                         pixels = np.asarray(read)
                         images.append(

@@ -7,6 +7,7 @@ budget checked before the work it bounds."""
 from __future__ import annotations
 
 import base64
+import hashlib
 import http.client
 import io
 import json
@@ -18,6 +19,7 @@ from typing import Any
 
 import pytest
 
+import pixelwire
 from pixelwire.resize import ResizePolicy
 
 import stack
@@ -411,3 +413,101 @@ def test_abandoned_pixel_bomb_batches_do_not_stall_another_client(upstream: Upst
     finally:
         service.stop()
         upstream.metrics_text = INFO
+
+
+@pytest.fixture(scope="module")
+def video_frontend(upstream: Upstream, tmp_path_factory: pytest.TempPathFactory) -> Iterator[stack.Service]:
+    """A frontend told vLLM's video loader (``video_backend``) and its frame count."""
+    video_kwargs = json.dumps({"video": {"video_backend": "opencv", "num_frames": 4}})
+    service = started_frontend(
+        tmp_path_factory.mktemp("video"),
+        upstream.url,
+        "--media-io-kwargs",
+        video_kwargs,
+        "--max-video-frames",
+        "8",
+    )
+    yield service
+    service.stop()
+
+
+def _video_part(data: bytes) -> dict[str, Any]:
+    url = "data:video/mp4;base64," + base64.b64encode(data).decode()
+    return {"type": "video_url", "video_url": {"url": url}}
+
+
+def _frames_seen(frames: Any) -> dict[str, Any]:
+    """What the upstream reports for frames read over NIXL."""
+    return {"shape": list(frames.shape), "sha": hashlib.sha256(frames).hexdigest()}
+
+
+def test_videos_are_sampled_here_and_read_over_nixl_as_vllms_loader_would(
+    video_frontend: stack.Service, upstream: Upstream, video_clips: dict[str, bytes]
+) -> None:
+    """With the loader known, a video_url part is fetched, sampled and
+    decoded at the frontend, and the worker reads exactly the frames vLLM's
+    loader would have returned, at the server's frame count or the
+    request's (``media_io_kwargs``, merged as vLLM merges it); the slots are
+    freed by the reads."""
+    clips = [video_clips["h264_high_bframes.mp4"], video_clips["vp9_odd_853x480.webm"]]
+    status, answer = post(video_frontend, {"model": "m", "messages": user(*map(_video_part, clips))})
+    assert status == 201, answer
+    sent = upstream.bodies[-1]["messages"][0]["content"]
+    assert all(part["video_url"]["url"].startswith("pixelwire:") for part in sent)
+    assert json.loads(answer)["images"] == [
+        _frames_seen(pixelwire.decode_video(data, num_frames=4)[0]) for data in clips
+    ]
+    body = {
+        "model": "m",
+        "messages": user(_video_part(clips[0])),
+        "media_io_kwargs": {"video": {"num_frames": 2}},
+    }
+    status, answer = post(video_frontend, body)
+    assert status == 201, answer
+    assert json.loads(answer)["images"] == [_frames_seen(pixelwire.decode_video(clips[0], num_frames=2)[0])]
+    assert wait_empty(video_frontend, 10) == 0
+
+
+def test_bad_videos_are_400s_naming_the_part_and_the_setting(
+    video_frontend: stack.Service, upstream: Upstream, video_clips: dict[str, bytes]
+) -> None:
+    """A video over a frontend limit (checked before any frame is decoded)
+    or with no decodable frame is a 400 naming the part, and the limit's
+    setting; vLLM never sees the request."""
+    good = video_clips["h264_baseline.mkv"]
+    calls = upstream.calls
+    over = {
+        "model": "m",
+        "messages": user(_video_part(good)),
+        "media_io_kwargs": {"video": {"num_frames": 10}},
+    }
+    status, answer = post(video_frontend, over)
+    assert status == 400, answer
+    assert answer["error"]["param"] == "messages[0].content[0]"
+    assert "--max-video-frames" in answer["error"]["message"], answer
+    zeroed = good[:600] + bytes(len(good) - 600)
+    status, answer = post(video_frontend, {"model": "m", "messages": user(_video_part(zeroed))})
+    assert status == 400, answer
+    assert "could not decode the video" in answer["error"]["message"], answer
+    assert upstream.calls == calls
+    assert wait_empty(video_frontend, 10) == 0
+
+
+def test_videos_pixelwire_does_not_decode_go_on_as_their_bytes(
+    video_frontend: stack.Service, upstream: Upstream, bad_videos: dict[str, bytes]
+) -> None:
+    """A codec pixelwire does not decode (FFV1) goes on as the URL the
+    client sent (its bytes), for vLLM's own loader; so does a request whose
+    video settings pixelwire does not reproduce (another decoding backend)."""
+    part = _video_part(bad_videos["ffv1.mkv"])
+    status, answer = post(video_frontend, {"model": "m", "messages": user(part)})
+    assert status == 201, answer
+    assert upstream.bodies[-1]["messages"][0]["content"][0] == part
+    body = {
+        "model": "m",
+        "messages": user(part := _video_part(bad_videos["h264_moov_last.mp4"])),
+        "media_io_kwargs": {"video": {"backend": "torchcodec"}},
+    }
+    status, answer = post(video_frontend, body)
+    assert status == 201, answer
+    assert upstream.bodies[-1]["messages"][0]["content"][0] == part

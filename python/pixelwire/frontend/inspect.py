@@ -16,6 +16,7 @@ from urllib.parse import unquote
 from pixelwire.config import FrontendConfig
 from pixelwire.frontend.errors import OpenAIError
 from pixelwire.media_parts import MediaPart, MediaPartRefused, data_url_bytes, foreign_media, media_parts
+from pixelwire.video.sampling import NotReproduced, VideoSampling
 
 # vLLM 0.32's routes whose body is a chat request (`messages`, parsed by
 # chat_utils): rewritten and guarded like chat completions.
@@ -177,3 +178,33 @@ def image_settings(defaults: dict[str, Any], body: dict[str, Any]) -> tuple[Any,
             400, "rgba_background_color must be a list of 3 integers in [0, 255]", param="media_io_kwargs"
         )
     return settings["image_mode"], (background[0], background[1], background[2])
+
+
+# Runtime video options vLLM drops (startup-only), as VideoMediaIO.merge_kwargs.
+_STARTUP_ONLY_VIDEO = ("hw_decoders", "pool_size", "device")
+
+
+def video_sampling(config: FrontendConfig, body: dict[str, Any]) -> VideoSampling | None:
+    """How the worker's vLLM will sample the request's videos: the
+    server-wide video kwargs merged with the request's ``media_io_kwargs``
+    as vLLM's ``VideoMediaIO.merge_kwargs`` merges them (a request that sets
+    only one of ``num_frames`` and ``fps`` drops the other default), with
+    the loader of ``video_backend`` or the model's. None when the frontend
+    cannot tell or pixelwire does not reproduce it: the video is passed on."""
+    merged = dict(config.video_kwargs)
+    kwargs = body.get("media_io_kwargs")
+    runtime = kwargs.get("video") if isinstance(kwargs, dict) else None
+    if isinstance(runtime, dict) and runtime:
+        runtime = {key: value for key, value in runtime.items() if key not in _STARTUP_ONLY_VIDEO}
+        merged.update(runtime)
+        if "num_frames" in runtime and "fps" not in runtime:
+            merged.pop("fps", None)
+        elif "fps" in runtime and "num_frames" not in runtime:
+            merged.pop("num_frames", None)
+    loader = merged.get("video_backend") or config.video_loader
+    if loader is None:
+        return None
+    try:
+        return VideoSampling.from_video_kwargs(merged, loader)
+    except NotReproduced:
+        return None

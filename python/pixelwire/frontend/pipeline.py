@@ -15,19 +15,23 @@ from time import perf_counter
 from typing import Any
 
 from pixelwire._native import (
+    SLOT_HEADER_BYTES,
     BlockedURL,
     DecodeError,
     FetchError,
     PixelwireError,
     PoolExhausted,
     UnsupportedFormat,
+    UnsupportedVideo,
+    VideoLimits,
+    VideoTooLarge,
     probe_image,
 )
 from pixelwire.config import DECODED_MODES, FrontendConfig, Layout, Mode
-from pixelwire.descriptor import Decoded, PassThrough
+from pixelwire.descriptor import Decoded, DecodedVideo, PassThrough
 from pixelwire.fetch import Fetcher
 from pixelwire.frontend.errors import OpenAIError
-from pixelwire.frontend.inspect import image_settings
+from pixelwire.frontend.inspect import image_settings, video_sampling
 from pixelwire.media_parts import MediaPart
 from pixelwire.metrics import ImageMetrics
 from pixelwire.publisher import Publisher
@@ -50,8 +54,31 @@ def _bytes_url(data: bytes) -> str:
     return "data:application/octet-stream;base64," + base64.b64encode(data).decode("ascii")
 
 
+# The frontend setting behind each VideoLimits setting a video went over.
+_VIDEO_FLAGS = {
+    "max_bytes": "--max-video-bytes",
+    "max_frames": "--max-video-frames",
+    "max_pixels": "--max-video-pixels",
+    "max_frame_bytes": "--max-video-frame-bytes (and --pool-bytes: a video ships as one slot)",
+}
+
+
+def video_limits(config: FrontendConfig) -> VideoLimits:
+    """What one video may cost at the frontend: its settings, and its frames
+    within the pool, where they ship as one slot."""
+    return VideoLimits(
+        max_bytes=config.max_video_bytes,
+        max_frames=config.max_video_frames,
+        max_pixels=config.max_video_pixels,
+        max_frame_bytes=min(config.max_video_frame_bytes, config.pool_bytes - SLOT_HEADER_BYTES),
+    )
+
+
 def _media_error(part: MediaPart, error: BaseException) -> OpenAIError:
     medium = part.kind
+    if isinstance(error, VideoTooLarge):
+        flag = _VIDEO_FLAGS.get(error.setting or "", error.setting)
+        return OpenAIError(400, f"{part.where}: {error}; the frontend's setting is {flag}", param=part.where)
     if isinstance(error, PoolExhausted):
         return OpenAIError(503, f"{part.where}: the frontend's image pool is full; retry shortly")
     if isinstance(error, BlockedURL):
@@ -64,6 +91,12 @@ def _media_error(part: MediaPart, error: BaseException) -> OpenAIError:
         return OpenAIError(400, f"{part.where}: {error}", param=part.where)
     log.error("unexpected error handling %s", part.where, exc_info=error)
     return OpenAIError(500, f"{part.where}: internal error handling the {medium}")
+
+
+def _jpeg_frames(url: str) -> bool:
+    """Whether a video URL is vLLM's JPEG-frames form (``data:video/jpeg``,
+    base64 frames separated by commas), which vLLM's loader reads itself."""
+    return url[:15].lower() == "data:video/jpeg"
 
 
 def _shipped_channels(mode: Mode, layout: Layout) -> int:
@@ -107,8 +140,10 @@ class MediaPipeline:
         # Each part's outcome, in its place: its new URL, its fetched bytes
         # (until decoded) or its error.
         self.results: list[str | _Fetched | BaseException | None] = [None] * len(parts)
-        # Every image published for the request, to be released at its end.
-        self.published: list[Decoded] = []
+        # How the worker will sample the request's videos (None: passed on).
+        self.video = video_sampling(config, body) if config.decode_at == "frontend" else None
+        # Every image and video published for the request, to be released at its end.
+        self.published: list[Decoded | DecodedVideo] = []
 
     async def run(self) -> None:
         """Puts each part's new URL in its place in the body, or raises the
@@ -179,8 +214,11 @@ class MediaPipeline:
             if part.kind == "image":
                 self.metrics.handled("passthrough", 0)
             return part.url
+        if part.kind == "video" and self.video is not None and not _jpeg_frames(part.url):
+            return await self._publish_video(part, await self._fetch(part))
         if part.kind != "image":
-            # Video and audio: vLLM decodes them, from bytes fetched
+            # Audio, and videos sampled in a way pixelwire does not
+            # reproduce: vLLM decodes them, from bytes fetched
             # here through this guard; a data: URL holds its bytes
             # already (and vLLM reads it without any fetch).
             if part.url[:5].lower() == "data:":
@@ -195,6 +233,24 @@ class MediaPipeline:
             self.metrics.handled("passthrough", 0)
             return _bytes_url(data)
         return _Fetched(data, started)
+
+    async def _publish_video(self, part: MediaPart, data: bytes) -> str:
+        """The reference of a video sampled and published here (checked
+        against the frontend's video limits before any frame memory
+        exists); its bytes, for the worker's vLLM loader, when pixelwire
+        does not decode its codec or container."""
+        assert self.video is not None
+        try:
+            decoded = await self.publisher.decode_and_publish_video(
+                data, sampling=self.video, limits=video_limits(self.config)
+            )
+        except UnsupportedVideo:
+            self.metrics.handled_video("passthrough", 0)
+            return part.url if part.url[:5].lower() == "data:" else _bytes_url(data)
+        assert isinstance(decoded, DecodedVideo)
+        self.published.append(decoded)
+        self.metrics.handled_video("nixl", decoded.size)
+        return encode_reference(decoded.to_dict(), self.config.secret)
 
     def _spend(self, fetched: list[tuple[MediaPart, _Fetched]]) -> None:
         """Takes the images about to be decoded out of the request's budget,

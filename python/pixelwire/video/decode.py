@@ -44,21 +44,41 @@ def decode_video(
     vLLM's: only its default decoding backend (``opencv``) without frame
     recovery is reproduced, anything else is a ``ValueError``.
     """
+    check_backend(backend, frame_recovery)
+    capture = VideoCapture(data, threads=threads, limits=limits)
+    codec = capture.info()["codec"]
+    source, wanted = sample_video(capture, loader, num_frames, fps, loader_kwargs)
+    frames, valid = capture.read(wanted)
+    if not valid:
+        raise VideoDecodeError(f"no frame of the video could be decoded ({codec})")
+    return frames, loader_metadata(source, valid)
+
+
+def check_backend(backend: str, frame_recovery: bool) -> None:
+    """Refuses vLLM decoding options pixelwire does not reproduce."""
     if backend != "opencv" or frame_recovery:
         raise ValueError("pixelwire reproduces vLLM's opencv backend without frame_recovery only")
+
+
+def sample_video(
+    capture: VideoCapture, loader: str, num_frames: int, fps: float | None, loader_kwargs: dict[str, Any]
+) -> tuple[SourceMetadata, list[int]]:
+    """The source as ``loader`` sees it and the frame indices it samples
+    from the opened ``capture``."""
     sampler = LOADERS.get(loader)
     if sampler is None:
         raise ValueError(f"unknown video loader {loader!r}; pixelwire has {sorted(LOADERS)}")
-    capture = VideoCapture(data, threads=threads, limits=limits)
     info = capture.info()
     source = sampler.prepare_source(SourceMetadata.from_stream(info["frame_count"], info["fps"]))
     wanted = sampler.frame_indices(
         source, num_frames, sampler.default_fps if fps is None else fps, **loader_kwargs
     )
-    frames, valid = capture.read(wanted)
-    if not valid:
-        raise VideoDecodeError(f"no frame of the video could be decoded ({info['codec']})")
-    metadata = {
+    return source, wanted
+
+
+def loader_metadata(source: SourceMetadata, valid: list[int]) -> dict[str, Any]:
+    """vLLM's metadata dict for the frames ``valid`` decoded from ``source``."""
+    return {
         "total_num_frames": source.total_frames_num,
         "fps": source.original_fps,
         "duration": source.duration,
@@ -66,4 +86,3 @@ def decode_video(
         "frames_indices": valid,
         "do_sample_frames": len(valid) == source.total_frames_num,
     }
-    return frames, metadata

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import hashlib
-import hmac
 import logging
 import os
 import threading
@@ -19,6 +17,7 @@ from prometheus_client import REGISTRY, Gauge
 from vllm.multimodal.media import MediaConnector, MediaWithBytes
 from vllm.multimodal.media.base import MediaIO
 from vllm.multimodal.media.image import ImageMediaIO
+from vllm.multimodal.media.video import VideoMediaIO
 
 from pixelwire import __version__
 from pixelwire._native import (
@@ -47,6 +46,8 @@ from pixelwire.resize import ResizePolicy
 from pixelwire.signing import decode_reference, is_reference, reference_secret, signing_policy
 from pixelwire.transfer import default_reader
 from pixelwire.vllm import CONNECTOR_NAME
+from pixelwire.vllm.identity import keyed_identity
+from pixelwire.vllm.video import decode_video_bytes, read_video_reference, vllm_video_settings
 
 _state_lock = threading.Lock()
 _metrics: ImageMetrics | None = None
@@ -260,20 +261,10 @@ def _decode_for_model(
 def cache_identity(
     source_sha256: str, mode: str | None, background: tuple[int, int, int], policy: str
 ) -> bytes:
-    """What vLLM's multimodal caches key a frontend-decoded image on (the
-    bytes its hasher reads in place of the encoded image): the signed
-    identity of the pixels (source digest, mode, background, resize
-    policy), keyed with PIXELWIRE_SECRET when there is one, so nobody
-    without the secret can compute it."""
-    identity = f"pixelwire-image:{source_sha256}:{mode}:{list(background)}:{policy}".encode()
-    secret = secret_from_env()
-    digest = (
-        hmac.new(secret, identity, hashlib.sha256).digest()
-        if secret is not None
-        else hashlib.sha256(identity).digest()
-    )
-    # Tagged, so it is no image's encoded bytes either.
-    return b"pixelwire-cache-identity:" + digest
+    """What vLLM's multimodal caches key a frontend-decoded image on: the
+    signed identity of the pixels (source digest, mode, background, resize
+    policy), keyed (:func:`pixelwire.vllm.identity.keyed_identity`)."""
+    return keyed_identity(f"pixelwire-image:{source_sha256}:{mode}:{list(background)}:{policy}")
 
 
 class PixelwireMediaConnector(MediaConnector):
@@ -282,9 +273,11 @@ class PixelwireMediaConnector(MediaConnector):
     ``http(s)``, ``data:`` and allowed ``file:`` URL is fetched by
     pixelwire's guarded Fetcher and decoded natively (off the GIL) when the
     mode asked for is one pixelwire decodes (RGB, RGBA, L); other modes and
-    formats go to vLLM's own loader as the bytes already fetched. Every
-    other medium vLLM loads from a URL (video, audio) is fetched by the same
-    guard too, and decoded by vLLM's own loader."""
+    formats go to vLLM's own loader as the bytes already fetched. Videos
+    likewise: references read over NIXL, URLs fetched by the guard and
+    decoded natively when pixelwire reproduces vLLM's loader
+    (:mod:`pixelwire.vllm.video`), by vLLM's loader otherwise. Audio is
+    fetched by the same guard and decoded by vLLM's own loader."""
 
     async def load_from_url_async(
         self, url: str, media_io: MediaIO[Any], *, fetch_timeout: int | None = None
@@ -306,6 +299,44 @@ class PixelwireMediaConnector(MediaConnector):
 
     def load_from_url(self, url: str, media_io: MediaIO[Any], *, fetch_timeout: int | None = None) -> Any:
         return _run_sync(self.load_from_url_async(url, media_io, fetch_timeout=fetch_timeout))
+
+    async def fetch_video_async(
+        self, video_url: str, *, image_mode: str | None = "RGB", video_processor: str | None = None
+    ) -> Any:
+        metrics = install_metrics("pixelwire")
+        video_kwargs, loader = vllm_video_settings(self.media_io_kwargs, video_processor)
+        if not isinstance(video_url, str) or video_url[:16].lower().startswith("data:video/jpeg"):
+            # Not a URL, or JPEG frames sent as one data: URL: vLLM's own.
+            metrics.handled_video("vllm", 0)
+            return await super().fetch_video_async(
+                video_url, image_mode=image_mode, video_processor=video_processor
+            )
+        try:
+            if is_reference(video_url):
+                return await read_video_reference(video_url, video_kwargs, loader, metrics)
+            vllm_io = VideoMediaIO(
+                ImageMediaIO(**({"image_mode": image_mode} | self.media_io_kwargs.get("image", {}))),
+                **(video_kwargs | {"video_backend": loader}),
+            )
+            fetcher = _fetcher(
+                self.allowed_media_domains,
+                self.allowed_local_media_path,
+                envs.VLLM_VIDEO_FETCH_TIMEOUT,
+                vllm_io.get_max_bytes(),
+            )
+            data = await fetcher.fetch(video_url)
+            return await decode_video_bytes(data, video_kwargs, loader, vllm_io, metrics)
+        except PixelwireError as e:
+            metrics.failed(e)
+            # vLLM answers ValueError with 400 and the message.
+            raise ValueError(f"pixelwire: {e}") from e
+
+    def fetch_video(
+        self, video_url: str, *, image_mode: str | None = "RGB", video_processor: str | None = None
+    ) -> Any:
+        return _run_sync(
+            self.fetch_video_async(video_url, image_mode=image_mode, video_processor=video_processor)
+        )
 
     def _image_settings(self, image_mode: str | None) -> tuple[str | None, tuple[int, int, int]]:
         # ImageMediaIO validates the kwargs exactly as vLLM does.

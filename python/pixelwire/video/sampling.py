@@ -1,0 +1,105 @@
+"""How a video is sampled, as vLLM's ``VideoMediaIO`` reads its settings:
+``--media-io-kwargs '{"video": {...}}'`` (merged with a request's
+``media_io_kwargs``) and the loader vLLM picks for the model's video
+processor. One :class:`VideoSampling` is what the frontend samples with and
+what the worker checks a descriptor's frames against."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from pixelwire import config
+from pixelwire.resize import find_model_file
+from pixelwire.video.loaders import LOADERS
+
+# The loader vLLM uses for a model's video processor (vLLM 0.32's
+# VIDEO_LOADER_REGISTRY registrations), for the loaders pixelwire samples as.
+LOADER_FOR_PROCESSOR = {
+    "Qwen2VLVideoProcessor": "qwen2_vl",
+    "Qwen3VLVideoProcessor": "qwen3_vl",
+    "Cosmos3EdgeVideoProcessor": "qwen3_vl",
+}
+# Options each loader's frame sampling reads (beyond num_frames and fps).
+_LOADER_OPTIONS = {
+    "opencv": frozenset(),
+    "qwen2_vl": frozenset({"min_frames", "max_frames", "temporal_patch_size"}),
+    "qwen3_vl": frozenset({"min_frames", "max_frames"}),
+}
+# Options vLLM's loaders take that change nothing pixelwire reproduces:
+# max_duration is read by the dynamic loaders only; backend and
+# frame_recovery are checked to be vLLM's defaults.
+_IGNORED = frozenset({"max_duration"})
+
+
+class NotReproduced(ValueError):
+    """Video settings pixelwire does not sample or decode as vLLM would: the
+    video goes to vLLM's own loader instead."""
+
+
+@dataclass(frozen=True)
+class VideoSampling:
+    """A loader (``opencv``, ``qwen2_vl``, ``qwen3_vl``), its ``num_frames``
+    and ``fps`` (None: the loader's default) and its own options."""
+
+    loader: str = "opencv"
+    num_frames: int = config.VIDEO_NUM_FRAMES
+    fps: float | None = None
+    loader_kwargs: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_video_kwargs(cls, video_kwargs: dict[str, Any], loader: str) -> VideoSampling:
+        """What vLLM's ``VideoMediaIO(**video_kwargs)`` samples with when it
+        would pick ``loader`` (``video_backend`` in the kwargs wins, as in
+        vLLM). Raises :class:`NotReproduced` for a loader, decoding backend
+        or option pixelwire does not reproduce."""
+        kwargs = dict(video_kwargs)
+        loader = kwargs.pop("video_backend", None) or loader
+        if loader not in LOADERS:
+            raise NotReproduced(
+                f"the {loader!r} video loader is vLLM's own (pixelwire has {sorted(LOADERS)})"
+            )
+        if kwargs.pop("backend", "opencv") != "opencv" or kwargs.pop("frame_recovery", False):
+            raise NotReproduced("pixelwire reproduces vLLM's opencv decoding without frame_recovery only")
+        num_frames = kwargs.pop("num_frames", config.VIDEO_NUM_FRAMES)
+        fps = kwargs.pop("fps", None)
+        if isinstance(num_frames, bool) or not isinstance(num_frames, int):
+            raise NotReproduced(f"num_frames must be an integer, not {num_frames!r}")
+        if fps is not None and (isinstance(fps, bool) or not isinstance(fps, (int, float))):
+            raise NotReproduced(f"fps must be a number, not {fps!r}")
+        for name in _IGNORED:
+            kwargs.pop(name, None)
+        unknown = set(kwargs) - _LOADER_OPTIONS[loader]
+        if unknown:
+            raise NotReproduced(
+                f"video options {sorted(unknown)} are not read by pixelwire's {loader} sampling"
+            )
+        # The loader's default fps, spelt out: a descriptor records what was used.
+        return cls(loader, num_frames, float(LOADERS[loader].default_fps if fps is None else fps), kwargs)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON-able form a descriptor records."""
+        return {"loader": self.loader, "num_frames": self.num_frames, "fps": self.fps, **self.loader_kwargs}
+
+
+def model_video_loader(model: str | os.PathLike[str]) -> str | None:
+    """The loader vLLM samples ``model``'s videos with, from its video
+    processor's type (``video_preprocessor_config.json``, or the
+    ``video_processor`` part of ``processor_config.json``), when it is one
+    pixelwire reproduces; None otherwise, or when the model's files name no
+    video processor (pixelwire cannot tell which loader vLLM would pick)."""
+    for name, part in (
+        ("video_preprocessor_config.json", None),
+        ("processor_config.json", "video_processor"),
+    ):
+        path = find_model_file(str(model), name)
+        if path is None:
+            continue
+        found = json.loads(path.read_text())
+        if part is not None:
+            found = found.get(part) if isinstance(found, dict) else None
+        if isinstance(found, dict) and isinstance(found.get("video_processor_type"), str):
+            return LOADER_FOR_PROCESSOR.get(found["video_processor_type"])
+    return None

@@ -1,0 +1,120 @@
+"""Videos in the plug-in. A descriptor reference is read over NIXL into
+the ``(frames, metadata)`` vLLM's video loader would have returned, after
+checking that the frontend sampled as this vLLM samples; a URL's bytes
+(fetched by pixelwire's guard) are decoded natively when pixelwire
+reproduces the loader, and otherwise go to vLLM's own loader."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+import vllm.envs as envs
+from vllm.multimodal.media import MediaWithBytes
+from vllm.multimodal.media.video import VideoMediaIO
+from vllm.multimodal.video import get_video_loader_backend_for_processor
+
+from pixelwire._native import DescriptorError, UnsupportedVideo
+from pixelwire.descriptor import is_video_descriptor, parse_descriptor
+from pixelwire.metrics import ImageMetrics
+from pixelwire.reader import Reader
+from pixelwire.signing import decode_reference, reference_secret
+from pixelwire.transfer import default_reader
+from pixelwire.video import decode_video
+from pixelwire.video.sampling import NotReproduced, VideoSampling
+from pixelwire.vllm.identity import keyed_identity
+
+
+def vllm_video_settings(
+    media_io_kwargs: dict[str, Any], video_processor: str | None
+) -> tuple[dict[str, Any], str]:
+    """The ``video`` media-io kwargs and the loader this vLLM samples a
+    video with, chosen as vLLM's ``fetch_video`` chooses it: the kwargs'
+    ``video_backend``, else the model's video processor's loader, else
+    ``VLLM_VIDEO_LOADER_BACKEND``."""
+    kwargs = dict(media_io_kwargs.get("video", {}))
+    loader = (
+        kwargs.get("video_backend")
+        or get_video_loader_backend_for_processor(video_processor)
+        or envs.VLLM_VIDEO_LOADER_BACKEND
+    )
+    return kwargs, loader
+
+
+def video_identity(source_sha256: str, sampling: dict[str, Any]) -> bytes:
+    """What vLLM's caches key a frontend-decoded video on: its source digest
+    and how it was sampled, keyed (see :func:`keyed_identity`)."""
+    return keyed_identity(f"pixelwire-video:{source_sha256}:{json.dumps(sampling, sort_keys=True)}")
+
+
+async def read_video_reference(
+    reference: str, video_kwargs: dict[str, Any], loader: str, metrics: ImageMetrics
+) -> MediaWithBytes:
+    """The frames and metadata a signed video reference names, read over
+    NIXL, once its sampling is checked against this vLLM's."""
+    descriptor = decode_reference(reference, reference_secret())
+    if not is_video_descriptor(descriptor):
+        raise DescriptorError("this reference names an image, sent as a video_url part")
+    remote = parse_descriptor(descriptor)
+    assert remote.video is not None
+    try:
+        expected = VideoSampling.from_video_kwargs(video_kwargs, loader).to_dict()
+    except NotReproduced as error:
+        raise DescriptorError(
+            f"the frontend sampled this video, but this vLLM samples videos in a way pixelwire does "
+            f"not reproduce ({error}): the frontend should pass such videos on (give it the same "
+            "--media-io-kwargs as vLLM)"
+        ) from error
+    made = remote.video.sampling
+    if made != expected:
+        raise DescriptorError(
+            f"the frontend sampled this video as {made} but this vLLM samples as {expected}: give the "
+            "frontend the same --model and --media-io-kwargs video settings as vLLM"
+        )
+    reader: Reader = default_reader()
+    with metrics.timed("nixl"):
+        frames = await reader.read_remote(remote, output="numpy")
+    latency = metrics.publish_to_read_seconds
+    if latency is not None and remote.published_at is not None:
+        latency.observe(max(0.0, time.time() - remote.published_at))
+    metrics.handled_video("nixl", remote.size)
+    metadata = dict(remote.video.loader_metadata)
+    # vLLM's hasher keys a MediaWithBytes on its bytes: the signed identity
+    # (a client cannot choose it: the frontend takes out their uuids).
+    source = remote.source_sha256 or f"content:{remote.content_hash}"
+    return MediaWithBytes((frames, metadata), video_identity(source, made))
+
+
+async def decode_video_bytes(
+    data: bytes, video_kwargs: dict[str, Any], loader: str, vllm_io: VideoMediaIO, metrics: ImageMetrics
+) -> MediaWithBytes:
+    """A fetched video as vLLM's loader would return it: decoded natively
+    when pixelwire reproduces the loader and the codec, else by vLLM's own
+    loader (``vllm_io``) on the same bytes."""
+    try:
+        sampling = VideoSampling.from_video_kwargs(video_kwargs, loader)
+    except NotReproduced:
+        return await _vllm_load(data, vllm_io, metrics)
+    try:
+        with metrics.timed("url"):
+            frames, metadata = await asyncio.to_thread(
+                decode_video,
+                data,
+                loader=sampling.loader,
+                num_frames=sampling.num_frames,
+                fps=sampling.fps,
+                **sampling.loader_kwargs,
+            )
+    except UnsupportedVideo:
+        # A codec or container pixelwire does not decode.
+        return await _vllm_load(data, vllm_io, metrics)
+    metrics.handled_video("url", int(frames.nbytes))
+    return MediaWithBytes((frames, metadata), data)
+
+
+async def _vllm_load(data: bytes, vllm_io: VideoMediaIO, metrics: ImageMetrics) -> MediaWithBytes:
+    metrics.handled_video("vllm", 0)
+    result: MediaWithBytes = await asyncio.to_thread(vllm_io.load_bytes, data)
+    return result
