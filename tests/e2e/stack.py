@@ -73,7 +73,7 @@ def start_vllm(
         "--model", str(model_dir()), "--served-model-name", "tiny",
         "--host", "127.0.0.1", "--port", str(port),
         "--dtype", "float32", "--max-model-len", "1024", "--max-num-seqs", "4",
-        "--enforce-eager", "--limit-mm-per-prompt", '{"image": 4}', "--seed", "0", *extra_args,
+        "--enforce-eager", "--limit-mm-per-prompt", '{"image": 4, "video": 1}', "--seed", "0", *extra_args,
     ]  # fmt: skip
     return Service(name, argv, env, port, log_dir)
 

@@ -448,3 +448,66 @@ def test_the_worker_declares_its_settings_for_the_handshake(
         assert connector.declared_settings("http").resize == "unreadable"
     finally:
         connector.worker_resize_policy.cache_clear()
+
+
+@pytest.mark.parametrize("processor", [None, "Qwen2VLVideoProcessor", "Qwen3VLVideoProcessor"])
+@pytest.mark.parametrize("clip", ["h264_high_bframes.mp4", "hevc_10bit.mkv", "av1.mkv"])
+def test_a_video_url_gives_vllms_frames_and_metadata(
+    connectors: tuple[Any, Any], video_clips: dict[str, bytes], clip: str, processor: str | None
+) -> None:
+    """In worker mode the plug-in decodes a video URL natively, sampled by
+    the loader vLLM picks for the model's video processor: the frames and
+    the metadata are those vLLM's own connector returns."""
+    import base64
+
+    ours_cls, theirs_cls = connectors
+    url = "data:video/mp4;base64," + base64.b64encode(video_clips[clip]).decode()
+    kwargs = {"media_io_kwargs": {"video": {"num_frames": 6}}}
+    ours = asyncio.run(ours_cls(**kwargs).fetch_video_async(url, video_processor=processor))
+    theirs = asyncio.run(theirs_cls(**kwargs).fetch_video_async(url, video_processor=processor))
+    (frames, metadata), (vllm_frames, vllm_metadata) = ours.media, theirs.media
+    np.testing.assert_array_equal(frames, vllm_frames)
+    assert metadata == vllm_metadata
+    assert ours.original_bytes == theirs.original_bytes
+
+
+def test_a_video_reference_must_be_sampled_as_this_vllm_samples(
+    connectors: tuple[Any, Any], unsigned_allowed: None
+) -> None:
+    """Frames sampled with another loader or frame count than this vLLM's
+    are refused before any READ, naming the settings to align; an image
+    reference sent as a video (or the other way round) is refused too."""
+    from pixelwire.descriptor import DecodedVideo
+    from pixelwire.signing import encode_reference
+
+    ours_cls, _ = connectors
+    video = DecodedVideo(
+        nixl_metadata="b64:AAAA",
+        addr=1 << 20,
+        size=2 * 4 * 6 * 3,
+        shape=(2, 4, 6, 3),
+        content_hash="xxh3-256k:0123456789abcdef",
+        agent="front",
+        slot=1,
+        generation=1,
+        expires_at=time.time() + 60,
+        notification="pw1:1:1",
+        loader_metadata={
+            "total_num_frames": 10,
+            "fps": 5.0,
+            "duration": 2.0,
+            "video_backend": "opencv",
+            "frames_indices": [0, 9],
+            "do_sample_frames": False,
+        },
+        sampling={"loader": "opencv", "num_frames": 2, "fps": -1.0},
+    )
+    reference = encode_reference(video.to_dict())
+    with pytest.raises(ValueError, match="samples as .*'loader': 'qwen2_vl'.*--media-io-kwargs"):
+        asyncio.run(ours_cls().fetch_video_async(reference, video_processor="Qwen2VLVideoProcessor"))
+    with pytest.raises(ValueError, match="samples as .*'num_frames': 32"):
+        asyncio.run(ours_cls().fetch_video_async(reference))
+    with pytest.raises(ValueError, match="names a video, sent as an image"):
+        asyncio.run(ours_cls().fetch_image_async(reference))
+    with pytest.raises(ValueError, match="names an image, sent as a video"):
+        asyncio.run(ours_cls().fetch_video_async(encode_reference(OTHER_MODE)))

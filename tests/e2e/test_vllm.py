@@ -9,6 +9,7 @@ for token for lossless images, and a different image must change them.
 
 from __future__ import annotations
 
+import base64
 import json
 import shutil
 import time
@@ -218,6 +219,71 @@ def test_frontend_decoded_path_matches_vllms_own_loader(
     else:
         assert through_pixelwire == reference
     assert _wait_pool_empty(served["frontend"], 5.0) == 0
+
+
+def _complete_video(service: stack.Service, data: bytes, **extra: Any) -> list[tuple[str, float]]:
+    """(token, logprob) for a greedy completion of 8 tokens about one video (a data: URL)."""
+    url = "data:video/mp4;base64," + base64.b64encode(data).decode()
+    parts = [{"type": "video_url", "video_url": {"url": url}}, {"type": "text", "text": "Describe the video."}]
+    with _client(service) as client:
+        response = client.chat.completions.create(
+            model="tiny",
+            messages=[{"role": "user", "content": parts}],
+            temperature=0,
+            max_tokens=8,
+            logprobs=True,
+            seed=0,
+            **extra,
+        )
+        return [(t.token, t.logprob) for t in response.choices[0].logprobs.content]
+
+
+def _videos_read(service: stack.Service, path: str, before: str) -> float:
+    return stack.metric(_metrics(service), "pixelwire_worker_videos_total", path=path) - stack.metric(
+        before, "pixelwire_worker_videos_total", path=path
+    )
+
+
+@pytest.mark.parametrize("clip", ["h264_high_bframes.mp4", "vp9_odd_853x480.webm", "hevc_10bit.mkv"])
+def test_a_video_through_the_frontend_gets_vllms_tokens(
+    served: dict[str, Any], video_clips: dict[str, bytes], clip: str
+) -> None:
+    """A frontend started with the model (so it knows vLLM samples its
+    videos with the qwen2_vl loader) samples and decodes the video, vLLM
+    reads the frames over NIXL, and the answer is vLLM's own, token for
+    token and logprob for logprob; the slot is freed by the read."""
+    before = _metrics(served["pixelwire_vllm"])
+    through_pixelwire = _complete_video(served["resizing"], video_clips[clip])
+    assert _videos_read(served["pixelwire_vllm"], "nixl", before) == 1, "the frames came over NIXL"
+    assert through_pixelwire == _complete_video(served["reference_vllm"], video_clips[clip])
+    assert _wait_pool_empty(served["resizing"], 5.0) == 0
+
+
+def test_a_frontend_that_cannot_tell_the_loader_hands_the_video_on(
+    served: dict[str, Any], video_clips: dict[str, bytes]
+) -> None:
+    """A frontend started without --model (nor a video_backend) cannot tell
+    how vLLM samples the model's videos: it hands the bytes on, vLLM's
+    plug-in decodes them natively, and the answer is vLLM's own."""
+    data = video_clips["h264_open_gop.mkv"]
+    before = _metrics(served["pixelwire_vllm"])
+    through_pixelwire = _complete_video(served["frontend"], data)
+    assert _videos_read(served["pixelwire_vllm"], "url", before) == 1
+    assert _videos_read(served["pixelwire_vllm"], "nixl", before) == 0
+    assert through_pixelwire == _complete_video(served["reference_vllm"], data)
+
+
+def test_worker_mode_decodes_videos_natively_with_vllms_tokens(
+    served: dict[str, Any], video_clips: dict[str, bytes]
+) -> None:
+    """In worker mode the plug-in decodes the video inside vLLM's API server
+    with pixelwire's decoder; a codec pixelwire does not decode goes to
+    vLLM's own loader with the bytes already fetched."""
+    data = video_clips["h264_scene.mp4"]
+    before = _metrics(served["pixelwire_vllm"])
+    worker_decoded = _complete_video(served["worker_mode"], data)
+    assert _videos_read(served["pixelwire_vllm"], "url", before) == 1
+    assert worker_decoded == _complete_video(served["reference_vllm"], data)
 
 
 def test_a_different_image_changes_the_logprobs(served: dict[str, Any]) -> None:

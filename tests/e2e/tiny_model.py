@@ -25,12 +25,13 @@ SPECIAL_TOKENS = [
 ]
 
 # Qwen's chat layout; iterating over content parts makes vLLM pass them in
-# OpenAI form, one {"type": "image"} per image.
+# OpenAI form, one {"type": "image"} per image ("video" per video).
 CHAT_TEMPLATE = (
     "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
     "{% if message['content'] is string %}{{ message['content'] }}"
     "{% else %}{% for part in message['content'] %}"
     "{% if part['type'] in ['image', 'image_url'] %}<|vision_start|><|image_pad|><|vision_end|>"
+    "{% elif part['type'] in ['video', 'video_url'] %}<|vision_start|><|video_pad|><|vision_end|>"
     "{% elif part['type'] == 'text' %}{{ part['text'] }}{% endif %}"
     "{% endfor %}{% endif %}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"

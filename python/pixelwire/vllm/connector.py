@@ -36,7 +36,7 @@ from pixelwire.config import (
     secret_from_env,
     worker_model_from_env,
 )
-from pixelwire.descriptor import RemoteImage, decoded_as, parse_descriptor
+from pixelwire.descriptor import RemoteImage, decoded_as, is_video_descriptor, parse_descriptor
 from pixelwire.fetch import DEFAULT_MAX_BYTES, Fetcher
 from pixelwire.handshake import INFO_LABELS, INFO_METRIC, WorkerSettings
 from pixelwire.metrics import ImageMetrics
@@ -372,6 +372,8 @@ class PixelwireMediaConnector(MediaConnector):
         # PIXELWIRE_SECRET every reference is refused unless
         # PIXELWIRE_ALLOW_UNSIGNED=1 (reference_secret raises).
         descriptor = decode_reference(reference, reference_secret())
+        if is_video_descriptor(descriptor):
+            raise DescriptorError("this reference names a video, sent as an image part")
         made, made_on = decoded_as(descriptor)
         if made != mode or (mode == "RGB" and made_on != background):
             raise DescriptorError(
