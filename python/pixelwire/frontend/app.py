@@ -455,6 +455,16 @@ def run(config: FrontendConfig, host: str, port: int) -> None:
         "on" if config.secret else "off",
         config.resize.identity if config.resize else "off",
     )
+    if config.decode_at == "frontend":
+        loader = config.video_kwargs.get("video_backend") or config.video_loader
+        if loader is None:
+            log.info(
+                "videos: handed on to vLLM's loader as their bytes (the frontend cannot tell how vLLM "
+                "samples this model's videos: give it --model, or --media-io-kwargs "
+                "'{\"video\": {\"video_backend\": ...}}' as vLLM's)"
+            )
+        else:
+            log.info("videos: sampled and decoded here as vLLM's %s loader samples them", loader)
     if not config.secret and config.decode_at == "frontend":
         log.warning(
             "PIXELWIRE_SECRET is unset: this frontend mints UNSIGNED descriptor references, which the "
