@@ -274,3 +274,40 @@ def test_a_video_at_the_worker_passes_through() -> None:
         assert not publisher.is_open
 
     asyncio.run(main())
+
+
+def test_video_frames_ship_at_the_size_the_video_processor_resizes_them_to(
+    video_clips: dict[str, bytes],
+) -> None:
+    """With a policy, each sampled frame (rotated first where the stream
+    says so) is resized with the processor's arithmetic, exactly as that
+    frame alone would be, and the descriptor records the policy and the
+    source size."""
+    import io
+
+    from PIL import Image
+
+    policy = ResizePolicy("smart", factor=28, min_pixels=3136, max_pixels=12544)
+
+    def resized_alone(frame: np.ndarray) -> np.ndarray:
+        png = io.BytesIO()
+        Image.fromarray(frame).save(png, "PNG")
+        target = policy.target(*frame.shape[:2])
+        return pixelwire.decode_image(png.getvalue(), resize=target, resize_kernel=policy.kernel)
+
+    async def main() -> None:
+        async with pixelwire.Publisher() as publisher, pixelwire.Reader() as reader:
+            for name in ("h264_high_bframes.mp4", "h264_rotated_90.mp4", "vp9_odd_853x480.webm"):
+                data = video_clips[name]
+                video = await publisher.decode_and_publish_video(
+                    data, sampling=VideoSampling(num_frames=4), resize=policy
+                )
+                assert isinstance(video, pixelwire.DecodedVideo)
+                frames = await reader.read_decoded(video.to_dict(), output="numpy")
+                full, _ = pixelwire.decode_video(data, num_frames=4)
+                np.testing.assert_array_equal(
+                    frames, np.stack([resized_alone(f) for f in full]), err_msg=name
+                )
+                assert video.resize == {"policy": policy.identity, "source": list(full.shape[1:3])}
+
+    asyncio.run(main())

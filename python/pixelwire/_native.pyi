@@ -356,11 +356,20 @@ class NativePublisher:
         options no input could be published with. After :meth:`cancel` of
         ``control``, inputs not yet published come back as
         :class:`Cancelled`."""
-    def publish_video(self, capture: VideoCapture, indices: Sequence[int]) -> PublishedVideo:
+    def publish_video(
+        self,
+        capture: VideoCapture,
+        indices: Sequence[int],
+        *,
+        resize: tuple[int, int] | None = None,
+        resize_kernel: Literal["torchvision", "pillow"] = "torchvision",
+        resize_filter: Literal["bicubic", "bilinear"] = "bicubic",
+    ) -> PublishedVideo:
         """Decodes the frames ``indices`` of ``capture`` (each once, in
-        order; frames that do not decode are left out) straight into one
-        slot and starts its lease (GIL released). ``shape`` is (T, H, W, 3),
-        ``indices`` the frames decoded. Reads (and closes) the capture."""
+        order; frames that do not decode are left out), each resized to
+        ``resize`` when given, straight into one slot and starts its lease
+        (GIL released). ``shape`` is (T, H, W, 3), ``indices`` the frames
+        decoded. Reads (and closes) the capture."""
     def release(self, slot: int, generation: int) -> bool: ...
     def cancel(self, control: BatchControl) -> int:
         """Gives up the batch ``control`` was passed to: frees every slot it

@@ -37,16 +37,17 @@ def _decode(paths: list[Path], mode: str) -> int:
 def _frontend(args: argparse.Namespace) -> int:
     from pixelwire import frontend
     from pixelwire.config import FrontendConfig
-    from pixelwire.resize import ResizePolicy
+    from pixelwire.resize import ResizePolicy, video_resize_policy
     from pixelwire.video.sampling import model_video_loader
 
     media_io_kwargs = args.media_io_kwargs if isinstance(args.media_io_kwargs, dict) else {}
     image_kwargs = media_io_kwargs.get("image", {})
     video_kwargs = media_io_kwargs.get("video", {})
-    resize = video_loader = None
+    resize = video_resize = video_loader = None
     if args.model:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         resize = ResizePolicy.from_pretrained(args.model, args.mm_processor_kwargs)
+        video_resize = video_resize_policy(args.model, args.mm_processor_kwargs)
         video_loader = model_video_loader(args.model)
     config = FrontendConfig.from_env(
         args.upstream,
@@ -57,6 +58,7 @@ def _frontend(args: argparse.Namespace) -> int:
         image_kwargs=image_kwargs,
         video_kwargs=video_kwargs,
         video_loader=video_loader,
+        video_resize=video_resize,
         max_video_bytes=args.max_video_bytes,
         max_video_frames=args.max_video_frames,
         max_video_pixels=args.max_video_pixels,

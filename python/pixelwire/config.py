@@ -390,6 +390,9 @@ class FrontendConfig:
     # processor); None: the frontend cannot tell, and passes videos on
     # unless video_kwargs names one (video_backend).
     video_loader: str | None = None
+    # The model's per-frame resize (from --model's video processor): video
+    # frames ship at the size its processor would resize them to.
+    video_resize: ResizePolicy | None = None
     max_video_bytes: int = MAX_VIDEO_BYTES
     max_video_frames: int = MAX_VIDEO_FRAMES
     max_video_pixels: int = MAX_VIDEO_PIXELS

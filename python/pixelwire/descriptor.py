@@ -112,6 +112,8 @@ class DecodedVideo:
     source_sha256: str = ""
     metadata_version: int = 0
     metadata_pruned: int = 0
+    # The per-frame model-aware resize applied: {"policy": identity, "source": [H, W]}.
+    resize: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Dynamo's decoded-media fields with its ``Video`` metadata (source
@@ -133,6 +135,8 @@ class DecodedVideo:
             "sampling": self.sampling,
             "codec": self.codec,
         }
+        if self.resize is not None:
+            desc["pixelwire"]["resize"] = self.resize
         return desc
 
 

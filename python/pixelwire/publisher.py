@@ -12,6 +12,7 @@ import hashlib
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pixelwire import _native, config
@@ -137,9 +138,9 @@ def _release_when_published(native: _native.NativePublisher) -> Any:
 def _release_video_when_published(native: _native.NativePublisher) -> Any:
     """A done-callback that frees the video an abandoned publish published."""
 
-    def release(work: asyncio.Future[tuple[_native.PublishedVideo, dict[str, Any], str, str]]) -> None:
+    def release(work: asyncio.Future[_PublishedVideo]) -> None:
         if not work.cancelled() and work.exception() is None:
-            fields = work.result()[0]
+            fields = work.result().fields
             native.release(fields["slot"], fields["generation"])
 
     return release
@@ -190,23 +191,50 @@ def _decoded(
     )
 
 
+@dataclass(frozen=True)
+class _PublishedVideo:
+    """What one video publish found and made."""
+
+    fields: _native.PublishedVideo
+    loader_metadata: dict[str, Any]
+    codec: str
+    source_sha256: str
+    # The decoded frames' (height, width) before any resize.
+    source_size: tuple[int, int]
+
+
 def _publish_video(
     native: _native.NativePublisher,
     data: bytes | bytearray,
     sampling: VideoSampling,
     limits: _native.VideoLimits | None,
     threads: int,
-) -> tuple[_native.PublishedVideo, dict[str, Any], str, str]:
+    resize: ResizePolicy | None,
+) -> _PublishedVideo:
     """Opens the video, samples it as the loader does and decodes the
-    sampled frames into a slot (GIL released throughout); the slot's
-    fields, vLLM's metadata dict, the codec and the source's SHA-256."""
+    sampled frames into a slot, each resized as `resize` says (GIL released
+    throughout)."""
     capture = _native.VideoCapture(data, threads=threads, limits=limits)
-    codec = capture.info()["codec"]
+    info = capture.info()
     source, wanted = sample_video(
         capture, sampling.loader, sampling.num_frames, sampling.fps, sampling.loader_kwargs
     )
-    fields = native.publish_video(capture, wanted)
-    return fields, loader_metadata(source, fields["indices"]), codec, hashlib.sha256(data).hexdigest()
+    size = (info["height"], info["width"])
+    options: dict[str, Any] = {}
+    if resize is not None:
+        options = {
+            "resize": resize.target(*size),
+            "resize_kernel": resize.kernel,
+            "resize_filter": resize.filter,
+        }
+    fields = native.publish_video(capture, wanted, **options)
+    return _PublishedVideo(
+        fields,
+        loader_metadata(source, fields["indices"]),
+        info["codec"],
+        hashlib.sha256(data).hexdigest(),
+        size,
+    )
 
 
 def _check_resize(mode: Mode, resize: ResizePolicy | None) -> None:
@@ -431,6 +459,7 @@ class Publisher:
         sampling: VideoSampling | None = None,
         limits: _native.VideoLimits | None = None,
         threads: int = 0,
+        resize: ResizePolicy | None = None,
     ) -> DecodedVideo | PassThrough:
         """Fetches `source` as :meth:`decode_and_publish` does, samples its
         frames as vLLM's video loader would (``sampling``: the loader, its
@@ -438,7 +467,9 @@ class Publisher:
         decodes them straight into one pool slot off the event loop (checked
         against ``limits`` before any frame memory exists; ``threads``
         decoder threads, 0 for all cores) and returns its descriptor, whose
-        frames and metadata are what the loader returns. Raises what
+        frames and metadata are what the loader returns; with `resize` (the
+        model's video processor's, :func:`pixelwire.resize.video_resize_policy`)
+        each frame at the size that processor resizes it to. Raises what
         :func:`pixelwire.decode_video` raises; with ``decode_at="worker"``
         returns a :class:`PassThrough`."""
         if self.decode_at == "worker":
@@ -446,14 +477,15 @@ class Publisher:
         native = self._opened()
         sampling = sampling or VideoSampling()
         data = await self.fetcher.fetch(source) if isinstance(source, str) else _encoded(source)
-        call = functools.partial(_publish_video, native, data, sampling, limits, threads)
+        call = functools.partial(_publish_video, native, data, sampling, limits, threads, resize)
         work = asyncio.get_running_loop().run_in_executor(_publish_executor(), call)
         try:
-            fields, metadata, codec, digest = await asyncio.shield(work)
+            published = await asyncio.shield(work)
         except asyncio.CancelledError:
             # The caller went away mid-decode: the slot is freed once published.
             work.add_done_callback(_release_video_when_published(native))
             raise
+        fields = published.fields
         return DecodedVideo(
             nixl_metadata=fields["metadata"],
             metadata_version=fields["metadata_version"],
@@ -467,11 +499,14 @@ class Publisher:
             generation=fields["generation"],
             expires_at=fields["expires_at"],
             notification=fields["notification"],
-            loader_metadata=metadata,
+            loader_metadata=published.loader_metadata,
             sampling=sampling.to_dict(),
-            codec=codec,
+            codec=published.codec,
             published_at=time.time(),
-            source_sha256=digest,
+            source_sha256=published.source_sha256,
+            resize=None
+            if resize is None
+            else {"policy": resize.identity, "source": list(published.source_size)},
         )
 
     def release(self, decoded: Decoded | DecodedVideo) -> bool:

@@ -164,6 +164,49 @@ class ResizePolicy:
         return cls.from_processor_config(config, mm_processor_kwargs, kernel=kernel)
 
 
+# The video processors whose per-frame resize is the image family's:
+# Qwen2VLVideoProcessor (Qwen2-VL, Qwen2.5-VL) resizes every frame with
+# smart_resize over its own size, as Qwen2VLImageProcessor does an image.
+_SMART_VIDEO = ("Qwen2VLVideoProcessor",)
+
+
+def video_resize_policy(
+    model: str | os.PathLike[str], mm_processor_kwargs: Mapping[str, Any] | None = None
+) -> ResizePolicy | None:
+    """The resize ``model``'s video processor applies to each frame, read
+    from its ``video_preprocessor_config.json`` or the ``video_processor``
+    part of ``processor_config.json``; None, logged, when pixelwire does not
+    reproduce it: another video processor, ``--mm-processor-kwargs`` (vLLM
+    passes them on to videos by rules of its own) or the per-frame pixel cap
+    (``cap_pixels_per_frame``, which divides a token budget among frames)."""
+    config = video_processor_config(str(model))
+    if config is None:
+        return _no_video_resize(f"{model}: no video processor config")
+    name = str(config.get("video_processor_type") or "").removesuffix("Fast")
+    if name not in _SMART_VIDEO:
+        return _no_video_resize(f"{name or 'an unnamed video processor'} is not one pixelwire resizes for")
+    if mm_processor_kwargs:
+        return _no_video_resize("not with --mm-processor-kwargs")
+    if config.get("cap_pixels_per_frame"):
+        return _no_video_resize(f"{name} caps the pixels per frame from a token budget")
+    return ResizePolicy.from_processor_config({**config, "image_processor_type": "Qwen2VLImageProcessor"})
+
+
+def video_processor_config(model: str) -> dict[str, Any] | None:
+    """``model``'s video processor config, or None when it has none."""
+    places = (("video_preprocessor_config.json", None), ("processor_config.json", "video_processor"))
+    for name, part in places:
+        path = find_model_file(model, name)
+        if path is None:
+            continue
+        found = json.loads(path.read_text())
+        if part is not None:
+            found = found.get(part) if isinstance(found, dict) else None
+        if isinstance(found, dict):
+            return found
+    return None
+
+
 def smart_resize(height: int, width: int, factor: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
     """Qwen2-VL's target size, as transformers 5.19 computes it (same
     operations in the same order, so the same rounding)."""
@@ -193,6 +236,11 @@ def _pixel_aliases(size: dict[str, Any], source: Mapping[str, Any]) -> None:
     for edge, alias in (("shortest_edge", "min_pixels"), ("longest_edge", "max_pixels")):
         if source.get(alias) is not None:
             size[edge] = source[alias]
+
+
+def _no_video_resize(why: str) -> ResizePolicy | None:
+    log.info("no model-aware resize of video frames: %s; frames travel at full resolution", why)
+    return None
 
 
 def _none(why: str) -> ResizePolicy | None:

@@ -200,17 +200,25 @@ impl NativePublisher {
     }
 
     /// Decodes the frames `indices` of an opened capture (each once, in
-    /// order; those that do not decode are left out) straight into one slot
-    /// and publishes it: the slot's fields plus `shape` (T, H, W, 3) and the
-    /// `indices` decoded. The capture is read (and closed) by this call.
+    /// order; those that do not decode are left out), each resized to
+    /// `resize` when given, straight into one slot and publishes it: the
+    /// slot's fields plus `shape` (T, H, W, 3) and the `indices` decoded.
+    /// The capture is read (and closed) by this call.
+    #[pyo3(signature = (capture, indices, *, resize = None, resize_kernel = "torchvision", resize_filter = "bicubic"))]
     fn publish_video<'py>(
         &self,
         py: Python<'py>,
         mut capture: PyRefMut<'_, PyVideoCapture>,
         indices: Vec<usize>,
+        resize: Option<(usize, usize)>,
+        resize_kernel: &str,
+        resize_filter: &str,
     ) -> PyResult<Bound<'py, PyDict>> {
+        let target = resize_target(resize, resize_kernel, resize_filter)?;
         let mut capture = capture.take()?;
-        let published = py.detach(|| video::publish_video(&self.inner, &mut capture, &indices))?;
+        let published = py.detach(|| {
+            video::publish_video(&self.inner, &mut capture, &indices, target.as_ref())
+        })?;
         self.owned_by_python(&[&published.slot], || {
             let d = slot_fields(py, &published.slot)?;
             let frames = published.indices.len();

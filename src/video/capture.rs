@@ -8,6 +8,7 @@ use pixelwire_ffmpeg_sys as ffi;
 
 use super::VideoLimits;
 use crate::errors::{Error, Result};
+use crate::resize::{resize_into, Target};
 
 /// What `cv2.VideoCapture` reports about the stream, from its headers.
 #[derive(Clone, Debug, PartialEq)]
@@ -202,18 +203,24 @@ impl Capture {
         &self.info
     }
 
-    /// Bytes of one returned (RGB, rotated) frame.
-    pub fn frame_bytes(&self) -> usize {
-        self.info.width as usize * self.info.height as usize * 3
+    /// Bytes of one returned (RGB, rotated) frame, at its size after
+    /// `resize` if there is one.
+    pub fn frame_bytes(&self, resize: Option<&Target>) -> usize {
+        match resize {
+            Some(target) => target.height * target.width * 3,
+            None => self.info.width as usize * self.info.height as usize * 3,
+        }
     }
 
-    /// Bytes the frames of `wanted` take at most (repeats count once),
-    /// checked against the limits before any of that memory exists.
-    pub fn sampled_bytes(&self, wanted: &[usize]) -> Result<usize> {
+    /// Bytes the frames of `wanted` take at most (repeats count once), at
+    /// their size after `resize` (a resized frame is decoded into a scratch
+    /// frame first: one, whatever the count), checked against the limits
+    /// before any of that memory exists.
+    pub fn sampled_bytes(&self, wanted: &[usize], resize: Option<&Target>) -> Result<usize> {
         let count = wanted.iter().collect::<BTreeSet<_>>().len();
-        self.limits
-            .check_sampled(count, self.frame_bytes() as u64)?;
-        Ok(count * self.frame_bytes())
+        let frame_bytes = self.frame_bytes(resize);
+        self.limits.check_sampled(count, frame_bytes as u64)?;
+        Ok(count * frame_bytes)
     }
 
     /// Decodes from the start up to the last wanted index and keeps the
@@ -223,14 +230,14 @@ impl Capture {
     /// output exists; decoding stops early once the stream has ended. A
     /// capture reads once (it does not seek).
     pub fn read_frames(&mut self, wanted: &[usize], conversion: Conversion) -> Result<Frames> {
-        let len = self.sampled_bytes(wanted)?;
+        let len = self.sampled_bytes(wanted, None)?;
         let mut pixels = Vec::new();
         pixels
             .try_reserve_exact(len)
             .map_err(|_| Error::Video("out of memory for the sampled frames".into()))?;
         pixels.resize(len, 0);
-        let indices = self.read_frames_into(wanted, conversion, &mut pixels)?;
-        pixels.truncate(indices.len() * self.frame_bytes());
+        let indices = self.read_frames_into(wanted, conversion, None, &mut pixels)?;
+        pixels.truncate(indices.len() * self.frame_bytes(None));
         Ok(Frames {
             pixels,
             indices,
@@ -240,13 +247,15 @@ impl Capture {
     }
 
     /// [`Capture::read_frames`] into `out` (at least
-    /// [`Capture::sampled_bytes`] long): the decoded frames are packed at its
-    /// start, in index order, and their indices returned. Bytes past them
-    /// are left as they were.
+    /// [`Capture::sampled_bytes`] long), each frame resized to `resize`
+    /// (with that processor arithmetic) when given: the frames are packed
+    /// at its start, in index order, and their indices returned. Bytes
+    /// past them are left as they were.
     pub fn read_frames_into(
         &mut self,
         wanted: &[usize],
         conversion: Conversion,
+        resize: Option<&Target>,
         out: &mut [u8],
     ) -> Result<Vec<usize>> {
         if self.read {
@@ -254,7 +263,7 @@ impl Capture {
                 "a video capture reads its frames once".into(),
             ));
         }
-        let need = self.sampled_bytes(wanted)?;
+        let need = self.sampled_bytes(wanted, resize)?;
         if out.len() < need {
             return Err(Error::InvalidArgument(format!(
                 "{} bytes given for {need} bytes of frames",
@@ -265,6 +274,7 @@ impl Capture {
         let wanted: BTreeSet<usize> = wanted.iter().copied().collect();
         let (width, height) = (self.info.width as usize, self.info.height as usize);
         let frame_bytes = width * height * 3;
+        let out_frame_bytes = self.frame_bytes(resize);
         let rotation = applied_rotation(self.info.rotation);
         // The stream's own (unrotated) size, which the shim writes.
         let (coded_height, coded_width) = if self.info.rotation % 180 != 0 {
@@ -273,7 +283,10 @@ impl Capture {
             (height, width)
         };
         let mut indices = Vec::with_capacity(wanted.len());
-        let mut scratch = Vec::new();
+        // The frame as the shim writes it, and rotated, when the output
+        // cannot take it directly.
+        let mut retrieved = Vec::new();
+        let mut rotated = Vec::new();
         let last = wanted.last().copied();
         if let Some(last) = last {
             for index in 0..=last {
@@ -287,13 +300,15 @@ impl Capture {
                 if !wanted.contains(&index) {
                     continue;
                 }
-                let at = indices.len() * frame_bytes;
-                if rotation.is_some() && scratch.is_empty() {
-                    scratch.resize(frame_bytes, 0);
+                let at = indices.len() * out_frame_bytes;
+                let direct = rotation.is_none() && resize.is_none();
+                if !direct && retrieved.is_empty() {
+                    retrieved.resize(frame_bytes, 0);
                 }
-                let dst = match rotation {
-                    Some(_) => scratch.as_mut_ptr(),
-                    None => out[at..at + frame_bytes].as_mut_ptr(),
+                let dst = if direct {
+                    out[at..at + frame_bytes].as_mut_ptr()
+                } else {
+                    retrieved.as_mut_ptr()
                 };
                 // SAFETY: `dst` has room for width * height * 3 bytes, the
                 // size the shim writes (the stream's coded size).
@@ -303,13 +318,38 @@ impl Capture {
                         Conversion::RgbDirect => ffi::pw_video_retrieve_rgb_direct(self.raw, dst),
                     }
                 };
-                if ok != 0 {
-                    if let Some(degrees) = rotation {
-                        let frame = &mut out[at..at + frame_bytes];
-                        rotate(&scratch, coded_height, coded_width, degrees, frame);
-                    }
-                    indices.push(index);
+                if ok == 0 {
+                    continue;
                 }
+                let frame_out = &mut out[at..at + out_frame_bytes];
+                let upright: &[u8] = match rotation {
+                    Some(degrees) => {
+                        let into: &mut [u8] = if resize.is_some() {
+                            rotated.resize(frame_bytes, 0);
+                            &mut rotated
+                        } else {
+                            &mut *frame_out
+                        };
+                        rotate(&retrieved, coded_height, coded_width, degrees, into);
+                        if resize.is_some() {
+                            &rotated
+                        } else {
+                            &[]
+                        }
+                    }
+                    None => &retrieved,
+                };
+                if let Some(target) = resize {
+                    resize_into(
+                        upright,
+                        (height, width),
+                        3,
+                        frame_out,
+                        (target.height, target.width),
+                        target.spec,
+                    )?;
+                }
+                indices.push(index);
             }
         }
         Ok(indices)

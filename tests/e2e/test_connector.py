@@ -509,5 +509,9 @@ def test_a_video_reference_must_be_sampled_as_this_vllm_samples(
         asyncio.run(ours_cls().fetch_video_async(reference))
     with pytest.raises(ValueError, match="names a video, sent as an image"):
         asyncio.run(ours_cls().fetch_image_async(reference))
+    resized = encode_reference({**video.to_dict(), "pixelwire": {**video.to_dict()["pixelwire"], "resize": {
+        "policy": "smart:factor=28:min=3136:max=12544:torchvision:bicubic", "source": [8, 12]}}})  # fmt: skip
+    with pytest.raises(ValueError, match="resizes no frames for its model"):
+        asyncio.run(ours_cls(media_io_kwargs={"video": {"num_frames": 2}}).fetch_video_async(resized))
     with pytest.raises(ValueError, match="names an image, sent as a video"):
         asyncio.run(ours_cls().fetch_video_async(encode_reference(OTHER_MODE)))

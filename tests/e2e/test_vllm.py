@@ -224,7 +224,10 @@ def test_frontend_decoded_path_matches_vllms_own_loader(
 def _complete_video(service: stack.Service, data: bytes, **extra: Any) -> list[tuple[str, float]]:
     """(token, logprob) for a greedy completion of 8 tokens about one video (a data: URL)."""
     url = "data:video/mp4;base64," + base64.b64encode(data).decode()
-    parts = [{"type": "video_url", "video_url": {"url": url}}, {"type": "text", "text": "Describe the video."}]
+    parts = [
+        {"type": "video_url", "video_url": {"url": url}},
+        {"type": "text", "text": "Describe the video."},
+    ]
     with _client(service) as client:
         response = client.chat.completions.create(
             model="tiny",
@@ -249,12 +252,22 @@ def test_a_video_through_the_frontend_gets_vllms_tokens(
     served: dict[str, Any], video_clips: dict[str, bytes], clip: str
 ) -> None:
     """A frontend started with the model (so it knows vLLM samples its
-    videos with the qwen2_vl loader) samples and decodes the video, vLLM
-    reads the frames over NIXL, and the answer is vLLM's own, token for
-    token and logprob for logprob; the slot is freed by the read."""
+    videos with the qwen2_vl loader and how its video processor resizes
+    them) samples, decodes and resizes the video, vLLM reads the frames
+    over NIXL at the processor's size, and the answer is vLLM's own, token
+    for token and logprob for logprob; the slot is freed by the read."""
     before = _metrics(served["pixelwire_vllm"])
+    shipped_before = stack.metric(
+        _metrics(served["resizing"]), "pixelwire_frontend_video_frame_bytes_total", path="nixl"
+    )
     through_pixelwire = _complete_video(served["resizing"], video_clips[clip])
     assert _videos_read(served["pixelwire_vllm"], "nixl", before) == 1, "the frames came over NIXL"
+    shipped = (
+        stack.metric(_metrics(served["resizing"]), "pixelwire_frontend_video_frame_bytes_total", path="nixl")
+        - shipped_before
+    )
+    full, _ = pixelwire.decode_video(video_clips[clip], loader="qwen2_vl")
+    assert 0 < shipped < full.nbytes / 4, "the frames travel at the processor's size"
     assert through_pixelwire == _complete_video(served["reference_vllm"], video_clips[clip])
     assert _wait_pool_empty(served["resizing"], 5.0) == 0
 

@@ -461,7 +461,7 @@ def run(config: FrontendConfig, host: str, port: int) -> None:
             log.info(
                 "videos: handed on to vLLM's loader as their bytes (the frontend cannot tell how vLLM "
                 "samples this model's videos: give it --model, or --media-io-kwargs "
-                "'{\"video\": {\"video_backend\": ...}}' as vLLM's)"
+                '\'{"video": {"video_backend": ...}}\' as vLLM\'s)'
             )
         else:
             log.info("videos: sampled and decoded here as vLLM's %s loader samples them", loader)

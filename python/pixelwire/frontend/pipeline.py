@@ -140,8 +140,11 @@ class MediaPipeline:
         # Each part's outcome, in its place: its new URL, its fetched bytes
         # (until decoded) or its error.
         self.results: list[str | _Fetched | BaseException | None] = [None] * len(parts)
-        # How the worker will sample the request's videos (None: passed on).
+        # How the worker will sample the request's videos (None: passed on),
+        # and resize their frames (not for a request with its own
+        # mm_processor_kwargs, as for images).
         self.video = video_sampling(config, body) if config.decode_at == "frontend" else None
+        self.video_resize = config.video_resize if "mm_processor_kwargs" not in body else None
         # Every image and video published for the request, to be released at its end.
         self.published: list[Decoded | DecodedVideo] = []
 
@@ -242,7 +245,7 @@ class MediaPipeline:
         assert self.video is not None
         try:
             decoded = await self.publisher.decode_and_publish_video(
-                data, sampling=self.video, limits=video_limits(self.config)
+                data, sampling=self.video, limits=video_limits(self.config), resize=self.video_resize
             )
         except UnsupportedVideo:
             self.metrics.handled_video("passthrough", 0)

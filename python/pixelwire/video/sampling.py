@@ -6,13 +6,12 @@ what the worker checks a descriptor's frames against."""
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from typing import Any
 
 from pixelwire import config
-from pixelwire.resize import find_model_file
+from pixelwire.resize import video_processor_config
 from pixelwire.video.loaders import LOADERS
 
 # The loader vLLM uses for a model's video processor (vLLM 0.32's
@@ -86,20 +85,9 @@ class VideoSampling:
 
 def model_video_loader(model: str | os.PathLike[str]) -> str | None:
     """The loader vLLM samples ``model``'s videos with, from its video
-    processor's type (``video_preprocessor_config.json``, or the
-    ``video_processor`` part of ``processor_config.json``), when it is one
-    pixelwire reproduces; None otherwise, or when the model's files name no
-    video processor (pixelwire cannot tell which loader vLLM would pick)."""
-    for name, part in (
-        ("video_preprocessor_config.json", None),
-        ("processor_config.json", "video_processor"),
-    ):
-        path = find_model_file(str(model), name)
-        if path is None:
-            continue
-        found = json.loads(path.read_text())
-        if part is not None:
-            found = found.get(part) if isinstance(found, dict) else None
-        if isinstance(found, dict) and isinstance(found.get("video_processor_type"), str):
-            return LOADER_FOR_PROCESSOR.get(found["video_processor_type"])
-    return None
+    processor's type, when it is one pixelwire reproduces; None otherwise,
+    or when the model's files name no video processor (pixelwire cannot
+    tell which loader vLLM would pick)."""
+    config = video_processor_config(str(model))
+    name = config.get("video_processor_type") if config is not None else None
+    return LOADER_FOR_PROCESSOR.get(name) if isinstance(name, str) else None

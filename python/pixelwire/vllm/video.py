@@ -7,6 +7,7 @@ reproduces the loader, and otherwise go to vLLM's own loader."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import time
 from typing import Any
@@ -17,9 +18,11 @@ from vllm.multimodal.media.video import VideoMediaIO
 from vllm.multimodal.video import get_video_loader_backend_for_processor
 
 from pixelwire._native import DescriptorError, UnsupportedVideo
-from pixelwire.descriptor import is_video_descriptor, parse_descriptor
+from pixelwire.config import worker_model_from_env
+from pixelwire.descriptor import RemoteImage, is_video_descriptor, parse_descriptor
 from pixelwire.metrics import ImageMetrics
 from pixelwire.reader import Reader
+from pixelwire.resize import ResizePolicy, video_resize_policy
 from pixelwire.signing import decode_reference, reference_secret
 from pixelwire.transfer import default_reader
 from pixelwire.video import decode_video
@@ -43,10 +46,11 @@ def vllm_video_settings(
     return kwargs, loader
 
 
-def video_identity(source_sha256: str, sampling: dict[str, Any]) -> bytes:
-    """What vLLM's caches key a frontend-decoded video on: its source digest
-    and how it was sampled, keyed (see :func:`keyed_identity`)."""
-    return keyed_identity(f"pixelwire-video:{source_sha256}:{json.dumps(sampling, sort_keys=True)}")
+def video_identity(source_sha256: str, sampling: dict[str, Any], policy: str) -> bytes:
+    """What vLLM's caches key a frontend-decoded video on: its source
+    digest, how it was sampled and the frames' resize policy, keyed (see
+    :func:`keyed_identity`)."""
+    return keyed_identity(f"pixelwire-video:{source_sha256}:{json.dumps(sampling, sort_keys=True)}:{policy}")
 
 
 async def read_video_reference(
@@ -73,6 +77,8 @@ async def read_video_reference(
             f"the frontend sampled this video as {made} but this vLLM samples as {expected}: give the "
             "frontend the same --model and --media-io-kwargs video settings as vLLM"
         )
+    if remote.resize is not None:
+        _check_frame_resize(remote)
     reader: Reader = default_reader()
     with metrics.timed("nixl"):
         frames = await reader.read_remote(remote, output="numpy")
@@ -84,7 +90,39 @@ async def read_video_reference(
     # vLLM's hasher keys a MediaWithBytes on its bytes: the signed identity
     # (a client cannot choose it: the frontend takes out their uuids).
     source = remote.source_sha256 or f"content:{remote.content_hash}"
-    return MediaWithBytes((frames, metadata), video_identity(source, made))
+    policy = remote.resize.policy if remote.resize is not None else ""
+    return MediaWithBytes((frames, metadata), video_identity(source, made, policy))
+
+
+@functools.cache
+def worker_video_resize_policy() -> ResizePolicy | None:
+    """The per-frame resize of the video processor of the model this vLLM
+    serves (PIXELWIRE_MODEL and PIXELWIRE_MM_PROCESSOR_KWARGS, as for
+    images); None without PIXELWIRE_MODEL or when pixelwire does not
+    reproduce it."""
+    model, kwargs = worker_model_from_env()
+    return None if model is None else video_resize_policy(model, kwargs)
+
+
+def _check_frame_resize(remote: RemoteImage) -> None:
+    """Frontend-resized frames must carry this vLLM's video processor's
+    policy and its target size."""
+    assert remote.resize is not None
+    policy, (height, width) = remote.resize.policy, remote.resize.source
+    expected = worker_video_resize_policy()
+    if expected is None:
+        raise DescriptorError(
+            f"the frontend resized this video's frames for {policy}, but this vLLM's plug-in resizes no "
+            "frames for its model (PIXELWIRE_MODEL unset, another video processor, or "
+            "PIXELWIRE_MM_PROCESSOR_KWARGS set): give the frontend the same --model and "
+            "--mm-processor-kwargs as vLLM"
+        )
+    if policy != expected.identity or remote.shape[:2] != expected.target(height, width):
+        raise DescriptorError(
+            f"the frontend resized this video's frames for {policy}, but this vLLM's video processor "
+            f"resizes for {expected.identity}: give the frontend the same --model and "
+            "--mm-processor-kwargs as vLLM"
+        )
 
 
 async def decode_video_bytes(
