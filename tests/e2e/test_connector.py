@@ -503,9 +503,9 @@ def test_a_video_reference_must_be_sampled_as_this_vllm_samples(
         sampling={"loader": "opencv", "num_frames": 2, "fps": -1.0},
     )
     reference = encode_reference(video.to_dict())
-    with pytest.raises(ValueError, match="samples as .*'loader': 'qwen2_vl'.*--media-io-kwargs"):
+    with pytest.raises(ValueError, match=r"samples as .*'loader': 'qwen2_vl'.*--media-io-kwargs"):
         asyncio.run(ours_cls().fetch_video_async(reference, video_processor="Qwen2VLVideoProcessor"))
-    with pytest.raises(ValueError, match="samples as .*'num_frames': 32"):
+    with pytest.raises(ValueError, match=r"samples as .*'num_frames': 32"):
         asyncio.run(ours_cls().fetch_video_async(reference))
     with pytest.raises(ValueError, match="names a video, sent as an image"):
         asyncio.run(ours_cls().fetch_image_async(reference))
