@@ -21,13 +21,13 @@ import stack
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(600)]
 
 PATHS = ["loader", "frontend", "frontend-resize", "worker"]
-WORKLOADS = ["jpeg-4k-http", "mixed"]
+WORKLOADS = ["jpeg-4k-http", "mixed", "video-data"]
 CONCURRENCY = [1, 2]
 CHARTS = ["latency.png", "cpu.png", "bytes.png", "summary.png"]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
-def test_quick_run_writes_every_path_metric_and_chart(tmp_path: Path) -> None:
+def test_quick_run_writes_every_path_metric_and_chart(tmp_path: Path, video_clips: dict[str, bytes]) -> None:
     from PIL import Image
 
     try:
@@ -35,10 +35,12 @@ def test_quick_run_writes_every_path_metric_and_chart(tmp_path: Path) -> None:
     except ImportError:
         pytest.fail("matplotlib is missing from vLLM's environment (make test-vllm installs it)")
     results = tmp_path / "results"
+    video = tmp_path / "clip.mp4"
+    video.write_bytes(video_clips["h264_high_bframes.mp4"])
     argv = [
         sys.executable, "-m", "pixelwire.cli", "bench", "serve", "--quick",
         "--model", str(stack.model_dir()), "--photo", str(stack.CORPUS / "exif_gps_typeerror.jpg"),
-        "--results", str(results), "--workloads", *WORKLOADS,
+        "--results", str(results), "--workloads", *WORKLOADS, "--video", str(video),
         "--concurrency", *map(str, CONCURRENCY), "--duration", "1", "--max-requests", "3", "--warm-up", "1",
         "--vllm-args", "--dtype float32 --max-model-len 1024 --enforce-eager --seed 0",
     ]  # fmt: skip

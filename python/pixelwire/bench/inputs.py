@@ -1,6 +1,8 @@
-"""The images a serving benchmark sends: one photo scaled (Lanczos, cropped
+"""The media a serving benchmark sends: one photo scaled (Lanczos, cropped
 to fill) to 1080p and 4K, encoded as JPEG (quality 90) and PNG (level 6),
-each as a ``data:`` URL and as an http URL of a local image server.
+each as a ``data:`` URL and as an http URL of a local image server; and one
+video (``--video``, or a 10 s 1080p H.264 with B-frames and a 250-frame GOP
+made with the ``ffmpeg`` tool when it is installed), both ways too.
 
 Without a photo, a generated stand-in is used (smooth colour fields with
 fine noise, so that JPEG and PNG sizes stay in a photo's range); the report
@@ -11,6 +13,8 @@ from __future__ import annotations
 
 import base64
 import io
+import shutil
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +26,9 @@ FORMATS: dict[str, tuple[str, dict[str, Any]]] = {
 }
 SOURCES = ("data:", "http")
 MIXED = "mixed"
+# The video workloads: the same video sent both ways.
+VIDEO_KEYS = ["video-data", "video-http"]
+VIDEO_FILE = "video.mp4"
 
 
 @dataclass(frozen=True)
@@ -36,6 +43,7 @@ class Input:
     height: int
     data_url: str | None  # for source "data:"
     source: str
+    kind: str = "image"  # or "video": the content part it travels in
 
     def url(self, image_base: str) -> str:
         return self.data_url if self.data_url is not None else f"{image_base}/{self.file_name}"
@@ -98,18 +106,59 @@ def make_inputs(photo: Path | None, folder: Path) -> tuple[list[Input], str]:
     return inputs, origin
 
 
-WORKLOAD_KEYS = [
+def make_video_inputs(video: Path | None, folder: Path) -> list[Input]:
+    """The video inputs: ``video`` as given, else a 10 s 1080p30 H.264 (GOP
+    250, B-frames) of a moving test pattern made with the ``ffmpeg`` tool;
+    none when there is neither."""
+    target = folder / VIDEO_FILE
+    folder.mkdir(parents=True, exist_ok=True)
+    if video is not None:
+        shutil.copyfile(video, target)
+    elif shutil.which("ffmpeg"):
+        pattern = "testsrc2=size=1920x1080:rate=30,noise=alls=6:allf=t"
+        encode = ["-c:v", "libx264", "-preset", "veryfast", "-g", "250", "-bf", "3", "-pix_fmt", "yuv420p"]
+        subprocess.run(
+            ["ffmpeg", "-v", "error", "-y", "-f", "lavfi", "-i", pattern, "-t", "10", *encode, str(target)],
+            check=True,
+        )
+    else:
+        return []
+    data = target.read_bytes()
+    from pixelwire.video import decode_video
+
+    frame = decode_video(data, num_frames=1)[0]
+    data_url = f"data:video/mp4;base64,{base64.b64encode(data).decode()}"
+    return [
+        Input(
+            name=f"video {frame.shape[2]}x{frame.shape[1]} {source}",
+            key=key,
+            file_name=VIDEO_FILE,
+            encoded_bytes=len(data),
+            width=int(frame.shape[2]),
+            height=int(frame.shape[1]),
+            data_url=data_url if source == "data:" else None,
+            source=source,
+            kind="video",
+        )
+        for source, key in zip(SOURCES, VIDEO_KEYS, strict=True)
+    ]
+
+
+IMAGE_KEYS = [
     f"{format_name}-{size_name}-{source.rstrip(':')}".lower()
     for size_name in SIZES
     for format_name in FORMATS
     for source in SOURCES
-] + [MIXED]
+]
+WORKLOAD_KEYS = [*IMAGE_KEYS, MIXED, *VIDEO_KEYS]
 
 
 def workload_inputs(inputs: list[Input], workload: str) -> list[Input]:
-    """The inputs a workload sends in turn: one, or all of them ("mixed")."""
-    return list(inputs) if workload == MIXED else [i for i in inputs if i.key == workload]
+    """The inputs a workload sends in turn: one, or all the images ("mixed")."""
+    if workload == MIXED:
+        return [i for i in inputs if i.kind == "image"]
+    return [i for i in inputs if i.key == workload]
 
 
 def workload_title(inputs: list[Input], workload: str) -> str:
-    return "mixed (all 8 in turn)" if workload == MIXED else workload_inputs(inputs, workload)[0].name
+    return "mixed (all 8 images in turn)" if workload == MIXED else workload_inputs(inputs, workload)[0].name

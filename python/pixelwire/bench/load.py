@@ -39,9 +39,12 @@ def new_client(base_url: str) -> Any:
     return openai_module().AsyncOpenAI(base_url=base_url, api_key="unused", max_retries=0, timeout=600)
 
 
-async def one_request(client: Any, model: str, url: str, max_tokens: int) -> Outcome:
+async def one_request(client: Any, model: str, medium: tuple[str, str], max_tokens: int) -> Outcome:
+    """One streamed completion about ``medium``: (kind, URL), kind "image" or "video"."""
     openai = openai_module()
-    content = [{"type": "image_url", "image_url": {"url": url}}, {"type": "text", "text": PROMPT}]
+    kind, url = medium
+    part = f"{kind}_url"
+    content = [{"type": part, part: {"url": url}}, {"type": "text", "text": PROMPT}]
     started = time.perf_counter()
     first: float | None = None
     try:
@@ -71,7 +74,7 @@ async def one_request(client: Any, model: str, url: str, max_tokens: int) -> Out
 async def run_load(
     base_url: str,
     model: str,
-    urls: list[str],
+    media: list[tuple[str, str]],
     *,
     concurrency: int,
     duration_s: float,
@@ -79,8 +82,8 @@ async def run_load(
     max_tokens: int,
     on_done: Callable[[Outcome], None] = lambda _: None,
 ) -> tuple[list[Outcome], float]:
-    """Runs ``concurrency`` clients, each sending the next URL in turn (the
-    URLs cycle) until ``duration_s`` has passed or ``max_requests`` were
+    """Runs ``concurrency`` clients, each sending the next medium (kind, URL)
+    in turn (they cycle) until ``duration_s`` has passed or ``max_requests`` were
     sent; returns the outcomes and the wall time from the first request to
     the last answer."""
     turns = itertools.count()
@@ -94,7 +97,7 @@ async def run_load(
                 turn = next(turns)
                 if turn >= max_requests:
                     return
-                outcome = await one_request(client, model, urls[turn % len(urls)], max_tokens)
+                outcome = await one_request(client, model, media[turn % len(media)], max_tokens)
                 outcomes.append(outcome)
                 on_done(outcome)
 
@@ -102,7 +105,9 @@ async def run_load(
     return outcomes, time.perf_counter() - started
 
 
-async def warm_up(base_url: str, model: str, urls: list[str], *, requests: int, within_s: float) -> None:
+async def warm_up(
+    base_url: str, model: str, media: list[tuple[str, str]], *, requests: int, within_s: float
+) -> None:
     """Sends ``requests`` requests one by one; retries failures (a frontend
     answers 502 until it has seen vLLM's plug-in) until ``within_s``."""
     deadline = time.monotonic() + within_s
@@ -110,7 +115,7 @@ async def warm_up(base_url: str, model: str, urls: list[str], *, requests: int, 
         done = 0
         last_error = ""
         while done < requests:
-            outcome = await one_request(client, model, urls[done % len(urls)], max_tokens=1)
+            outcome = await one_request(client, model, media[done % len(media)], max_tokens=1)
             if outcome.error is None:
                 done += 1
                 continue

@@ -160,15 +160,18 @@ def markdown(report: Report) -> str:
         f"- vLLM {env['vllm']}, model `{settings['model']}`, flags `{' '.join(settings['vllm_flags'])}`"
         f"{kwargs}.",
         f"- Inputs: {env['inputs']}; JPEG quality 90 and PNG level 6, at 1920x1080 and 3840x2160, "
-        "as data: URLs and as http URLs of a local image server.",
-        f"- Load: streaming chat completions, one image and a short prompt each, "
+        "as data: URLs and as http URLs of a local image server; the video workloads send one video "
+        "the same two ways (its frames sampled by the model's video loader).",
+        f"- Load: streaming chat completions, one image (or video) and a short prompt each, "
         f"{settings['max_tokens']} tokens generated (ignore_eos), from 1 to {top} concurrent `openai` "
         f"async clients; a cell is up to {settings['duration_s']:g} s of load or {settings['max_requests']} "
         f"requests (those in flight finish), after {settings['warm_up']} unmeasured requests per path "
         "and workload.",
         "- CPU ms per image: user + system time of vLLM's API-server process, of all vLLM processes "
-        "(API server, engine core and helpers) and of the frontend during a cell, over its images. "
-        'NIXL MB per image: the frontend\'s `pixelwire_frontend_pixel_bytes_total{path="nixl"}`. '
+        "(API server, engine core and helpers) and of the frontend during a cell, over its images "
+        "(for a video workload: per video). "
+        'NIXL MB per image: the frontend\'s `pixelwire_frontend_pixel_bytes_total{path="nixl"}` '
+        "(for videos `pixelwire_frontend_video_frame_bytes_total`). "
         "TTFT: until the first streamed chunk.",
         f"- Run: {env.get('wall_s', 0):.0f} s in all, servers ready after {env.get('startup_s', 0):.0f} s.",
         "",

@@ -1,9 +1,10 @@
-"""`pixelwire bench serve`: chat completions with one image each through
-real vLLM servers, per path:
+"""`pixelwire bench serve`: chat completions with one image (or one video)
+each through real vLLM servers, per path:
 
 - ``loader``: vLLM's own loader (``VLLM_MEDIA_CONNECTOR`` unset), no frontend;
 - ``frontend``: the pixelwire frontend decodes, vLLM's plug-in READs the
-  full-resolution pixels over NIXL;
+  full-resolution pixels over NIXL (videos: sampled with the model's video
+  loader, given to the frontend as ``video_backend``);
 - ``frontend-resize``: the same with ``--model``: the frontend resizes to the
   size the model's processor would (model-aware resize);
 - ``worker``: the frontend in ``--decode-at worker``: it passes the image
@@ -51,6 +52,8 @@ QUICK_WORKLOADS = ["jpeg-4k-data", "png-4k-http", "mixed"]
 # Every request's image is loaded and processed again: the comparison is
 # about that work, not about vLLM's caches.
 NO_CACHES = ["--mm-processor-cache-gb", "0", "--no-enable-prefix-caching"]
+# One medium a request.
+LIMIT_MM = '{"image": 1, "video": 1}'
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -73,6 +76,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--quick",
         action="store_true",
         help=f"a short run: workloads {', '.join(QUICK_WORKLOADS)}, 3 s a cell",
+    )
+    parser.add_argument(
+        "--video",
+        type=Path,
+        default=None,
+        help="a video the video workloads send (default: a 10 s 1080p H.264 made with the ffmpeg tool)",
     )
     parser.add_argument("--paths", nargs="+", choices=list(PATHS), default=list(PATHS))
     parser.add_argument(
@@ -143,7 +152,7 @@ class Settings:
             model=args.model,
             results=args.results or Path("target") / "bench-serve" / stamp,
             paths=[p for p in PATHS if p in args.paths],
-            workloads=args.workloads or (QUICK_WORKLOADS if args.quick else _all_workloads()),
+            workloads=args.workloads or (QUICK_WORKLOADS if args.quick else _all_workloads(args.video)),
             concurrency=sorted(set(args.concurrency)),
             duration_s=args.duration if args.duration is not None else (3.0 if args.quick else 8.0),
             max_requests=args.max_requests,
@@ -157,10 +166,15 @@ class Settings:
         )
 
 
-def _all_workloads() -> list[str]:
-    from pixelwire.bench.inputs import WORKLOAD_KEYS
+def _all_workloads(video: Path | None) -> list[str]:
+    """Every image workload, and the video ones when there is a video to
+    send (``--video``, or the ffmpeg tool to make one)."""
+    import shutil
 
-    return list(WORKLOAD_KEYS)
+    from pixelwire.bench.inputs import IMAGE_KEYS, MIXED, VIDEO_KEYS
+
+    videos = VIDEO_KEYS if video is not None or shutil.which("ffmpeg") else []
+    return [*IMAGE_KEYS, MIXED, *videos]
 
 
 class Stack:
@@ -169,6 +183,7 @@ class Stack:
 
     def __init__(self, settings: Settings, network: Any, placement: Any, logs: Path, image_host: str) -> None:
         from pixelwire.bench.services import Service, free_port
+        from pixelwire.video.sampling import model_video_loader
 
         self.services: list[Service] = []
         self.servers: dict[str, tuple[Service, Service | None]] = {}
@@ -183,7 +198,7 @@ class Stack:
                 *placement.prefix("vllm"), sys.executable, "-m", "vllm.entrypoints.openai.api_server",
                 "--model", settings.model, "--served-model-name", SERVED_MODEL_NAME,
                 "--host", host, "--port", str(port), "--max-num-seqs", str(settings.max_num_seqs),
-                "--limit-mm-per-prompt", '{"image": 1}', *NO_CACHES, *settings.vllm_args,
+                "--limit-mm-per-prompt", LIMIT_MM, *NO_CACHES, *settings.vllm_args,
             ]  # fmt: skip
             if kwargs_json:
                 argv += ["--mm-processor-kwargs", kwargs_json]
@@ -227,6 +242,7 @@ class Stack:
                 if kwargs_json:
                     plugin_env["PIXELWIRE_MM_PROCESSOR_KWARGS"] = kwargs_json
                 plugged = start_vllm("vllm-pixelwire", plugin_env)
+                video_loader = model_video_loader(settings.model)
                 # Inside the namespace nothing else listens: fixed ports are free;
                 # on the loopback, ask the kernel.
                 for number, path in enumerate(frontend_paths):
@@ -238,6 +254,9 @@ class Stack:
                             extra += ["--mm-processor-kwargs", kwargs_json]
                     elif path == "worker":
                         extra = ["--decode-at", "worker"]
+                    elif video_loader is not None:
+                        # Full-resolution frames: the loader, without the model's resize.
+                        extra = ["--media-io-kwargs", json.dumps({"video": {"video_backend": video_loader}})]
                     self.servers[path] = (plugged, start_frontend(f"frontend-{path}", plugged, port, *extra))
         except BaseException:
             self.stop()
@@ -278,9 +297,15 @@ class Counters:
         self.vllm_all = cpu_seconds(vllm.pid, with_descendants=True)
         self.frontend = cpu_seconds(frontend.pid, with_descendants=True) if frontend else 0.0
         text = frontend.get("/metrics") if frontend else ""
-        self.nixl_bytes = metric_sum(text, "pixelwire_frontend_pixel_bytes_total", path="nixl")
-        self.nixl_source_bytes = metric_sum(text, "pixelwire_frontend_source_pixel_bytes_total", path="nixl")
-        self.nixl_images = metric_sum(text, "pixelwire_frontend_images_total", path="nixl")
+        # A cell sends images or videos: their counters add up to the cell's.
+        videos = metric_sum(text, "pixelwire_frontend_video_frame_bytes_total", path="nixl")
+        self.nixl_bytes = metric_sum(text, "pixelwire_frontend_pixel_bytes_total", path="nixl") + videos
+        self.nixl_source_bytes = (
+            metric_sum(text, "pixelwire_frontend_source_pixel_bytes_total", path="nixl") + videos
+        )
+        self.nixl_images = metric_sum(text, "pixelwire_frontend_images_total", path="nixl") + metric_sum(
+            text, "pixelwire_frontend_videos_total", path="nixl"
+        )
 
 
 def _measure_cell(
@@ -289,7 +314,7 @@ def _measure_cell(
     path: str,
     workload: str,
     concurrency: int,
-    urls: list[str],
+    media: list[tuple[str, str]],
     encoded_bytes: float,
     progress: Any,
 ) -> dict[str, Any]:
@@ -301,7 +326,7 @@ def _measure_cell(
         run_load(
             stack.base_url[path],
             SERVED_MODEL_NAME,
-            urls,
+            media,
             concurrency=concurrency,
             duration_s=settings.duration_s,
             max_requests=settings.max_requests,
@@ -396,7 +421,7 @@ def _measure_all(
     progress = Progress(len(settings.workloads) * len(settings.concurrency) * len(settings.paths))
     for workload in settings.workloads:
         chosen = workload_inputs(inputs, workload)
-        urls = [i.url(image_base) for i in chosen]
+        media = [(i.kind, i.url(image_base)) for i in chosen]
         encoded = sum(i.encoded_bytes for i in chosen) / len(chosen)
         for concurrency in settings.concurrency:
             for path in settings.paths:
@@ -404,9 +429,9 @@ def _measure_all(
                 if concurrency == settings.concurrency[0] and settings.warm_up:
                     base_url = stack.base_url[path]
                     asyncio.run(
-                        warm_up(base_url, SERVED_MODEL_NAME, urls, requests=settings.warm_up, within_s=120)
+                        warm_up(base_url, SERVED_MODEL_NAME, media, requests=settings.warm_up, within_s=120)
                     )
-                cell = _measure_cell(stack, settings, path, workload, concurrency, urls, encoded, progress)
+                cell = _measure_cell(stack, settings, path, workload, concurrency, media, encoded, progress)
                 cells.append(cell)
                 progress.end_cell()
     progress.close()
@@ -415,7 +440,7 @@ def _measure_all(
 
 def run(args: argparse.Namespace) -> int:
     from pixelwire.bench import report
-    from pixelwire.bench.inputs import make_inputs
+    from pixelwire.bench.inputs import VIDEO_KEYS, make_inputs, make_video_inputs
     from pixelwire.bench.placement import network_for_run, plan_placement
     from pixelwire.bench.services import image_server
 
@@ -425,6 +450,11 @@ def run(args: argparse.Namespace) -> int:
     started = time.monotonic()
     print(f"pixelwire bench serve: results in {results}", file=sys.stderr, flush=True)
     inputs, origin = make_inputs(args.photo, results / "images")
+    if any(workload in VIDEO_KEYS for workload in settings.workloads):
+        videos = make_video_inputs(args.video, results / "images")
+        if not videos:
+            raise SystemExit("video workloads need --video FILE, or the ffmpeg tool to make one")
+        inputs += videos
     placement = plan_placement(pin=not args.no_pin)
     placement.pin_this_process()
     with network_for_run(args.network) as network:
@@ -473,7 +503,7 @@ def _settings_json(settings: Settings) -> dict[str, Any]:
     out: dict[str, Any] = {k: v for k, v in vars(settings).items() if k != "results"}
     out["results"] = str(settings.results)
     out["vllm_flags"] = [
-        "--max-num-seqs", str(settings.max_num_seqs), "--limit-mm-per-prompt", '{"image": 1}', *NO_CACHES,
+        "--max-num-seqs", str(settings.max_num_seqs), "--limit-mm-per-prompt", LIMIT_MM, *NO_CACHES,
         *settings.vllm_args,
     ]  # fmt: skip
     return out
