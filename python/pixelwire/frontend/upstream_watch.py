@@ -124,9 +124,9 @@ class UpstreamWatch:
             self.mismatch.labels(setting=setting).set(1 if setting in found else 0)
         self._log_change()
 
-    async def _get_text(self, path: str) -> str | None:
-        """The body of a 200 answer to GET ``path`` upstream (redirects are
-        not followed); None when it does not answer so."""
+    async def _get(self, path: str) -> tuple[int, str] | None:
+        """(status, body) of GET ``path`` upstream, redirects not followed,
+        within the handshake's timeout; None when it does not answer."""
         assert self._session is not None
         try:
             async with self._session.get(
@@ -134,9 +134,15 @@ class UpstreamWatch:
                 allow_redirects=False,
                 timeout=aiohttp.ClientTimeout(total=HANDSHAKE_TIMEOUT),
             ) as response:
-                return await response.text() if response.status == 200 else None
+                return response.status, await response.text()
         except (aiohttp.ClientError, TimeoutError, UnicodeDecodeError):
             return None
+
+    async def _get_text(self, path: str) -> str | None:
+        """The body of a 200 answer to GET ``path`` upstream; None when it
+        does not answer so."""
+        answer = await self._get(path)
+        return answer[1] if answer is not None and answer[0] == 200 else None
 
     def _log_change(self) -> None:
         """One line each time the outcome changes, none while it stays."""
@@ -190,16 +196,8 @@ class UpstreamWatch:
     async def health(self) -> tuple[int, dict[str, Any]]:
         """The frontend's GET /health: vLLM's own /health status (502 when
         it does not answer), and the handshake's last outcome."""
-        assert self._session is not None
-        try:
-            async with self._session.get(
-                f"{self.upstream}/health",
-                allow_redirects=False,
-                timeout=aiohttp.ClientTimeout(total=HANDSHAKE_TIMEOUT),
-            ) as response:
-                status: int | None = response.status
-        except (aiohttp.ClientError, TimeoutError):
-            status = None
+        answer = await self._get("/health")
+        status = answer[0] if answer is not None else None
         body = {
             "upstream": {"reachable": status is not None, "health_status": status},
             "decode_at": self.config.decode_at,
