@@ -1,4 +1,5 @@
-"""The Fetcher's retries (``attempts``, ``retry_backoff``, ``retry_growth``):
+"""The Fetcher's retries (``attempts``, ``retry_backoff``, ``retry_growth``;
+:mod:`pixelwire.fetch.retries`):
 what is safe to retry is retried with vLLM's back-off, nothing else is, and
 one attempt (the default) never retries; a body over ``max_bytes`` is a
 :class:`pixelwire.fetch.FetchTooLarge` however it arrives.
@@ -116,7 +117,7 @@ def test_one_attempt_is_the_default(serve: Callable[..., Any], open_fetcher: Cal
 
     async def main() -> None:
         async with serve() as server, open_fetcher() as fetcher:
-            assert fetcher.attempts == 1
+            assert fetcher.retries.attempts == 1
             with pytest.raises(pixelwire.FetchError, match="HTTP 503"):
                 await fetcher.fetch(server.url("/flaky/503/1"))
             assert len(server.log) == 1

@@ -31,6 +31,8 @@ The parts:
 * :mod:`pixelwire.fetch.local`: ``file:`` URLs read without leaving the
   allowed folder;
 * :mod:`pixelwire.fetch.concurrency`: one caller's share of the fetcher;
+* :mod:`pixelwire.fetch.retries`: which failed fetches are tried again, and
+  how long each try may take;
 * :mod:`pixelwire.fetch.errors`: the errors (:class:`FetchTooLarge` for
   what is over the size cap) and how their messages name a URL.
 """

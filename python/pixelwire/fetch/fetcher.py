@@ -6,10 +6,8 @@ connected to and redirects followed by hand, and ``file:`` URLs are read only
 below ``allowed_local_path``.
 
 Retries: with ``attempts`` over one, an ``http(s)`` fetch that failed in a
-way that is safe to try again (a timeout, a connection error, HTTP 408, 429
-or 5xx: :attr:`pixelwire.FetchError.retryable`) is tried again, vLLM's way:
-each attempt's time limit and the pause before it grow by ``retry_growth``.
-What the guard refuses and what is over a limit are never retried.
+way that is safe to try again is tried again, vLLM's way
+(:mod:`pixelwire.fetch.retries`).
 
 Fairness: ``timeout`` bounds a whole fetch, the wait for a connection and a
 trickling body included; host names are resolved on the fetcher's own small
@@ -56,6 +54,7 @@ from pixelwire.fetch.concurrency import caller_limit, caller_limit_scope, new_li
 from pixelwire.fetch.content import read_body
 from pixelwire.fetch.errors import blocked, describe, error, too_large
 from pixelwire.fetch.local import LocalFolder
+from pixelwire.fetch.retries import RetryPolicy
 
 DEFAULT_MAX_BYTES: Final = config.FETCH_MAX_BYTES
 DEFAULT_USER_AGENT: Final = f"pixelwire/{__version__}"
@@ -91,7 +90,8 @@ class Fetcher:
     many times an ``http(s)`` fetch is tried when it fails in a way worth
     retrying; attempt ``n`` (from 0) has ``timeout * retry_growth**n``
     seconds and follows a pause of ``retry_backoff * retry_growth**(n - 1)``
-    seconds (vLLM's back-off for ``retry_backoff=1, retry_growth=4``). ``connect_timeout``
+    seconds (vLLM's back-off for ``retry_backoff=1, retry_growth=4``;
+    :attr:`retries`). ``connect_timeout``
     bounds each TCP connect. ``max_bytes`` caps the body, counted after
     gzip/deflate decoding. ``max_redirects`` is how many redirects are
     followed. ``allowed_domains``, when given, is the only set of
@@ -137,19 +137,13 @@ class Fetcher:
             raise ValueError("max_bytes must be positive")
         if max_redirects < 0:
             raise ValueError("max_redirects must not be negative")
-        if attempts < 1:
-            raise ValueError("attempts must be at least 1")
-        if not retry_backoff >= 0 or not retry_growth >= 1:
-            raise ValueError("retry_backoff must not be negative, retry_growth not under 1")
+        self.retries = RetryPolicy(int(attempts), float(retry_backoff), float(retry_growth))
         if isinstance(allowed_domains, str):
             raise TypeError("allowed_domains must be a collection of domains, not one string")
         self.timeout = float(timeout)
         self.connect_timeout = float(connect_timeout)
         self.max_bytes = int(max_bytes)
         self.max_redirects = int(max_redirects)
-        self.attempts = int(attempts)
-        self.retry_backoff = float(retry_backoff)
-        self.retry_growth = float(retry_growth)
         self.allowed_domains: frozenset[str] | None = (
             None if allowed_domains is None else frozenset(normalise_domain(d) for d in allowed_domains)
         )
@@ -235,16 +229,9 @@ class Fetcher:
             self._check_url(parsed)  # refused at once, not after waiting for a slot
         if limit is None:
             limit = caller_limit()
-        attempts = 1 if is_file else self.attempts
-        for attempt in range(attempts):
-            if attempt:
-                await asyncio.sleep(self.retry_backoff * self.retry_growth ** (attempt - 1))
-            try:
-                return await self._attempt(parsed, limit, self.timeout * self.retry_growth**attempt)
-            except FetchError as exc:
-                if not exc.retryable or attempt + 1 == attempts:
-                    raise
-        raise AssertionError("unreachable")  # pragma: no cover
+        if is_file:
+            return await self._attempt(parsed, limit, self.timeout)
+        return await self.retries.run(functools.partial(self._attempt, parsed, limit), self.timeout)
 
     async def _attempt(self, parsed: URL, limit: asyncio.Semaphore | None, timeout: float) -> bytes:
         """One try at ``parsed`` within ``timeout`` seconds, the caller's slot held."""

@@ -260,24 +260,27 @@ def _run_sync(coro: Coroutine[Any, Any, Any]) -> Any:
 
 def _decode_for_model(
     data: bytes, mode: Mode, background: tuple[int, int, int], policy: ResizePolicy | None
-) -> tuple[Any, int]:
+) -> tuple[Any, int, dict[Any, Any], dict[str, Any] | None]:
     """Decodes (resized to the model's size when there is a policy); returns
-    the pixels and the byte count at the decoded size."""
+    the pixels, the byte count at the decoded size, and the ``info`` and
+    ``io_config`` vLLM's loader would leave on the image."""
     limits = _limits()
     if policy is None:
         pixels = decode_image(data, mode=mode, background=background, limits=limits)
-        return pixels, int(pixels.nbytes)
-    height, width = probe_image(data, limits=limits)["oriented_size"]
-    pixels = decode_image(
-        data,
-        mode=mode,
-        background=background,
-        limits=limits,
-        resize=policy.target(height, width),
-        resize_kernel=policy.kernel,
-        resize_filter=policy.filter,
-    )
-    return pixels, height * width * pixels.shape[2]
+        source_bytes = int(pixels.nbytes)
+    else:
+        height, width = probe_image(data, limits=limits)["oriented_size"]
+        pixels = decode_image(
+            data,
+            mode=mode,
+            background=background,
+            limits=limits,
+            resize=policy.target(height, width),
+            resize_kernel=policy.kernel,
+            resize_filter=policy.filter,
+        )
+        source_bytes = height * width * pixels.shape[2]
+    return (pixels, source_bytes, *vllm_image_metadata(data, mode, background))
 
 
 def cache_identity(
@@ -321,7 +324,10 @@ class PixelwireMediaConnector(MediaConnector):
             data = await self._fetch(url, fetch_timeout, media_io.get_max_bytes())
         except PixelwireError as e:
             install_metrics("pixelwire").failed(e)
-            raise as_vllm_error(e, url, self.allowed_local_media_path) from e
+            vllms = as_vllm_error(e, url, self.allowed_local_media_path)
+            if vllms is e:
+                raise
+            raise vllms from e
         return await asyncio.to_thread(media_io.load_bytes, data)
 
     async def _fetch(
@@ -362,7 +368,10 @@ class PixelwireMediaConnector(MediaConnector):
             metrics.failed(e)
             # vLLM's own exception for the fault, so vLLM's server answers
             # with the status it gives its own loader's.
-            raise as_vllm_error(e, image_url, self.allowed_local_media_path) from e
+            vllms = as_vllm_error(e, image_url, self.allowed_local_media_path)
+            if vllms is e:
+                raise
+            raise vllms from e
 
     def fetch_image(self, image_url: str, *, image_mode: str | None = "RGB") -> Any:
         return _run_sync(self.fetch_image_async(image_url, image_mode=image_mode))
@@ -421,10 +430,9 @@ class PixelwireMediaConnector(MediaConnector):
         policy = worker_resize_policy() if mode == "RGB" else None
         try:
             with metrics.timed("url"):
-                pixels, source_bytes = await asyncio.to_thread(
+                pixels, source_bytes, info, io_config = await asyncio.to_thread(
                     _decode_for_model, data, mode, background, policy
                 )
-                info, io_config = await asyncio.to_thread(vllm_image_metadata, data, mode, background)
         except ImageTooLarge:
             raise  # a limit: never handed to a loader without pixelwire's limits
         except DecodeError:
