@@ -175,6 +175,32 @@ def test_the_image_fetch_timeout_is_vllms(
         assert time.monotonic() - start < 2.0
 
 
+def test_the_video_fetch_timeout_is_vllms(
+    connectors: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """VLLM_VIDEO_FETCH_TIMEOUT bounds a video URL's fetch (not the image timeout)."""
+    import pixelwire
+
+    monkeypatch.setenv("VLLM_VIDEO_FETCH_TIMEOUT", "1")
+    monkeypatch.setenv("VLLM_IMAGE_FETCH_TIMEOUT", "30")
+    monkeypatch.setenv("VLLM_MEDIA_FETCH_MAX_RETRIES", "1")
+    ours, _ = connectors
+
+    async def fetch_video(url: str) -> Any:
+        from pixelwire.vllm.connector import close_fetchers
+
+        try:
+            return await ours().fetch_video_async(url)
+        finally:
+            await close_fetchers()
+
+    with stack.recording_server(slow) as (base, _):
+        start = time.monotonic()
+        with pytest.raises(pixelwire.FetchError, match="timed out"):
+            asyncio.run(fetch_video(f"{base}/a.mp4"))
+        assert time.monotonic() - start < 2.0
+
+
 def test_vllms_settings_are_read_in_one_place(monkeypatch: pytest.MonkeyPatch) -> None:
     """config.VllmMediaSettings reads vLLM's variables as vllm.envs does."""
     import vllm.envs as envs
