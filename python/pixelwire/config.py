@@ -1,5 +1,6 @@
 """Every setting pixelwire has: each default once, and the ``PIXELWIRE_*``
-environment read in one place.
+environment read in one place, with the vLLM media settings the plug-in
+honours (:class:`VllmMediaSettings`).
 
 Other modules take their defaults from here (the CLI's help text too), so a
 default changes in one line. Settings a process reads from its environment
