@@ -1,5 +1,6 @@
 """Every setting pixelwire has: each default once, and the ``PIXELWIRE_*``
-environment read in one place.
+environment read in one place, with the vLLM media settings the plug-in
+honours (:class:`VllmMediaSettings`).
 
 Other modules take their defaults from here (the CLI's help text too), so a
 default changes in one line. Settings a process reads from its environment
@@ -158,6 +159,26 @@ HANDSHAKE_TIMEOUT = 5.0
 FETCH_TIMEOUT = 30.0
 FETCH_MAX_BYTES = 50 * 1024 * 1024
 FETCH_MAX_REDIRECTS = 3
+# Retries (pixelwire.fetch.Fetcher's attempts): one attempt unless asked, so
+# the frontend's client decides; what is retried, and vLLM's back-off: attempt
+# n (from 0) waits FETCH_TIMEOUT * FETCH_RETRY_GROWTH**n and follows a pause of
+# FETCH_RETRY_BACKOFF * FETCH_RETRY_GROWTH**(n - 1) seconds (vLLM 0.32's
+# connections.py: 1 s, then 4 s).
+FETCH_ATTEMPTS = 1
+FETCH_RETRY_BACKOFF = 1.0
+FETCH_RETRY_GROWTH = 4.0
+
+# vLLM 0.32's media settings and their defaults (vllm/envs.py), which the
+# plug-in reads through VllmMediaSettings.from_env: the one place they are
+# mapped onto pixelwire's.
+VLLM_MEDIA_FETCH_MAX_RETRIES = 3
+VLLM_MAX_MEDIA_DOWNLOAD_SIZE_MB = 256
+VLLM_IMAGE_FETCH_TIMEOUT = 5
+VLLM_VIDEO_FETCH_TIMEOUT = 30
+VLLM_AUDIO_FETCH_TIMEOUT = 10
+VLLM_MAX_IMAGE_PIXELS = 178_956_970
+# No limit at all, where vLLM has none (VLLM_MAX_MEDIA_DOWNLOAD_SIZE_MB=0).
+UNLIMITED_BYTES = (1 << 63) - 1
 
 
 # -- the environment -------------------------------------------------------------
@@ -248,6 +269,50 @@ def allow_private_from_env() -> bool:
     """``PIXELWIRE_ALLOW_PRIVATE``, the explicit opt-out of the fetcher's
     address guard, for deployments that fetch from their own network."""
     return env_flag("PIXELWIRE_ALLOW_PRIVATE", False)
+
+
+@dataclass(frozen=True)
+class VllmMediaSettings:
+    """vLLM's own media settings, as the plug-in applies them to its fetches
+    (vLLM 0.32's variables, read as vLLM reads them): ``attempts`` from
+    ``VLLM_MEDIA_FETCH_MAX_RETRIES`` (tries in all, at least one; vLLM's
+    back-off between them), ``max_bytes`` from
+    ``VLLM_MAX_MEDIA_DOWNLOAD_SIZE_MB`` (None: no limit, for 0 or less),
+    the fetch timeouts of each medium (``VLLM_IMAGE_FETCH_TIMEOUT``,
+    ``VLLM_VIDEO_FETCH_TIMEOUT``, ``VLLM_AUDIO_FETCH_TIMEOUT``), whether
+    redirects are followed (``VLLM_MEDIA_URL_ALLOW_REDIRECTS``), the decoded
+    pixel limit (``VLLM_MAX_IMAGE_PIXELS``, 0: none) and ``VLLM_MEDIA_CACHE``
+    (which the plug-in does not use: README, "Differences from vLLM")."""
+
+    attempts: int = VLLM_MEDIA_FETCH_MAX_RETRIES
+    max_bytes: int | None = VLLM_MAX_MEDIA_DOWNLOAD_SIZE_MB * MiB
+    image_timeout: float = VLLM_IMAGE_FETCH_TIMEOUT
+    video_timeout: float = VLLM_VIDEO_FETCH_TIMEOUT
+    audio_timeout: float = VLLM_AUDIO_FETCH_TIMEOUT
+    allow_redirects: bool = True
+    max_image_pixels: int = VLLM_MAX_IMAGE_PIXELS
+    media_cache: str = ""
+
+    @classmethod
+    def from_env(cls) -> VllmMediaSettings:
+        size_mb = env_int("VLLM_MAX_MEDIA_DOWNLOAD_SIZE_MB", VLLM_MAX_MEDIA_DOWNLOAD_SIZE_MB)
+        return cls(
+            attempts=max(1, env_int("VLLM_MEDIA_FETCH_MAX_RETRIES", VLLM_MEDIA_FETCH_MAX_RETRIES)),
+            max_bytes=size_mb * MiB if size_mb > 0 else None,
+            image_timeout=env_int("VLLM_IMAGE_FETCH_TIMEOUT", VLLM_IMAGE_FETCH_TIMEOUT),
+            video_timeout=env_int("VLLM_VIDEO_FETCH_TIMEOUT", VLLM_VIDEO_FETCH_TIMEOUT),
+            audio_timeout=env_int("VLLM_AUDIO_FETCH_TIMEOUT", VLLM_AUDIO_FETCH_TIMEOUT),
+            allow_redirects=env_int("VLLM_MEDIA_URL_ALLOW_REDIRECTS", 1) != 0,
+            max_image_pixels=env_int("VLLM_MAX_IMAGE_PIXELS", VLLM_MAX_IMAGE_PIXELS),
+            media_cache=os.environ.get("VLLM_MEDIA_CACHE", ""),
+        )
+
+    def body_limit(self, medium_max_bytes: int | None) -> int:
+        """The byte cap of one fetch, as vLLM's: the smaller of the download
+        limit and the medium's own (``MediaIO.get_max_bytes()``), no limit
+        when neither has one."""
+        limits = [limit for limit in (self.max_bytes, medium_max_bytes) if limit is not None]
+        return min(limits) if limits else UNLIMITED_BYTES
 
 
 @dataclass(frozen=True)

@@ -45,6 +45,7 @@ class Server:
         self.finished: dict[str, asyncio.Event] = {}
         self.ports: list[int] = []  # every port the server listens on, ``port`` first
         self.trickling = 0  # /trickle responses being sent now
+        self.hits: dict[str, int] = {}  # requests per path, for the endpoints that fail at first
 
     def url(self, path: str, host: str = "127.0.0.1", port: int | None = None) -> str:
         return f"http://{host}:{self.port if port is None else port}{path}"
@@ -107,6 +108,20 @@ class Server:
 
     async def status(self, request: web.Request) -> web.StreamResponse:
         return web.Response(status=int(request.match_info["code"]), text="no")
+
+    async def flaky(self, request: web.Request) -> web.StreamResponse:
+        """``/flaky/{code}/{n}``: answers ``code`` to the first ``n`` requests, then hopper.png."""
+        hits = self.hits[request.path] = self.hits.get(request.path, 0) + 1
+        if hits <= int(request.match_info["n"]):
+            return web.Response(status=int(request.match_info["code"]), text="not now")
+        return web.Response(body=(CORPUS / "hopper.png").read_bytes(), content_type="image/png")
+
+    async def late_once(self, request: web.Request) -> web.StreamResponse:
+        """``/late-once/{seconds}``: the first answer comes after ``seconds``, later ones at once."""
+        hits = self.hits[request.path] = self.hits.get(request.path, 0) + 1
+        if hits == 1:
+            await asyncio.sleep(float(request.match_info["seconds"]))
+        return web.Response(body=(CORPUS / "hopper.png").read_bytes(), content_type="image/png")
 
     async def redirect_chain(self, request: web.Request) -> web.StreamResponse:
         left = int(request.match_info["n"])
@@ -184,6 +199,8 @@ class Server:
         app.router.add_get("/enc/{encoding}/{name}", self.encoded)
         app.router.add_get("/status/{code}", self.status)
         app.router.add_get("/redirect/{n}", self.redirect_chain)
+        app.router.add_get("/flaky/{code}/{n}", self.flaky)
+        app.router.add_get("/late-once/{seconds}", self.late_once)
         app.router.add_get("/to", self.redirect_to)
         app.router.add_get("/secret", self.secret)
         app.router.add_get("/big-declared", self.big_declared)

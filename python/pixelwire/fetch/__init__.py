@@ -31,11 +31,15 @@ The parts:
 * :mod:`pixelwire.fetch.local`: ``file:`` URLs read without leaving the
   allowed folder;
 * :mod:`pixelwire.fetch.concurrency`: one caller's share of the fetcher;
-* :mod:`pixelwire.fetch.errors`: the errors and how their messages name a URL.
+* :mod:`pixelwire.fetch.retries`: which failed fetches are tried again, and
+  how long each try may take;
+* :mod:`pixelwire.fetch.errors`: the errors (:class:`FetchTooLarge` for
+  what is over the size cap) and how their messages name a URL.
 """
 
 from pixelwire.fetch.addresses import IPAddress as IPAddress
 from pixelwire.fetch.addresses import address_refusal as address_refusal
+from pixelwire.fetch.errors import FetchTooLarge as FetchTooLarge
 from pixelwire.fetch.fetcher import DEFAULT_MAX_BYTES as DEFAULT_MAX_BYTES
 from pixelwire.fetch.fetcher import DEFAULT_USER_AGENT as DEFAULT_USER_AGENT
 from pixelwire.fetch.fetcher import Fetcher, load_image

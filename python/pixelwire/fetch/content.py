@@ -16,7 +16,7 @@ import aiohttp
 from yarl import URL
 
 from pixelwire._native import FetchError
-from pixelwire.fetch.errors import describe, error
+from pixelwire.fetch.errors import describe, error, too_large
 
 _CHUNK: Final = 64 * 1024
 
@@ -94,10 +94,7 @@ async def read_body(response: aiohttp.ClientResponse, url: URL, limit: int) -> b
         inflater = None
         length = response.content_length
         if length is not None and length > limit:
-            raise error(
-                FetchError,
-                f"Content-Length {length} is over the limit of {limit} bytes: {describe(url)}",
-            )
+            raise too_large(f"Content-Length {length} is over the limit of {limit} bytes: {describe(url)}")
     elif encoding in ("gzip", "x-gzip", "deflate"):
         inflater = _Inflater(encoding)
     else:
@@ -115,7 +112,7 @@ async def read_body(response: aiohttp.ClientResponse, url: URL, limit: int) -> b
         if total > limit:
             decoded = " after decoding" if inflater is not None else ""
             where = describe(url)
-            raise error(FetchError, f"body is over the limit of {limit} bytes{decoded}: {where}")
+            raise too_large(f"body is over the limit of {limit} bytes{decoded}: {where}")
     if inflater is not None and not inflater.complete:
         raise error(FetchError, f"truncated {encoding} body: {describe(url)}", retryable=True)
     return b"".join(chunks)

@@ -2,8 +2,9 @@
 
 Errors are :class:`pixelwire.FetchError` with ``status`` (the HTTP status of
 a non-success response, else ``None``) and ``retryable`` (timeouts, connection
-errors, HTTP 408, 429 and 5xx), and its subclass :class:`pixelwire.BlockedURL`
-for anything the guard refuses. Messages name the scheme, host and path but
+errors, HTTP 408, 429 and 5xx), its subclass :class:`pixelwire.BlockedURL`
+for anything the guard refuses, and :class:`FetchTooLarge` for a body, file
+or ``data:`` payload over the fetcher's ``max_bytes``. Messages name the scheme, host and path but
 never the query string or the payload of a ``data:`` URL.
 """
 
@@ -14,6 +15,10 @@ from yarl import URL
 from pixelwire._native import BlockedURL, FetchError
 
 
+class FetchTooLarge(FetchError):
+    """What a URL holds is over the fetcher's ``max_bytes`` (never retried)."""
+
+
 def error(
     cls: type[FetchError], message: str, *, status: int | None = None, retryable: bool = False
 ) -> FetchError:
@@ -22,6 +27,10 @@ def error(
 
 def blocked(message: str) -> FetchError:
     return error(BlockedURL, message)
+
+
+def too_large(message: str) -> FetchError:
+    return error(FetchTooLarge, message)
 
 
 def describe(url: URL) -> str:

@@ -5,6 +5,10 @@ through one pooled aiohttp session, hop by hop, each hop checked before it is
 connected to and redirects followed by hand, and ``file:`` URLs are read only
 below ``allowed_local_path``.
 
+Retries: with ``attempts`` over one, an ``http(s)`` fetch that failed in a
+way that is safe to try again is tried again, vLLM's way
+(:mod:`pixelwire.fetch.retries`).
+
 Fairness: ``timeout`` bounds a whole fetch, the wait for a connection and a
 trickling body included; host names are resolved on the fetcher's own small
 thread pool, never queued behind the event loop's default executor; and
@@ -48,8 +52,9 @@ from pixelwire.fetch.addresses import (
 )
 from pixelwire.fetch.concurrency import caller_limit, caller_limit_scope, new_limit
 from pixelwire.fetch.content import read_body
-from pixelwire.fetch.errors import blocked, describe, error
+from pixelwire.fetch.errors import blocked, describe, error, too_large
 from pixelwire.fetch.local import LocalFolder
+from pixelwire.fetch.retries import RetryPolicy
 
 DEFAULT_MAX_BYTES: Final = config.FETCH_MAX_BYTES
 DEFAULT_USER_AGENT: Final = f"pixelwire/{__version__}"
@@ -81,7 +86,12 @@ class Fetcher:
 
     ``timeout`` bounds a whole :meth:`fetch` in seconds: the wait for the
     caller's concurrency limit and for a pooled connection, every redirect hop
-    and the whole body, however slowly it trickles in. ``connect_timeout``
+    and the whole body, however slowly it trickles in. ``attempts`` is how
+    many times an ``http(s)`` fetch is tried when it fails in a way worth
+    retrying; attempt ``n`` (from 0) has ``timeout * retry_growth**n``
+    seconds and follows a pause of ``retry_backoff * retry_growth**(n - 1)``
+    seconds (vLLM's back-off for ``retry_backoff=1, retry_growth=4``;
+    :attr:`retries`). ``connect_timeout``
     bounds each TCP connect. ``max_bytes`` caps the body, counted after
     gzip/deflate decoding. ``max_redirects`` is how many redirects are
     followed. ``allowed_domains``, when given, is the only set of
@@ -113,6 +123,9 @@ class Fetcher:
         connect_timeout: float = config.CONNECT_TIMEOUT,
         max_bytes: int = DEFAULT_MAX_BYTES,
         max_redirects: int = config.FETCH_MAX_REDIRECTS,
+        attempts: int = config.FETCH_ATTEMPTS,
+        retry_backoff: float = config.FETCH_RETRY_BACKOFF,
+        retry_growth: float = config.FETCH_RETRY_GROWTH,
         allowed_domains: Iterable[str] | None = None,
         allow_private: bool = False,
         allowed_local_path: str | os.PathLike[str] | None = None,
@@ -124,6 +137,7 @@ class Fetcher:
             raise ValueError("max_bytes must be positive")
         if max_redirects < 0:
             raise ValueError("max_redirects must not be negative")
+        self.retries = RetryPolicy(int(attempts), float(retry_backoff), float(retry_growth))
         if isinstance(allowed_domains, str):
             raise TypeError("allowed_domains must be a collection of domains, not one string")
         self.timeout = float(timeout)
@@ -193,8 +207,10 @@ class Fetcher:
 
         ``limit``, when given, is the caller's concurrency limit, held for the
         fetch (in place of the one :meth:`concurrency_limit` set, if any).
-        Raises :class:`pixelwire.BlockedURL` for what the guard refuses and
-        :class:`pixelwire.FetchError` for every other failure.
+        Raises :class:`pixelwire.BlockedURL` for what the guard refuses,
+        :class:`pixelwire.fetch.FetchTooLarge` for what is over ``max_bytes``
+        and :class:`pixelwire.FetchError` for every other failure (the last
+        attempt's, when there were several).
         """
         if not isinstance(url, str):
             raise TypeError(f"url must be a str, not {type(url).__name__}")
@@ -213,17 +229,23 @@ class Fetcher:
             self._check_url(parsed)  # refused at once, not after waiting for a slot
         if limit is None:
             limit = caller_limit()
+        if is_file:
+            return await self._attempt(parsed, limit, self.timeout)
+        return await self.retries.run(functools.partial(self._attempt, parsed, limit), self.timeout)
+
+    async def _attempt(self, parsed: URL, limit: asyncio.Semaphore | None, timeout: float) -> bytes:
+        """One try at ``parsed`` within ``timeout`` seconds, the caller's slot held."""
         try:
-            async with asyncio.timeout(self.timeout):
+            async with asyncio.timeout(timeout):
                 async with contextlib.nullcontext() if limit is None else limit:
-                    if is_file:
+                    if parsed.scheme == "file":
                         return await self._fetch_file(parsed)
                     return await self._fetch_http(parsed)
         except FetchError:
             raise
         except TimeoutError:
             raise error(
-                FetchError, f"timed out after {self.timeout:g} s fetching {describe(parsed)}", retryable=True
+                FetchError, f"timed out after {timeout:g} s fetching {describe(parsed)}", retryable=True
             ) from None
         except (aiohttp.ClientSSLError, aiohttp.ClientConnectorCertificateError) as exc:
             raise error(FetchError, f"TLS error fetching {describe(parsed)}: {exc}") from exc
@@ -294,18 +316,15 @@ class Fetcher:
             # Refuse from the length alone before decoding anything.
             payload = len(url) - comma - 1
             if payload // 4 * 3 > self.max_bytes + 2:
-                raise error(
-                    FetchError,
-                    f"data: URL payload of {payload} characters is over the limit of {self.max_bytes} bytes",
+                raise too_large(
+                    f"data: URL payload of {payload} characters is over the limit of {self.max_bytes} bytes"
                 )
         if len(url) >= _DATA_URL_THREAD_CHARS:
             _, data = await asyncio.to_thread(decode_data_url, url)
         else:
             _, data = decode_data_url(url)
         if len(data) > self.max_bytes:
-            raise error(
-                FetchError, f"data: URL holds {len(data)} bytes, over the limit of {self.max_bytes} bytes"
-            )
+            raise too_large(f"data: URL holds {len(data)} bytes, over the limit of {self.max_bytes} bytes")
         return data
 
     # -- file: -----------------------------------------------------------------

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Final
 
 from pixelwire._native import FetchError
-from pixelwire.fetch.errors import blocked, error
+from pixelwire.fetch.errors import blocked, error, too_large
 
 # Directories on the way are opened with these, the file with the next.
 _DIR_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -48,14 +48,14 @@ class LocalFolder:
             if info.st_size > max_bytes:
                 os.close(fd)
                 size = info.st_size
-                raise error(FetchError, f"file of {size} bytes is over the limit of {max_bytes} bytes")
+                raise too_large(f"file of {size} bytes is over the limit of {max_bytes} bytes")
             with open(fd, "rb") as f:
                 data = f.read(max_bytes + 1)
         except OSError as exc:
             reason = exc.strerror or exc.__class__.__name__
             raise error(FetchError, f"cannot read file: URL: {reason}") from None
         if len(data) > max_bytes:
-            raise error(FetchError, f"file is over the limit of {max_bytes} bytes")
+            raise too_large(f"file is over the limit of {max_bytes} bytes")
         return data
 
     def _below_root(self, path: str) -> list[str]:

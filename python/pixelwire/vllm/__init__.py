@@ -45,5 +45,6 @@ def register() -> None:
 
         ensure_nixl()
         connector.check_signing_setting()
+        connector.check_media_cache_setting()
         connector.check_resize_setting(sys.argv)
     connector.install_metrics(selected)

@@ -11,7 +11,6 @@ import time
 from collections.abc import Coroutine
 from typing import Any
 
-import vllm.envs as envs
 from PIL import Image
 from prometheus_client import REGISTRY, Gauge
 from vllm.multimodal.media import MediaConnector, MediaWithBytes
@@ -21,23 +20,25 @@ from vllm.multimodal.media.video import VideoMediaIO
 
 from pixelwire import __version__
 from pixelwire._native import (
+    DecodeError,
     DescriptorError,
+    ImageTooLarge,
     Limits,
     PixelwireError,
-    UnsupportedFormat,
     decode_image,
     probe_image,
 )
 from pixelwire.config import (
     DECODED_MODES,
     Mode,
+    VllmMediaSettings,
     allow_private_from_env,
     allow_unsigned_from_env,
     secret_from_env,
     worker_model_from_env,
 )
 from pixelwire.descriptor import RemoteImage, decoded_as, is_video_descriptor, parse_descriptor
-from pixelwire.fetch import DEFAULT_MAX_BYTES, Fetcher
+from pixelwire.fetch import Fetcher
 from pixelwire.handshake import INFO_LABELS, INFO_METRIC, WorkerSettings
 from pixelwire.metrics import ImageMetrics
 from pixelwire.outputs import as_output
@@ -46,7 +47,10 @@ from pixelwire.resize import ResizePolicy
 from pixelwire.signing import decode_reference, is_reference, reference_secret, signing_policy
 from pixelwire.transfer import default_reader
 from pixelwire.vllm import CONNECTOR_NAME
+from pixelwire.vllm.data_urls import decode_data_url_async
+from pixelwire.vllm.errors import as_vllm_error, local_files_refused
 from pixelwire.vllm.identity import keyed_identity
+from pixelwire.vllm.image_info import vllm_image_metadata
 from pixelwire.vllm.video import decode_video_bytes, read_video_reference, vllm_video_settings
 
 _state_lock = threading.Lock()
@@ -88,6 +92,16 @@ def check_resize_setting(argv: list[str]) -> None:
         )
     policy = worker_resize_policy()
     log.info("pixelwire model-aware resize: %s", policy.identity if policy else "off (PIXELWIRE_MODEL unset)")
+
+
+def check_media_cache_setting() -> None:
+    """At start-up: VLLM_MEDIA_CACHE is not used by the plug-in (README,
+    "Differences from vLLM"); says so when it is set."""
+    if VllmMediaSettings.from_env().media_cache:
+        log.warning(
+            "VLLM_MEDIA_CACHE is set, but the pixelwire connector does not use vLLM's media cache: "
+            "bytes cached by URL would be handed out without the address guard's check"
+        )
 
 
 def check_signing_setting() -> None:
@@ -183,24 +197,27 @@ def _fetcher(
     domains: list[str] | None,
     local_path: Any,
     timeout: float | None = None,
-    max_bytes: int | None = None,
+    medium_max_bytes: int | None = None,
 ) -> Fetcher:
-    """One Fetcher per event loop and vLLM setting (allowed domains, local
-    path, timeout: vLLM's image fetch timeout unless another is given,
-    body cap)."""
+    """One Fetcher per event loop and setting: vLLM's (allowed domains,
+    local path, timeout: vLLM's image fetch timeout unless another is given,
+    attempts, download size limit and the medium's own, redirects) and
+    PIXELWIRE_ALLOW_PRIVATE."""
     allow_private = allow_private_from_env()
-    timeout = float(envs.VLLM_IMAGE_FETCH_TIMEOUT if timeout is None else timeout)
-    max_bytes = max_bytes or DEFAULT_MAX_BYTES
+    settings = VllmMediaSettings.from_env()
+    timeout = float(settings.image_timeout if timeout is None else timeout)
+    max_bytes = settings.body_limit(medium_max_bytes)
     # A Fetcher's HTTP session belongs to one event loop: vLLM's, or the sync one.
     loop = asyncio.get_running_loop()
-    key = (loop, tuple(domains or ()), str(local_path or ""), timeout, max_bytes, allow_private)
+    key = (loop, tuple(domains or ()), str(local_path or ""), timeout, max_bytes, allow_private, settings)
     with _state_lock:
         fetcher = _fetchers.get(key)
         if fetcher is None:
             fetcher = Fetcher(
                 timeout=timeout,
                 max_bytes=max_bytes,
-                max_redirects=3 if envs.VLLM_MEDIA_URL_ALLOW_REDIRECTS else 0,
+                max_redirects=3 if settings.allow_redirects else 0,
+                attempts=settings.attempts,
                 allowed_domains=domains or None,
                 allow_private=allow_private,
                 allowed_local_path=local_path,
@@ -221,8 +238,14 @@ async def close_fetchers() -> None:
 
 
 def _limits() -> Limits:
-    max_pixels = envs.VLLM_MAX_IMAGE_PIXELS
-    return Limits(max_pixels=max_pixels) if max_pixels > 0 else Limits()
+    """The decoder's limits under vLLM's settings: VLLM_MAX_IMAGE_PIXELS
+    (pixelwire's own when it is 0) and, for the encoded bytes, vLLM's
+    download limit, which the fetch has applied already."""
+    settings = VllmMediaSettings.from_env()
+    max_bytes = settings.body_limit(None)
+    if settings.max_image_pixels > 0:
+        return Limits(max_bytes=max_bytes, max_pixels=settings.max_image_pixels)
+    return Limits(max_bytes=max_bytes)
 
 
 def _run_sync(coro: Coroutine[Any, Any, Any]) -> Any:
@@ -238,24 +261,27 @@ def _run_sync(coro: Coroutine[Any, Any, Any]) -> Any:
 
 def _decode_for_model(
     data: bytes, mode: Mode, background: tuple[int, int, int], policy: ResizePolicy | None
-) -> tuple[Any, int]:
+) -> tuple[Any, int, dict[Any, Any], dict[str, Any] | None]:
     """Decodes (resized to the model's size when there is a policy); returns
-    the pixels and the byte count at the decoded size."""
+    the pixels, the byte count at the decoded size, and the ``info`` and
+    ``io_config`` vLLM's loader would leave on the image."""
     limits = _limits()
     if policy is None:
         pixels = decode_image(data, mode=mode, background=background, limits=limits)
-        return pixels, int(pixels.nbytes)
-    height, width = probe_image(data, limits=limits)["oriented_size"]
-    pixels = decode_image(
-        data,
-        mode=mode,
-        background=background,
-        limits=limits,
-        resize=policy.target(height, width),
-        resize_kernel=policy.kernel,
-        resize_filter=policy.filter,
-    )
-    return pixels, height * width * pixels.shape[2]
+        source_bytes = int(pixels.nbytes)
+    else:
+        height, width = probe_image(data, limits=limits)["oriented_size"]
+        pixels = decode_image(
+            data,
+            mode=mode,
+            background=background,
+            limits=limits,
+            resize=policy.target(height, width),
+            resize_kernel=policy.kernel,
+            resize_filter=policy.filter,
+        )
+        source_bytes = height * width * pixels.shape[2]
+    return (pixels, source_bytes, *vllm_image_metadata(data, mode, background))
 
 
 def cache_identity(
@@ -287,15 +313,27 @@ class PixelwireMediaConnector(MediaConnector):
         # what is not a URL vLLM refuses itself: both stay vLLM's.
         if not isinstance(url, str) or url[:5].lower() == "data:" or ":" not in url:
             return await super().load_from_url_async(url, media_io, fetch_timeout=fetch_timeout)
-        fetcher = _fetcher(
-            self.allowed_media_domains, self.allowed_local_media_path, fetch_timeout, media_io.get_max_bytes()
-        )
         try:
-            data = await fetcher.fetch(url)
+            data = await self._fetch(url, fetch_timeout, media_io.get_max_bytes())
         except PixelwireError as e:
             install_metrics("pixelwire").failed(e)
-            raise ValueError(f"pixelwire: {e}") from e
+            vllms = as_vllm_error(e, url, self.allowed_local_media_path)
+            if vllms is e:
+                raise
+            raise vllms from e
         return await asyncio.to_thread(media_io.load_bytes, data)
+
+    async def _fetch(
+        self, url: str, timeout: float | None = None, medium_max_bytes: int | None = None
+    ) -> bytes:
+        """The bytes of an ``http(s)`` or ``file:`` URL, through pixelwire's
+        guarded Fetcher under vLLM's settings."""
+        if url[:5].lower() == "file:" and self.allowed_local_media_path is None:
+            raise local_files_refused()
+        fetcher = _fetcher(
+            self.allowed_media_domains, self.allowed_local_media_path, timeout, medium_max_bytes
+        )
+        return await fetcher.fetch(url)
 
     def load_from_url(self, url: str, media_io: MediaIO[Any], *, fetch_timeout: int | None = None) -> Any:
         return _run_sync(self.load_from_url_async(url, media_io, fetch_timeout=fetch_timeout))
@@ -318,18 +356,20 @@ class PixelwireMediaConnector(MediaConnector):
                 ImageMediaIO(**({"image_mode": image_mode} | self.media_io_kwargs.get("image", {}))),
                 **(video_kwargs | {"video_backend": loader}),
             )
-            fetcher = _fetcher(
-                self.allowed_media_domains,
-                self.allowed_local_media_path,
-                envs.VLLM_VIDEO_FETCH_TIMEOUT,
-                vllm_io.get_max_bytes(),
-            )
-            data = await fetcher.fetch(video_url)
+            if video_url[:5].lower() == "data:":
+                # vLLM's grammar and decoder, as for images.
+                data = await decode_data_url_async(video_url)
+            else:
+                timeout = VllmMediaSettings.from_env().video_timeout
+                data = await self._fetch(video_url, timeout, vllm_io.get_max_bytes())
             return await decode_video_bytes(data, video_kwargs, loader, vllm_io, metrics)
         except PixelwireError as e:
             metrics.failed(e)
-            # vLLM answers ValueError with 400 and the message.
-            raise ValueError(f"pixelwire: {e}") from e
+            # vLLM's own exception for the fault (see fetch_image_async).
+            vllms = as_vllm_error(e, video_url, self.allowed_local_media_path)
+            if vllms is e:
+                raise
+            raise vllms from e
 
     def fetch_video(
         self, video_url: str, *, image_mode: str | None = "RGB", video_processor: str | None = None
@@ -359,8 +399,12 @@ class PixelwireMediaConnector(MediaConnector):
             return await self._load_url(image_url, mode, background, metrics)
         except PixelwireError as e:
             metrics.failed(e)
-            # vLLM answers ValueError with 400 and the message.
-            raise ValueError(f"pixelwire: {e}") from e
+            # vLLM's own exception for the fault, so vLLM's server answers
+            # with the status it gives its own loader's.
+            vllms = as_vllm_error(e, image_url, self.allowed_local_media_path)
+            if vllms is e:
+                raise
+            raise vllms from e
 
     def fetch_image(self, image_url: str, *, image_mode: str | None = "RGB") -> Any:
         return _run_sync(self.fetch_image_async(image_url, image_mode=image_mode))
@@ -409,26 +453,34 @@ class PixelwireMediaConnector(MediaConnector):
     async def _load_url(
         self, url: str, mode: str | None, background: tuple[int, int, int], metrics: ImageMetrics
     ) -> Image.Image | MediaWithBytes:
-        fetcher = _fetcher(self.allowed_media_domains, self.allowed_local_media_path)
-        data = await fetcher.fetch(url)
+        if url[:5].lower() == "data:":
+            # vLLM's grammar and decoder (and vLLM's exceptions), not the
+            # Fetcher's more lenient ones.
+            data = await decode_data_url_async(url)
+        else:
+            data = await self._fetch(url)
         if mode not in DECODED_MODES:
             # A mode pixelwire does not decode (P, None = the file's own, ...).
             return await self._vllm_load(data, mode, metrics)
         policy = worker_resize_policy() if mode == "RGB" else None
         try:
             with metrics.timed("url"):
-                pixels, source_bytes = await asyncio.to_thread(
+                pixels, source_bytes, info, io_config = await asyncio.to_thread(
                     _decode_for_model, data, mode, background, policy
                 )
-        except UnsupportedFormat:
-            # A format (or variant) pixelwire does not decode.
+        except ImageTooLarge:
+            raise  # a limit: never handed to a loader without pixelwire's limits
+        except DecodeError:
+            # A format (or variant) pixelwire does not decode, or data its
+            # decoder refuses where Pillow's may be more lenient: vLLM's
+            # loader gives vLLM's answer, whichever it is.
             return await self._vllm_load(data, mode, metrics)
         metrics.handled("url", int(pixels.nbytes), source_bytes)
+        image = as_output(pixels, "pil", "cpu")
+        image.info.update(info)
         # With the encoded bytes, vLLM's processor cache hashes them as it
         # does for its own loader.
-        return MediaWithBytes(
-            as_output(pixels, "pil", "cpu"), data, {"image_mode": mode, "rgba_background_color": background}
-        )
+        return MediaWithBytes(image, data, io_config)
 
     async def _vllm_load(self, data: bytes, mode: str | None, metrics: ImageMetrics) -> MediaWithBytes:
         """vLLM's own loader on bytes pixelwire's Fetcher already fetched
