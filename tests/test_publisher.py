@@ -311,3 +311,25 @@ def test_video_frames_ship_at_the_size_the_video_processor_resizes_them_to(
                 assert video.resize == {"policy": policy.identity, "source": list(full.shape[1:3])}
 
     asyncio.run(main())
+
+
+def test_videos_decode_on_their_own_threads_at_a_lowered_priority(video_clips: dict[str, bytes]) -> None:
+    """A video decodes on one of a few threads of its own, whose nice value
+    (inherited by the decoder threads FFmpeg starts from it) is the image
+    pool's, so that long videos cannot crowd out images."""
+    import threading
+    from pathlib import Path
+
+    from pixelwire import config
+
+    async def main() -> None:
+        async with pixelwire.Publisher() as publisher:
+            await publisher.decode_and_publish_video(video_clips["h264_baseline.mkv"])
+
+    asyncio.run(main())
+    threads = [t for t in threading.enumerate() if t.name.startswith("pixelwire-video")]
+    assert 1 <= len(threads) <= config.VIDEO_DECODE_CALLS
+    for thread in threads:
+        stat = Path(f"/proc/self/task/{thread.native_id}/stat").read_text()
+        nice = int(stat.rpartition(")")[2].split()[16])
+        assert nice == config.VIDEO_DECODE_NICE, (thread.name, nice)

@@ -125,6 +125,12 @@ MAX_VIDEO_BYTES = 256 * MiB
 MAX_VIDEO_FRAMES = 768
 MAX_VIDEO_PIXELS = 3840 * 2160
 MAX_VIDEO_FRAME_BYTES = 1024 * MiB
+# Videos decoded at once in one process, each on its decoder's own threads
+# (min(cores, 16), as OpenCV), on threads whose priority is lowered as the
+# image pool's are: more at once would only oversubscribe the cores, and at
+# full priority a few long videos would crowd out every image.
+VIDEO_DECODE_CALLS = max(1, (os.cpu_count() or 1) // 8)
+VIDEO_DECODE_NICE = 10
 # Threads of the publish pool, which decodes a request's images taking
 # turns with the other requests' (at a lower priority than the process's
 # other threads): every core but one, so the event loop and the single

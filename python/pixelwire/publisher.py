@@ -9,6 +9,7 @@ import base64
 import concurrent.futures
 import functools
 import hashlib
+import os
 import threading
 import time
 from collections.abc import Sequence
@@ -62,6 +63,28 @@ def _publish_executor() -> concurrent.futures.ThreadPoolExecutor:
         if _executor is None:
             _executor = concurrent.futures.ThreadPoolExecutor(PUBLISH_CALLS, "pixelwire-publish")
         return _executor
+
+
+_video_executor: concurrent.futures.ThreadPoolExecutor | None = None
+
+
+def _lower_priority() -> None:
+    """This thread's nice value raised to ``VIDEO_DECODE_NICE``: the decoder
+    threads FFmpeg starts from it inherit it."""
+    if hasattr(os, "setpriority"):
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), config.VIDEO_DECODE_NICE)
+
+
+def _video_decode_executor() -> concurrent.futures.ThreadPoolExecutor:
+    """The threads videos are decoded on: ``VIDEO_DECODE_CALLS`` of them (a
+    video waits for one), at a lowered priority."""
+    global _video_executor
+    with _executor_lock:
+        if _video_executor is None:
+            _video_executor = concurrent.futures.ThreadPoolExecutor(
+                config.VIDEO_DECODE_CALLS, "pixelwire-video", initializer=_lower_priority
+            )
+        return _video_executor
 
 
 def _resize_target(
@@ -464,7 +487,8 @@ class Publisher:
         """Fetches `source` as :meth:`decode_and_publish` does, samples its
         frames as vLLM's video loader would (``sampling``: the loader, its
         ``num_frames`` and ``fps``; vLLM's ``opencv`` defaults when None),
-        decodes them straight into one pool slot off the event loop (checked
+        decodes them straight into one pool slot off the event loop, on one
+        of ``VIDEO_DECODE_CALLS`` threads of lowered priority (checked
         against ``limits`` before any frame memory exists; ``threads``
         decoder threads, 0 for all cores) and returns its descriptor, whose
         frames and metadata are what the loader returns; with `resize` (the
@@ -478,7 +502,7 @@ class Publisher:
         sampling = sampling or VideoSampling()
         data = await self.fetcher.fetch(source) if isinstance(source, str) else _encoded(source)
         call = functools.partial(_publish_video, native, data, sampling, limits, threads, resize)
-        work = asyncio.get_running_loop().run_in_executor(_publish_executor(), call)
+        work = asyncio.get_running_loop().run_in_executor(_video_decode_executor(), call)
         try:
             published = await asyncio.shield(work)
         except asyncio.CancelledError:
