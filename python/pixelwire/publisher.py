@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import concurrent.futures
+import contextlib
 import functools
 import hashlib
 import os
@@ -72,7 +73,10 @@ def _lower_priority() -> None:
     """This thread's nice value raised to ``VIDEO_DECODE_NICE``: the decoder
     threads FFmpeg starts from it inherit it."""
     if hasattr(os, "setpriority"):
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), config.VIDEO_DECODE_NICE)
+        # A failure leaves the thread at the process's priority: only
+        # latency, never correctness, depends on it.
+        with contextlib.suppress(OSError):
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), config.VIDEO_DECODE_NICE)
 
 
 def _video_decode_executor() -> concurrent.futures.ThreadPoolExecutor:
