@@ -168,7 +168,8 @@ def markdown(report: Report) -> str:
         "and workload.",
         "- CPU ms per image: user + system time of vLLM's API-server process, of all vLLM processes "
         "(API server, engine core and helpers) and of the frontend during a cell, over its images. "
-        'NIXL MB per image: the frontend\'s `pixelwire_frontend_pixel_bytes_total{path="nixl"}`. '
+        'NIXL MB per image: the frontend\'s `pixelwire_frontend_pixel_bytes_total{path="nixl"}`, '
+        "height x width x channels (RGB crosses NIXL at 4 bytes a pixel: a third more). "
         "TTFT: until the first streamed chunk.",
         f"- Run: {env.get('wall_s', 0):.0f} s in all, servers ready after {env.get('startup_s', 0):.0f} s.",
         "",
