@@ -1,8 +1,10 @@
 """The built wheel is complete on its own: installed into a fresh virtualenv
-with nothing but `pip install <wheel>` and the lean NIXL runtime, its
-command-line tool decodes corpus files, runs the demo over NIXL and reports
-its version. `make test` builds the wheel and passes it as PIXELWIRE_WHEEL;
-plain pytest uses the newest wheel in dist/ and skips when there is none."""
+by the README's own install commands, run as written (`pip install` of the
+wheel and of the lean NIXL runtime, `pixelwire --version`), its
+command-line tool decodes corpus files and folders, runs the demo over NIXL
+and reports its version. `make test` builds the wheel and passes it as
+PIXELWIRE_WHEEL; plain pytest uses the newest wheel in dist/ and skips when
+there is none."""
 
 from __future__ import annotations
 
@@ -20,10 +22,20 @@ import pytest
 from reference import CORPUS
 
 ROOT = Path(__file__).resolve().parent.parent
-# The same lean runtime as the Makefile and the README: the C library and
-# UCX plug-in, without the wheel's torch requirement.
-NIXL_RUNTIME = "nixl-cu12==1.5.1"
 DECODE_FILES = ["flower2.jpg", "hopper.png", "flower.webp", "transparent.gif"]
+
+
+def readme_install_commands() -> list[str]:
+    """The shell commands of the README's first code block under
+    "## Install", in order, their comments taken off."""
+    section = (ROOT / "README.md").read_text().split("\n## Install\n", 1)[1].split("\n## ", 1)[0]
+    commands: list[str] = []
+    for line in section.splitlines():
+        if line.startswith("    "):
+            commands.append(line.split(" #", 1)[0].strip())
+        elif commands and line.strip():
+            break  # the block is over
+    return commands
 
 
 def _wheel() -> Path | None:
@@ -74,9 +86,19 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FreshVenv]:
     started = time.monotonic()
     subprocess.run([sys.executable, "-m", "venv", str(root / "venv")], check=True, timeout=120)
     fresh = FreshVenv(wheel=wheel, bin=root / "venv" / "bin", env=env, cwd=root)
-    fresh.ok(str(fresh.bin / "python"), "-m", "pip", "install", "-q", str(wheel), timeout=600)
-    fresh.ok(str(fresh.bin / "python"), "-m", "pip", "install", "-q", "--no-deps", NIXL_RUNTIME, timeout=600)
-    print(f"fresh venv with {wheel.name} and {NIXL_RUNTIME}: {time.monotonic() - started:.1f} s")
+    # The README's install block as a user types it, with the venv's pip
+    # and pixelwire first on PATH; `make wheel` made the wheel under test.
+    shell_env = {**env, "PATH": f"{fresh.bin}{os.pathsep}{env.get('PATH', '')}"}
+    commands = [c for c in readme_install_commands() if not c.startswith("make wheel")]
+    assert commands and commands[0].startswith("pip install dist/pixelwire-"), commands
+    for command in commands:
+        line = command.replace("dist/pixelwire-*.whl", str(wheel))
+        done = subprocess.run(
+            ["bash", "-c", line], cwd=root, env=shell_env, capture_output=True, text=True, timeout=600
+        )
+        output = f"{done.stdout}\n{done.stderr}"
+        assert done.returncode == 0, f"README: {command!r} exited {done.returncode}:\n{output}"
+    print(f"fresh venv from the README's install block ({commands}): {time.monotonic() - started:.1f} s")
     yield fresh
 
 
@@ -119,6 +141,16 @@ def test_wheel_decodes_corpus_files(venv: FreshVenv) -> None:
     assert len(lines) == len(files), out
     for name, line in zip(DECODE_FILES, lines, strict=True):
         assert line.split()[0] == name and re.search(r"\b\d+x\d+x3\b", line), line
+
+
+def test_wheel_decodes_a_folder(venv: FreshVenv, tmp_path: Path) -> None:
+    """`pixelwire decode DIR` takes the images in a folder, as `demo` does."""
+    for name in DECODE_FILES[:2]:
+        if not (CORPUS / name).is_file():
+            pytest.skip(f"corpus file missing: {name}")
+        (tmp_path / name).write_bytes((CORPUS / name).read_bytes())
+    out = venv.ok(str(venv.bin / "pixelwire"), "decode", str(tmp_path))
+    assert sorted(line.split()[0] for line in out.strip().splitlines()[1:]) == sorted(DECODE_FILES[:2]), out
 
 
 def test_wheel_runs_the_demo_over_nixl(venv: FreshVenv) -> None:

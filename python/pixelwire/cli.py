@@ -3,22 +3,104 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import importlib.metadata
 import json
 import logging
 import os
 import sys
+import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 from pixelwire import config
 from pixelwire._native import PixelwireError, decode_image, probe_image
 
+# What `decode` and `demo` take from a folder: the file types pixelwire decodes.
+IMAGE_SUFFIXES = frozenset(
+    {".jpg", ".jpeg", ".png", ".gif", ".webp", ".bmp", ".tif", ".tiff", ".ico", ".tga", ".ppm", ".qoi"}
+)
+# The benchmarks: their module (imported only when that benchmark runs or
+# shows its help) and their one-line help.
+BENCHES = {
+    "transfer": ("pixelwire.bench.transfer", "frontend-to-worker NIXL transfer, two processes"),
+    "serve": (
+        "pixelwire.bench.serve",
+        "real vLLM servers with and without the frontend under load: latency, CPU, bytes, charts",
+    ),
+}
+
+
+class CommandError(Exception):
+    """A mistake in how a command was called or set up: printed as one line
+    (``pixelwire <command>: error: ...``), exit status 2, no traceback."""
+
+
+def image_files(paths: list[Path]) -> list[Path]:
+    """``paths`` with each folder replaced by the image files in it (by
+    suffix, sorted; not its subfolders). A path that does not exist, or a
+    folder without images, is a :class:`CommandError`."""
+    files: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            found = sorted(p for p in path.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
+            if not found:
+                raise CommandError(
+                    f"{path} holds no image files (looked for {', '.join(sorted(IMAGE_SUFFIXES))})"
+                )
+            files += found
+        elif path.is_file():
+            files.append(path)
+        else:
+            raise CommandError(f"{path}: no such file or folder")
+    return files
+
+
+def _size(text: str) -> int:
+    """An argparse type: :func:`pixelwire.config.parse_bytes`, its message kept."""
+    try:
+        return config.parse_bytes(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+class _HelpFormatter(argparse.HelpFormatter):
+    """Descriptions by paragraph (each filled to the width, a list kept as
+    written), and each option's default after its help unless the help
+    names it already."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        paragraphs = []
+        for paragraph in text.strip().split("\n\n"):
+            lines = paragraph.splitlines()
+            if any(line.lstrip().startswith("- ") for line in lines):
+                paragraphs.append("\n".join(indent + line for line in lines))
+            else:
+                paragraphs.append(
+                    textwrap.fill(
+                        " ".join(paragraph.split()), width, initial_indent=indent, subsequent_indent=indent
+                    )
+                )
+        return "\n\n".join(paragraphs)
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if (
+            not action.option_strings
+            or "default" in text
+            or action.default in (None, False, argparse.SUPPRESS)
+        ):
+            return text
+        shown = ", ".join(map(str, action.default)) if isinstance(action.default, list) else "%(default)s"
+        return f"{text} (default: {shown})"
+
 
 def _decode(paths: list[Path], mode: str) -> int:
+    files = image_files(paths)
     failures = 0
     print(f"{'file':40} {'format':6} {'shape':>16} {'decode ms':>10}")
-    for path in paths:
+    for path in files:
         data = path.read_bytes()
         try:
             info = probe_image(data)
@@ -31,7 +113,7 @@ def _decode(paths: list[Path], mode: str) -> int:
             continue
         shape = "x".join(str(n) for n in pixels.shape)
         print(f"{path.name[:40]:40} {info['format']:6} {shape:>16} {elapsed:10.2f}")
-    return 1 if failures == len(paths) else 0
+    return 1 if failures == len(files) else 0
 
 
 def _frontend(args: argparse.Namespace) -> int:
@@ -46,9 +128,12 @@ def _frontend(args: argparse.Namespace) -> int:
     resize = video_resize = video_loader = None
     if args.model:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-        resize = ResizePolicy.from_pretrained(args.model, args.mm_processor_kwargs)
-        video_resize = video_resize_policy(args.model, args.mm_processor_kwargs)
-        video_loader = model_video_loader(args.model)
+        try:
+            resize = ResizePolicy.from_pretrained(args.model, args.mm_processor_kwargs)
+            video_resize = video_resize_policy(args.model, args.mm_processor_kwargs)
+            video_loader = model_video_loader(args.model)
+        except (OSError, ValueError) as error:
+            raise CommandError(f"--model {args.model}: {error}") from None
     config = FrontendConfig.from_env(
         args.upstream,
         decode_at=args.decode_at,
@@ -75,44 +160,66 @@ def _frontend(args: argparse.Namespace) -> int:
         max_json_values=args.max_json_values,
         resize=resize,
         api_keys=args.api_key,
+        access_log=args.access_log or None,
     )
     frontend.run(config, args.host, args.port)
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="pixelwire", description=__doc__)
+def _selected_bench(argv: list[str]) -> str | None:
+    """The benchmark ``argv`` names (``bench serve ...``), if any: only its
+    module is imported to add its options."""
+    words = [word for word in argv if not word.startswith("-")]
+    return words[1] if len(words) > 1 and words[0] == "bench" and words[1] in BENCHES else None
+
+
+def build_parser(argv: list[str]) -> argparse.ArgumentParser:
+    """The parser for ``argv``: every command, and the options of the one
+    benchmark ``argv`` names (the others' modules stay unimported)."""
+    parser = argparse.ArgumentParser(prog="pixelwire", description=__doc__, formatter_class=_HelpFormatter)
     version = importlib.metadata.version("pixelwire")
     parser.add_argument("--version", action="version", version=f"%(prog)s {version}")
     commands = parser.add_subparsers(dest="command", required=True)
-    decode = commands.add_parser("decode", help="decode image files and print format, shape and time")
-    decode.add_argument("files", nargs="+", type=Path)
-    decode.add_argument("--mode", default="RGB", choices=config.DECODED_MODES)
-    demo = commands.add_parser("demo", help="frontend and worker processes moving images over NIXL")
-    demo.add_argument("paths", nargs="*", type=Path, help="image files or folders (default: generated)")
+    decode = commands.add_parser(
+        "decode",
+        help="decode image files and print format, shape and time",
+        description="Decodes image files (a folder: the images in it) and prints format, shape and time.",
+        formatter_class=_HelpFormatter,
+    )
+    decode.add_argument("files", nargs="+", type=Path, help="image files or folders of them")
+    decode.add_argument("--mode", default="RGB", choices=config.DECODED_MODES, help="the mode decoded into")
+    demo = commands.add_parser(
+        "demo",
+        help="frontend and worker processes moving images over NIXL",
+        description="A publisher process (what the frontend runs) publishes images over NIXL; this "
+        "process reads them as a vLLM worker would, checks every pixel and prints a table. Needs NIXL's "
+        "runtime: pip install --no-deps nixl-cu12==1.5.1.",
+        formatter_class=_HelpFormatter,
+    )
+    demo.add_argument(
+        "paths", nargs="*", type=Path, help="image files or folders of them (default: generated images)"
+    )
     demo.add_argument("--per-size", type=int, default=20, help="generated images of each size")
-    bench = commands.add_parser("bench", help="benchmarks")
+    bench = commands.add_parser("bench", help="benchmarks", formatter_class=_HelpFormatter)
     benches = bench.add_subparsers(dest="which", required=True)
-    from pixelwire.bench import transfer as bench_transfer
-
-    bench_transfer.add_arguments(
-        benches.add_parser(
-            "transfer",
-            help="frontend-to-worker NIXL transfer, two processes",
-            description=(bench_transfer.__doc__ or "").split("\n\n")[0],
-        )
+    selected = _selected_bench(argv)
+    for name, (module_name, summary) in BENCHES.items():
+        sub = benches.add_parser(name, help=summary, formatter_class=_HelpFormatter)
+        if name == selected:
+            module = importlib.import_module(module_name)
+            sub.description = module.__doc__
+            module.add_arguments(sub)
+    front = commands.add_parser(
+        "frontend",
+        help="OpenAI-compatible proxy that decodes images for vLLM",
+        description="An OpenAI-compatible proxy in front of vLLM: it fetches and decodes each request's "
+        "images and hands vLLM's pixelwire plug-in the pixels over NIXL (or, with --decode-at worker, "
+        "the images to decode itself).",
+        formatter_class=_HelpFormatter,
     )
-    from pixelwire.bench import serve as bench_serve
-
-    bench_serve.add_arguments(
-        benches.add_parser(
-            "serve",
-            help="real vLLM servers with and without the frontend under load: latency, CPU, bytes, charts",
-            description=(bench_serve.__doc__ or "").split("\n\n")[0],
-        )
+    front.add_argument(
+        "--upstream", required=True, help="the vLLM server, e.g. http://127.0.0.1:8000 (required)"
     )
-    front = commands.add_parser("frontend", help="OpenAI-compatible proxy that decodes images for vLLM")
-    front.add_argument("--upstream", required=True, help="the vLLM server, e.g. http://127.0.0.1:8000")
     front.add_argument(
         "--host",
         default="0.0.0.0",
@@ -135,16 +242,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     front.add_argument(
         "--pool-bytes",
-        type=int,
+        type=_size,
         default=None,
-        help=f"registered pixel pool (default: PIXELWIRE_POOL_BYTES, else {config.POOL_BYTES >> 20} MiB)",
+        help="registered pixel pool, in bytes or with a unit (512MiB, 1GiB, 2G) (default: "
+        f"PIXELWIRE_POOL_BYTES, else {config.POOL_BYTES >> 20}MiB)",
     )
     front.add_argument(
         "--region-bytes",
-        type=int,
+        type=_size,
         default=None,
         help="the pool grows by registered regions of this size (default: PIXELWIRE_REGION_BYTES, else "
-        f"{config.REGION_BYTES >> 20} MiB; larger images: their own)",
+        f"{config.REGION_BYTES >> 20}MiB; larger images: their own)",
     )
     front.add_argument(
         "--lease-seconds",
@@ -158,30 +266,34 @@ def main(argv: list[str] | None = None) -> int:
         type=json.loads,
         default={},
         help="the same JSON as vLLM's --media-io-kwargs; its 'image' and 'video' parts are used (a "
-        "video is sampled here only when the loader is known: 'video_backend' here, or --model)",
+        "video is sampled here only when the loader is known: 'video_backend' here, or --model) "
+        "(default: none)",
     )
     front.add_argument(
         "--allowed-domains",
         nargs="+",
         default=None,
-        help="hosts images may come from ('*.example.com' for subdomains)",
+        help="hosts images may come from ('*.example.com' for subdomains) (default: any public host)",
     )
     front.add_argument(
         "--allow-private",
         action="store_true",
-        help="let image URLs reach private, loopback and link-local addresses",
+        help="let image URLs reach private, loopback and link-local addresses (also "
+        "PIXELWIRE_ALLOW_PRIVATE=1; worker mode: set it on vLLM too)",
     )
     front.add_argument(
         "--model",
         default=None,
         help="the model vLLM serves (a folder or a Hub id): images ship at the size its image processor "
-        "resizes to (only its preprocessor_config.json is read)",
+        "resizes to (only its preprocessor_config.json is read; default: none, images ship at their "
+        "decoded size)",
     )
     front.add_argument(
         "--mm-processor-kwargs",
         type=json.loads,
         default=None,
-        help="the same JSON as vLLM's --mm-processor-kwargs (e.g. '{\"max_pixels\": 1003520}')",
+        help="the same JSON as vLLM's --mm-processor-kwargs (e.g. '{\"max_pixels\": 1003520}'; "
+        "default: none)",
     )
     front.add_argument(
         "--upstream-timeout",
@@ -192,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     front.add_argument(
         "--max-request-bytes",
-        type=int,
+        type=_size,
         default=config.MAX_REQUEST_BYTES,
         help=f"request body cap, 413 above it (default {config.MAX_REQUEST_BYTES >> 20} MiB: OpenAI's "
         "50 MB request payload fits)",
@@ -214,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     front.add_argument(
         "--max-image-bytes-per-request",
-        type=int,
+        type=_size,
         default=config.MAX_IMAGE_BYTES_PER_REQUEST,
         help="encoded image bytes in one request, 400 above it: data: URLs counted before any work, "
         f"fetched images as they arrive (default {config.MAX_IMAGE_BYTES_PER_REQUEST >> 20} MiB)",
@@ -229,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     front.add_argument(
         "--max-video-bytes",
-        type=int,
+        type=_size,
         default=config.MAX_VIDEO_BYTES,
         help=f"encoded bytes of one video, 400 above it (default {config.MAX_VIDEO_BYTES >> 20} MiB)",
     )
@@ -248,7 +360,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     front.add_argument(
         "--max-video-frame-bytes",
-        type=int,
+        type=_size,
         default=config.MAX_VIDEO_FRAME_BYTES,
         help=f"bytes of one video's sampled RGB frames, 400 above it, before any is decoded (default "
         f"{config.MAX_VIDEO_FRAME_BYTES >> 20} MiB, and never more than --pool-bytes)",
@@ -266,21 +378,39 @@ def main(argv: list[str] | None = None) -> int:
         help="skip the handshake: never refuse image requests for the upstream worker's settings "
         "(connector, version, secret, resize, private-address policy)",
     )
-    args = parser.parse_args(argv)
+    front.add_argument(
+        "--access-log",
+        action="store_true",
+        help="log a line per request: method, path, status, bytes sent, milliseconds, media count "
+        "(never a body or a header; also PIXELWIRE_ACCESS_LOG=1; default: off)",
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser(argv).parse_args(argv)
     # NIXL logs every connection event at INFO; keep the tables readable.
     os.environ.setdefault("NIXL_LOG_LEVEL", "WARN")
+    try:
+        return _run(args)
+    except CommandError as error:
+        print(f"pixelwire {args.command}: error: {error}", file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace) -> int:
     if args.command == "decode":
         return _decode(args.files, args.mode)
     if args.command == "demo":
         from pixelwire import demo as demo_module
 
-        return demo_module.main(args.paths, args.per_size)
+        return demo_module.main(image_files(args.paths), args.per_size)
     if args.command == "frontend":
         return _frontend(args)
-    if args.command == "bench" and args.which == "serve":
-        return bench_serve.run(args)
     if args.command == "bench":
-        return bench_transfer.run(args)
+        module: Any = importlib.import_module(BENCHES[args.which][0])
+        return int(module.run(args))
     return 2
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -143,6 +144,10 @@ PUBLISH_THREADS = max(1, (os.cpu_count() or 1) - 1)
 # among requests, decodes; a cancelled call ends within about one image.
 PUBLISH_CALLS = 64
 UPSTREAM_TIMEOUT = 600.0
+# One log line a request (method, path, status, bytes, milliseconds, media):
+# off unless asked for (--access-log, PIXELWIRE_ACCESS_LOG=1), since a busy
+# frontend's log would be mostly these.
+ACCESS_LOG = False
 CONNECT_TIMEOUT = 10.0
 # The start-up handshake (pixelwire.frontend.upstream_watch): the frontend
 # reads the worker's settings from vLLM's /metrics every HANDSHAKE_INTERVAL
@@ -210,6 +215,58 @@ def env_float(name: str, default: float) -> float:
         return float(value)
     except ValueError:
         raise ValueError(f"{name}={value!r} is not a number") from None
+
+
+# Size units: binary (KiB, MiB, GiB, TiB: powers of 1024) and decimal (kB,
+# MB, GB, TB: powers of 1000), as Kubernetes spells quantities; the B is
+# optional and the case ignored, so 1GiB, 1gi and 1 GiB are one size and 2G
+# is 2,000,000,000 bytes.
+_SIZE_UNITS = {
+    "": 1,
+    "k": 10**3,
+    "m": 10**6,
+    "g": 10**9,
+    "t": 10**12,
+    "ki": 1 << 10,
+    "mi": 1 << 20,
+    "gi": 1 << 30,
+    "ti": 1 << 40,
+}
+_SIZE = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-z]{0,2}?)b?\s*", re.IGNORECASE)
+
+
+def parse_bytes(text: str | int) -> int:
+    """A size in bytes: a whole number of bytes, or a number with a unit
+    (``512MiB``, ``1GiB``, ``2G``, ``1.5 GB``: see ``_SIZE_UNITS``); the one
+    parser of every ``*_bytes`` option and variable. ``ValueError`` for
+    anything else, negative sizes included."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        if text < 0:
+            raise ValueError(f"a size cannot be negative: {text}")
+        return text
+    match = _SIZE.fullmatch(str(text))
+    unit = _SIZE_UNITS.get(match.group(2).lower()) if match else None
+    if match is None or unit is None:
+        raise ValueError(
+            f"{text!r} is not a size: give bytes (268435456) or a number with a unit "
+            "(KiB, MiB, GiB, TiB: powers of 1024; kB, MB, GB, TB: powers of 1000; e.g. 256MiB, 1GiB)"
+        )
+    number = match.group(1)
+    if "." not in number:
+        return int(number) * unit
+    return round(float(number) * unit)
+
+
+def env_bytes(name: str, default: int) -> int:
+    """A size variable (:func:`parse_bytes`: units allowed); unset or empty
+    is the default."""
+    value = os.environ.get(name)
+    if not value:
+        return default
+    try:
+        return parse_bytes(value)
+    except ValueError as error:
+        raise ValueError(f"{name}: {error}") from None
 
 
 def env_flag(name: str, default: bool) -> bool:
@@ -337,8 +394,8 @@ class PublisherSettings:
         ``PIXELWIRE_LEASE_SECONDS``, ``PIXELWIRE_ACQUIRE_TIMEOUT``,
         ``PIXELWIRE_PUBLISH_THREADS``."""
         return cls(
-            pool_bytes=env_int("PIXELWIRE_POOL_BYTES", POOL_BYTES),
-            region_bytes=env_int("PIXELWIRE_REGION_BYTES", REGION_BYTES),
+            pool_bytes=env_bytes("PIXELWIRE_POOL_BYTES", POOL_BYTES),
+            region_bytes=env_bytes("PIXELWIRE_REGION_BYTES", REGION_BYTES),
             lease_seconds=env_float("PIXELWIRE_LEASE_SECONDS", LEASE_SECONDS),
             acquire_timeout=env_float("PIXELWIRE_ACQUIRE_TIMEOUT", ACQUIRE_TIMEOUT),
             publish_threads=env_int("PIXELWIRE_PUBLISH_THREADS", PUBLISH_THREADS),
@@ -398,17 +455,17 @@ class ReaderSettings:
         return cls(
             timeout=env_float("PIXELWIRE_READ_TIMEOUT", READ_TIMEOUT),
             verify=env_flag("PIXELWIRE_VERIFY", True),
-            pool_bytes=env_int("PIXELWIRE_READER_POOL_BYTES", POOL_BYTES),
-            region_bytes=env_int("PIXELWIRE_READER_REGION_BYTES", REGION_BYTES),
+            pool_bytes=env_bytes("PIXELWIRE_READER_POOL_BYTES", POOL_BYTES),
+            region_bytes=env_bytes("PIXELWIRE_READER_REGION_BYTES", REGION_BYTES),
             progress_thread=env_flag("PIXELWIRE_READER_PROGRESS_THREAD", READER_PROGRESS_THREAD),
             read_threads=env_int("PIXELWIRE_READ_THREADS", READ_THREADS),
-            split_min_bytes=env_int("PIXELWIRE_READ_SPLIT_MIN_BYTES", READ_SPLIT_MIN_BYTES),
-            chunk_bytes=env_int("PIXELWIRE_READ_CHUNK_BYTES", READ_CHUNK_BYTES),
+            split_min_bytes=env_bytes("PIXELWIRE_READ_SPLIT_MIN_BYTES", READ_SPLIT_MIN_BYTES),
+            chunk_bytes=env_bytes("PIXELWIRE_READ_CHUNK_BYTES", READ_CHUNK_BYTES),
             hash_threads=env_int("PIXELWIRE_HASH_THREADS", HASH_THREADS),
-            inline_bytes=env_int("PIXELWIRE_READ_INLINE_BYTES", READ_INLINE_BYTES),
+            inline_bytes=env_bytes("PIXELWIRE_READ_INLINE_BYTES", READ_INLINE_BYTES),
             inline_wait=env_float("PIXELWIRE_READ_INLINE_WAIT", READ_INLINE_WAIT),
             cuda_staging=cuda_staging(os.environ.get("PIXELWIRE_CUDA_STAGING")),
-            cuda_chunk_bytes=env_int("PIXELWIRE_CUDA_CHUNK_BYTES", CUDA_CHUNK_BYTES),
+            cuda_chunk_bytes=env_bytes("PIXELWIRE_CUDA_CHUNK_BYTES", CUDA_CHUNK_BYTES),
         )
 
 
@@ -473,6 +530,8 @@ class FrontendConfig:
     # strings count too; base64 has none, and ordinary prose needs ~30 MB
     # to reach the default).
     max_json_values: int = MAX_JSON_VALUES
+    # A line a request on the "pixelwire.frontend.access" logger.
+    access_log: bool = ACCESS_LOG
 
     @classmethod
     def from_env(cls, upstream: str, **settings: Any) -> FrontendConfig:
@@ -480,7 +539,8 @@ class FrontendConfig:
         ``PIXELWIRE_DECODE_AT``, ``PIXELWIRE_POOL_BYTES``,
         ``PIXELWIRE_REGION_BYTES``, ``PIXELWIRE_LEASE_SECONDS``,
         ``PIXELWIRE_PUBLISH_THREADS``, ``PIXELWIRE_ALLOW_PRIVATE``,
-        ``PIXELWIRE_SECRET`` and ``VLLM_API_KEY``, else the defaults."""
+        ``PIXELWIRE_SECRET``, ``VLLM_API_KEY`` and ``PIXELWIRE_ACCESS_LOG``,
+        else the defaults."""
         given = {name: value for name, value in settings.items() if value is not None}
         publisher = PublisherSettings.from_env()
         given["decode_at"] = decode_at(given.get("decode_at"))
@@ -491,4 +551,5 @@ class FrontendConfig:
         given["allow_private"] = bool(given.get("allow_private")) or allow_private_from_env()
         given.setdefault("secret", secret_from_env())
         given["api_keys"] = list(given.get("api_keys") or api_keys_from_env())
+        given["access_log"] = bool(given.get("access_log")) or env_flag("PIXELWIRE_ACCESS_LOG", ACCESS_LOG)
         return cls(upstream=upstream, **given)

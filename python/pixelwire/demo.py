@@ -1,10 +1,12 @@
 """`pixelwire demo`: a publisher process (what the frontend runs) publishes images over NIXL, this
-process reads them as the worker, checks every pixel and prints a table."""
+process reads them as the worker, checks every pixel and prints a table: a row per size of the
+generated images, or a row per file given."""
 
 from __future__ import annotations
 
 import asyncio
 import statistics
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -13,10 +15,10 @@ from pathlib import Path
 import numpy as np
 
 import pixelwire
+from pixelwire.nixl import ensure_nixl
 from pixelwire.publisher_process import PublisherProcess
 
 SIZES = [(320, 240), (640, 480), (1280, 720), (1920, 1080), (3840, 2160)]
-SUFFIXES = {".jpg", ".jpeg", ".png", ".gif", ".webp", ".bmp", ".tif", ".tiff", ".ico", ".tga", ".ppm", ".qoi"}
 
 
 def generated_image(width: int, height: int, seed: int) -> bytes:
@@ -38,9 +40,11 @@ class Group:
     nbytes: int = 0
 
 
-def _inputs(paths: list[Path], per_size: int, scratch: Path) -> list[tuple[str, Path]]:
-    """(label, file) pairs; generated images are written to `scratch`."""
-    if not paths:
+def _inputs(files: list[Path], per_size: int, scratch: Path) -> list[tuple[str, Path]]:
+    """(label, file) pairs, a row of the table per label: each generated
+    size (its images written to `scratch`), or each file given, by name
+    (by its path where two share a name)."""
+    if not files:
         out = []
         for w, h in SIZES:
             for seed in range(per_size):
@@ -48,13 +52,8 @@ def _inputs(paths: list[Path], per_size: int, scratch: Path) -> list[tuple[str, 
                 file.write_bytes(generated_image(w, h, seed))
                 out.append((f"{w}x{h}", file))
         return out
-    files: list[Path] = []
-    for path in paths:
-        if path.is_dir():
-            files += sorted(p for p in path.iterdir() if p.suffix.lower() in SUFFIXES)
-        else:
-            files.append(path)
-    return [(p.name, p) for p in files]
+    names = [p.name for p in files]
+    return [(p.name if names.count(p.name) == 1 else str(p), p) for p in files]
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -110,17 +109,24 @@ async def _run(
                 print(f"{label}: PIXELS DIFFER")
                 failures += 1
                 continue
-            name = label if label[0].isdigit() else "files"
-            group = groups.setdefault(name, Group(name))
+            group = groups.setdefault(label, Group(label))
             group.latencies.append(done - start)
             group.read_seconds.append(done - read_start)
             group.nbytes += got.nbytes
     return groups, failures
 
 
-def main(paths: list[Path], per_size: int = 20) -> int:
+def main(files: list[Path], per_size: int = 20) -> int:
+    """Runs the demo over `files` (image files; none: `per_size` generated
+    images of each of SIZES). Without NIXL's runtime it says what to
+    install, on one line, and returns 2."""
+    try:
+        ensure_nixl()  # before the publisher process, which would die of it
+    except pixelwire.TransferError as missing:
+        print(f"pixelwire demo: error: {missing}", file=sys.stderr)
+        return 2
     with tempfile.TemporaryDirectory(prefix="pixelwire-demo-") as scratch:
-        inputs = _inputs(paths, per_size, Path(scratch))
+        inputs = _inputs(files, per_size, Path(scratch))
         print(f"pixelwire {pixelwire.__version__}: {len(inputs)} images, publisher process -> worker, NIXL")
         publisher = PublisherProcess(pool_bytes=512 << 20)
         try:
@@ -128,7 +134,8 @@ def main(paths: list[Path], per_size: int = 20) -> int:
             stats = publisher.stats()
         finally:
             publisher.close()
-    print(f"\n{'images':>14} {'count':>6} {'MB':>9} {'p50 ms':>8} {'p99 ms':>8} {'read GB/s':>10}")
+    width = max([14, *(len(label) for label in groups)])
+    print(f"\n{'images':>{width}} {'count':>6} {'MB':>9} {'p50 ms':>8} {'p99 ms':>8} {'read GB/s':>10}")
     every = Group("all")
     for group in groups.values():
         every.latencies += group.latencies
@@ -138,7 +145,7 @@ def main(paths: list[Path], per_size: int = 20) -> int:
         if not group.latencies:
             continue
         print(
-            f"{group.label:>14} {len(group.latencies):6d} {group.nbytes / 1e6:9.1f}"
+            f"{group.label:>{width}} {len(group.latencies):6d} {group.nbytes / 1e6:9.1f}"
             f" {_pct(group.latencies, 0.5) * 1e3:8.2f} {_pct(group.latencies, 0.99) * 1e3:8.2f}"
             f" {group.nbytes / sum(group.read_seconds) / 1e9:10.2f}"
         )

@@ -23,17 +23,18 @@ _HELP = {
         "or vllm (handed to vLLM's own loader)",
     },
     "pixel_bytes": {
-        "frontend": "Pixel bytes published, by path, as they sit in the pool after any model-aware resize "
-        "(RGB takes 4 bytes a pixel there: Pillow's RGBX layout); 0 for passthrough",
-        "worker": "Pixel bytes handled, by path: as read over NIXL on nixl (4 bytes a pixel for RGB, "
-        "the frontend's RGBX layout), the decoded array's bytes on url (3 for RGB); after any "
-        "model-aware resize; 0 for vllm",
+        "frontend": "Pixel bytes published, by path, at the size shipped (after any model-aware resize), "
+        "counted at one byte a channel: height x width x channels (3 a pixel for RGB, whatever layout "
+        "the pool holds them in); 0 for passthrough",
+        "worker": "Pixel bytes handled, by path (read over NIXL on nixl, decoded here on url), at the "
+        "size handed to vLLM (after any model-aware resize), counted at one byte a channel: height x "
+        "width x channels (3 a pixel for RGB, whatever layout moved them); 0 for vllm",
     },
     "source_pixel_bytes": {
         "frontend": "Pixel bytes of the same images at their decoded size, before any model-aware resize, "
-        "in the same layout as pixel_bytes",
+        "counted as pixel_bytes (height x width x channels)",
         "worker": "Pixel bytes of the same images at their decoded size, before any model-aware resize, "
-        "in the same layout as pixel_bytes",
+        "counted as pixel_bytes (height x width x channels)",
     },
     "decode_seconds": {
         "frontend": "Seconds per published image (path nixl), from the start of its fetch to the end of "
@@ -137,6 +138,17 @@ class ImageMetrics:
         """One video: `nbytes` of sampled frames."""
         self.videos.labels(path=path).inc()
         self.video_frame_bytes.labels(path=path).inc(nbytes)
+
+    def handled_image(
+        self, path: str, shape: tuple[int, int, int], source_size: tuple[int, int] | None = None
+    ) -> None:
+        """One image of ``shape`` (H, W, C) shipped, ``source_size`` (H, W;
+        default its own) at its decoded size: counted at C bytes a pixel,
+        whatever layout held or moved its pixels (RGBX takes 4), so that
+        every path and both roles count the same image alike."""
+        height, width, channels = shape
+        source_height, source_width = source_size if source_size is not None else (height, width)
+        self.handled(path, height * width * channels, source_height * source_width * channels)
 
     def failed(self, error: BaseException) -> None:
         self.errors.labels(type=type(error).__name__).inc()

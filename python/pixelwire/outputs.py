@@ -14,6 +14,21 @@ from pixelwire.descriptor import CHANNEL_MODES
 OUTPUTS: tuple[Output, ...] = ("pil", "numpy", "torch")
 
 
+def pillow() -> Any:
+    """Pillow's ``PIL.Image``, which ``output="pil"`` needs; the package
+    does not (only its ``[pil]`` extra), so without it this says which
+    extra to install, or to ask for numpy."""
+    try:
+        from PIL import Image
+    except ImportError:
+        raise ModuleNotFoundError(
+            "output='pil' needs Pillow, which pixelwire installs only with its pil extra: "
+            "pip install 'pixelwire[pil]' (or ask for output='numpy')",
+            name="PIL",
+        ) from None
+    return Image
+
+
 def as_output(pixels: npt.NDArray[np.uint8], output: Output, device: str = "cpu") -> Any:
     """The (H, W, C) pixels as the caller asked: numpy, PIL or torch (on
     ``device``)."""
@@ -24,8 +39,7 @@ def as_output(pixels: npt.NDArray[np.uint8], output: Output, device: str = "cpu"
 
         tensor = torch.from_numpy(pixels)
         return tensor if device == "cpu" else tensor.to(device)
-    from PIL import Image
-
+    Image = pillow()
     c = pixels.shape[2]
     return Image.fromarray(pixels[:, :, 0] if c == 1 else pixels, CHANNEL_MODES[c])
 
@@ -37,10 +51,9 @@ def rgb_image_over(flat: npt.NDArray[np.uint8], width: int, height: int) -> Any:
     holds the buffer, hence the receive slot, until it is dropped.
     ``frombuffer`` itself maps only as mode RGBX, so it is the copying fallback
     should Pillow's internals change (the tests check mode, pixels, no copy)."""
-    from PIL import Image
-
+    Image = pillow()
     try:
-        core = Image.core  # type: ignore[attr-defined]
+        core = Image.core
         mapped = core.map_buffer(flat, (width, height), "raw", 0, ("RGB", 0, 1))
         image = Image.new("RGB", (0, 0))._new(mapped)
         if image.mode == "RGB" and image.size == (width, height):

@@ -19,7 +19,7 @@ from pixelwire import _native
 from pixelwire.config import Mode, Output, ReaderSettings
 from pixelwire.descriptor import Decoded, PassThrough, RemoteImage, parse_descriptor
 from pixelwire.nixl import ensure_nixl
-from pixelwire.outputs import OUTPUTS, as_output, rgb_image_over
+from pixelwire.outputs import OUTPUTS, as_output, pillow, rgb_image_over
 from pixelwire.publisher import default_fetcher
 
 if TYPE_CHECKING:
@@ -212,6 +212,7 @@ class Reader:
         """One call for both switch settings: a decoded descriptor is read
         over NIXL; a URL item is fetched with this reader's Fetcher (same
         guard) and decoded here with the same decoder, in `mode`."""
+        _check_output(output)
         if isinstance(item, PassThrough):
             url: Any = item.url
         else:
@@ -436,6 +437,8 @@ class Reader:
 def _check_output(output: str) -> None:
     if output not in OUTPUTS:
         raise ValueError(f"output must be 'pil', 'numpy' or 'torch', not {output!r}")
+    if output == "pil":
+        pillow()  # before any work: without Pillow, the error names the extra
 
 
 @functools.lru_cache(maxsize=64)

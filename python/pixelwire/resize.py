@@ -262,9 +262,13 @@ def _image_processor_config(model: str) -> dict[str, Any]:
         if not isinstance(config, dict):
             raise ValueError(f"{path} holds no image processor config")
         return config
+    if Path(model).expanduser().is_dir():
+        raise FileNotFoundError(f"{model!r}: the folder has no {' or '.join(_CONFIG_FILES)}")
     raise FileNotFoundError(
-        f"{model!r}: no {' or '.join(_CONFIG_FILES)} in the folder or the Hugging Face cache "
-        "(download it first: huggingface-cli download MODEL preprocessor_config.json)"
+        f"{model!r} is not a folder, and neither the Hugging Face cache nor the Hub had its "
+        f"{' or '.join(_CONFIG_FILES)} (the Hub is not asked with HF_HUB_OFFLINE=1 set, or without "
+        f"huggingface_hub installed): check the id, or download it first with `huggingface-cli download "
+        f"{model} preprocessor_config.json` (unset HF_HUB_OFFLINE for that), or give the model's folder"
     )
 
 

@@ -2,12 +2,14 @@
 real frontend: answers relayed (streams live, redirects handed back), other
 routes passed through, upstream failures answered (502, 504) and a dropped
 pooled connection retried once, a request's images freed when its client
-goes away, and clients without the API key refused before any work."""
+goes away, clients without the API key refused before any work, and the
+access log."""
 
 from __future__ import annotations
 
 import http.client
 import json
+import re
 import socket
 import urllib.error
 import urllib.request
@@ -210,3 +212,48 @@ def test_metrics_show_the_pool_capacity_and_request_seconds(frontend: stack.Serv
     assert stack.metric(after, "pixelwire_frontend_request_seconds_sum", route="chat") > 0
     helps = [line for line in after.splitlines() if line.startswith("# HELP pixelwire_frontend_")]
     assert helps and all(len(line.split(" ", 3)[3]) > 20 for line in helps), helps
+
+
+def test_the_access_log_has_a_line_per_request_without_body_or_key(
+    upstream: Upstream, tmp_path: Path
+) -> None:
+    """With --access-log, each request's line says method, path, status,
+    bytes, milliseconds and media count, a refused one too; the request's
+    body, query and Authorization header never reach the log. Without the
+    flag there is no such line."""
+    service = started_frontend(tmp_path, upstream.url, "--access-log", "--api-key", "secret-key-123")
+    try:
+        body = chat(stack.data_url("hopper.png"), stack.data_url("flower2.jpg"))
+        body["messages"][0]["content"].append({"type": "text", "text": "body-marker-456"})
+        raw = json.dumps(body).encode()
+        for key in ("secret-key-123", "wrong-key-789"):
+            connection = http.client.HTTPConnection("127.0.0.1", service.port, timeout=30)
+            headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+            connection.request("POST", "/v1/chat/completions?q=query-marker", body=raw, headers=headers)
+            response = connection.getresponse()
+            answer = response.read()
+            connection.close()
+        assert response.status == 401, answer
+        service.stop()
+        lines = [
+            line
+            for line in service.log.read_text().splitlines()
+            if "pixelwire.frontend.access" in line and "/v1/chat" in line  # not the readiness probes
+        ]
+        assert len(lines) == 2, lines
+        served, refused = (line.split("pixelwire.frontend.access: ", 1)[1] for line in lines)
+        assert re.fullmatch(r"POST /v1/chat/completions 201 \d+ bytes [\d.]+ ms 2 media", served), served
+        assert int(served.split()[3]) > 0
+        assert re.fullmatch(r"POST /v1/chat/completions 401 \d+ bytes [\d.]+ ms 0 media", refused), refused
+        log = service.log.read_text()
+        for secret in ("secret-key-123", "wrong-key-789", "body-marker-456", "query-marker"):
+            assert secret not in log
+    finally:
+        service.stop()
+    (tmp_path / "quiet").mkdir()
+    quiet = started_frontend(tmp_path / "quiet", upstream.url)
+    try:
+        assert post(quiet, chat(stack.data_url("hopper.png")))[0] == 201
+    finally:
+        quiet.stop()
+    assert "pixelwire.frontend.access" not in quiet.log.read_text()

@@ -170,8 +170,9 @@ def markdown(report: Report) -> str:
         "- CPU ms per image: user + system time of vLLM's API-server process, of all vLLM processes "
         "(API server, engine core and helpers) and of the frontend during a cell, over its images "
         "(for a video workload: per video). "
-        'NIXL MB per image: the frontend\'s `pixelwire_frontend_pixel_bytes_total{path="nixl"}` '
-        "(for videos `pixelwire_frontend_video_frame_bytes_total`). "
+        'NIXL MB per image: the frontend\'s `pixelwire_frontend_pixel_bytes_total{path="nixl"}`, '
+        "height x width x channels (RGB crosses NIXL at 4 bytes a pixel: a third more); for videos "
+        "`pixelwire_frontend_video_frame_bytes_total` (3 bytes a pixel, as they cross). "
         "TTFT: until the first streamed chunk.",
         f"- Run: {env.get('wall_s', 0):.0f} s in all, servers ready after {env.get('startup_s', 0):.0f} s.",
         "",

@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime
+import importlib.util
 import json
 import os
 import secrets
@@ -40,6 +41,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from pixelwire.config import parse_bytes
 
 PATHS = {
     "loader": "vLLM's loader",
@@ -59,7 +62,9 @@ LIMIT_MM = '{"image": 1, "video": 1}'
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from pixelwire.bench.inputs import WORKLOAD_KEYS
 
-    parser.add_argument("--model", required=True, help="the model vLLM serves (a folder or a Hub id)")
+    parser.add_argument(
+        "--model", required=True, help="the model vLLM serves (a folder or a Hub id; required)"
+    )
     parser.add_argument(
         "--photo",
         type=Path,
@@ -83,7 +88,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="a video the video workloads send (default: a 10 s 1080p H.264 made with the ffmpeg tool)",
     )
-    parser.add_argument("--paths", nargs="+", choices=list(PATHS), default=list(PATHS))
+    parser.add_argument(
+        "--paths",
+        nargs="+",
+        choices=list(PATHS),
+        default=list(PATHS),
+        help="the paths measured (default: all)",
+    )
     parser.add_argument(
         "--workloads",
         nargs="+",
@@ -91,7 +102,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="one input each, or mixed (all in turn); default: all, or --quick's",
     )
-    parser.add_argument("--concurrency", nargs="+", type=int, default=[1, 4, 16])
+    parser.add_argument(
+        "--concurrency", nargs="+", type=int, default=[1, 4, 16], help="streaming clients at once, per cell"
+    )
     parser.add_argument(
         "--duration", type=float, default=None, help="seconds of load a cell (default 8; --quick 3)"
     )
@@ -104,7 +117,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--mm-processor-kwargs",
         type=json.loads,
         default=None,
-        help="vLLM's --mm-processor-kwargs, given to both vLLMs, the plug-in and the resizing frontend",
+        help="vLLM's --mm-processor-kwargs, given to both vLLMs, the plug-in and the resizing frontend "
+        "(default: none)",
     )
     parser.add_argument(
         "--vllm-args",
@@ -114,7 +128,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-num-seqs", type=int, default=16, help="vLLM's --max-num-seqs")
     parser.add_argument(
         "--frontend-pool-bytes",
-        type=int,
+        type=parse_bytes,
         default=1 << 30,
         help="the frontends' --pool-bytes (default 1 GiB: 16 4K images in flight need ~530 MB)",
     )
@@ -125,7 +139,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="auto: the frontend in its own network namespace when possible, else loopback",
     )
     parser.add_argument("--no-pin", action="store_true", help="never pin processes to CPUs")
-    parser.add_argument("--startup-timeout", type=float, default=900.0)
+    parser.add_argument(
+        "--startup-timeout", type=float, default=900.0, help="seconds the servers may take to be ready"
+    )
 
 
 @dataclass
@@ -438,7 +454,23 @@ def _measure_all(
     return cells
 
 
+def missing_vllm() -> str | None:
+    """Why this interpreter cannot start the vLLM servers, or None: vLLM
+    is started with the same Python, so it must be importable here."""
+    if importlib.util.find_spec("vllm") is not None:
+        return None
+    return (
+        f"vLLM is not installed for {sys.executable}, and bench serve starts its vLLM servers with "
+        "this Python: run it from vLLM's virtualenv with pixelwire installed there "
+        "(<vllm-venv>/bin/pixelwire bench serve ...; `make bench-serve` sets one up)"
+    )
+
+
 def run(args: argparse.Namespace) -> int:
+    missing = missing_vllm()
+    if missing is not None:
+        print(f"pixelwire bench serve: error: {missing}", file=sys.stderr)
+        return 2
     from pixelwire.bench import report
     from pixelwire.bench.inputs import VIDEO_KEYS, make_inputs, make_video_inputs
     from pixelwire.bench.placement import network_for_run, plan_placement

@@ -269,7 +269,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="image sizes in MiB, comma-separated (default: " + ",".join(f"{s / MiB:g}" for s in SIZES) + ")",
     )
     parser.add_argument("--no-naive", action="store_true", help="skip the naive nixl Python API baseline")
-    parser.add_argument("--json", help="write the rows to this file")
+    parser.add_argument("--json", help="also write the rows to this JSON file (default: none)")
 
 
 def run(args: argparse.Namespace) -> int:

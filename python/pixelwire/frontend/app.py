@@ -34,6 +34,7 @@ from yarl import URL
 
 from pixelwire.config import FrontendConfig
 from pixelwire.fetch import Fetcher
+from pixelwire.frontend.access_log import access_log, note_media
 from pixelwire.frontend.errors import OpenAIError
 from pixelwire.frontend.inspect import (
     REWRITTEN_ROUTES,
@@ -153,8 +154,11 @@ class Frontend:
     # -- lifecycle -------------------------------------------------------------
 
     def app(self) -> web.Application:
+        # The access log outermost: it sees every answer as sent, a 401 too.
+        logged = [access_log] if self.config.access_log else []
         app = web.Application(
-            client_max_size=self.config.max_request_bytes, middlewares=[_json_errors, self._authenticate]
+            client_max_size=self.config.max_request_bytes,
+            middlewares=[*logged, _json_errors, self._authenticate],
         )
         app.router.add_get("/metrics", self.metrics_page)
         app.router.add_get("/health", self.health)
@@ -291,6 +295,7 @@ class Frontend:
         try:
             read = await self._read(request)
             body, parts = await self._off_loop(read, inspect_chat, read.raw)
+            note_media(len(parts))
             check_caps(self.config, parts)
             if parts:
                 # Refused while the worker's settings disagree with ours.

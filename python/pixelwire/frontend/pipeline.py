@@ -313,10 +313,8 @@ class MediaPipeline:
             else:
                 # Fetch and decode, as the request waited for them.
                 self.metrics.observe("nixl", done - item.started)
-                # Bytes at the decoded size, in the layout shipped.
-                source = outcome.resize["source"] if outcome.resize else outcome.shape[:2]
-                at_source = outcome.size * source[0] * source[1] // (outcome.shape[0] * outcome.shape[1])
-                self.metrics.handled("nixl", outcome.size, at_source)
+                source = outcome.resize["source"] if outcome.resize else None
+                self.metrics.handled_image("nixl", outcome.shape, source)
                 self.results[index] = encode_reference(outcome.to_dict(), self.config.secret)
 
     def _raise_first_failure(self) -> None:

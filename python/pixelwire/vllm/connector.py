@@ -432,10 +432,7 @@ class PixelwireMediaConnector(MediaConnector):
         latency = metrics.publish_to_read_seconds
         if latency is not None and remote.published_at is not None:
             latency.observe(max(0.0, time.time() - remote.published_at))
-        source_h, source_w = remote.source_size
-        metrics.handled(
-            "nixl", remote.size, remote.size * source_h * source_w // max(1, image.width * image.height)
-        )
+        metrics.handled_image("nixl", remote.shape, remote.source_size)
         # vLLM's hasher keys a MediaWithBytes image on its bytes (it neither
         # re-normalises it nor hashes its pixels): here the signed identity,
         # which no client can choose (the frontend takes out their uuids)

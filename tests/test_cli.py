@@ -1,0 +1,173 @@
+"""The `pixelwire` command line as a newcomer meets it: a user's mistake is
+one line saying what to do (exit status 2), never a traceback; every
+option says what it does and its default; sizes take units; building the
+parser imports no benchmark it does not run."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pixelwire import cli
+
+from reference import CORPUS
+
+ROOT = Path(__file__).resolve().parent.parent
+COMMANDS = [["decode"], ["demo"], ["frontend"], ["bench", "transfer"], ["bench", "serve"]]
+
+
+def _help_text(command: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    """What ``pixelwire COMMAND --help`` prints."""
+    with pytest.raises(SystemExit) as exited:
+        cli.main([*command, "--help"])
+    assert exited.value.code == 0
+    return capsys.readouterr().out
+
+
+def _options(text: str) -> dict[str, str]:
+    """Each option of a --help text: its invocation and its help."""
+    section = text.split("options:\n", 1)[1]
+    entries: dict[str, str] = {}
+    current = None
+    for line in section.splitlines():
+        if re.match(r"  -", line):
+            invocation, _, help_text = line.strip().partition("  ")
+            current = invocation
+            entries[current] = help_text.strip()
+        elif current is not None and line.strip():
+            entries[current] += " " + line.strip()
+    return entries
+
+
+def _cli(
+    *args: str, env: dict[str, str] | None = None, prelude: str = ""
+) -> subprocess.CompletedProcess[str]:
+    """``pixelwire ARGS`` in a fresh interpreter, after ``prelude``."""
+    code = f"{prelude}\nimport sys\nfrom pixelwire.cli import main\nsys.exit(main(sys.argv[1:]))"
+    return subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120, env=env, check=False
+    )
+
+
+def _one_line_error(done: subprocess.CompletedProcess[str], command: str) -> str:
+    assert done.returncode == 2, (done.returncode, done.stdout, done.stderr)
+    assert "Traceback" not in done.stderr, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"pixelwire {command}: error: "), done.stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=" ".join)
+def test_every_option_has_help_and_shows_its_default(
+    command: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    options = _options(_help_text(command, capsys))
+    assert options
+    for invocation, text in options.items():
+        assert text, f"{' '.join(command)} {invocation} has no help"
+        flag = " " not in invocation.split(",")[-1].strip()  # no metavar: on or off
+        if not flag and "required" not in text:
+            assert "default" in text, f"{' '.join(command)} {invocation}: no default shown in {text!r}"
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=" ".join)
+def test_every_description_ends_its_sentences(command: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    text = _help_text(command, capsys)
+    description = text.split("\n\n", 1)[1].split("options:", 1)[0].split("positional arguments:")[0]
+    assert description.strip(), f"{' '.join(command)} has no description"
+    assert description.strip()[-1] in ".)", (
+        f"{' '.join(command)}'s description stops at {description[-40:]!r}"
+    )
+
+
+def test_sizes_take_units() -> None:
+    parse = cli.build_parser(["frontend"]).parse_args
+    args = parse(["frontend", "--upstream", "http://u", "--pool-bytes", "1GiB", "--region-bytes", "64MiB"])
+    assert (args.pool_bytes, args.region_bytes) == (1 << 30, 64 << 20)
+    args = parse(["frontend", "--upstream", "http://u", "--max-request-bytes", "2G"])
+    assert args.max_request_bytes == 2_000_000_000
+    args = cli.build_parser(["bench", "serve"]).parse_args(
+        ["bench", "serve", "--model", "m", "--frontend-pool-bytes", "512MiB"]
+    )
+    assert args.frontend_pool_bytes == 512 << 20
+
+
+def test_a_size_without_a_known_unit_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["frontend", "--upstream", "http://u", "--pool-bytes", "1 gallon"])
+    assert exited.value.code == 2
+    assert "is not a size" in capsys.readouterr().err
+
+
+def test_building_the_parser_imports_only_the_benchmark_asked_for() -> None:
+    code = (
+        "import sys\nfrom pixelwire import cli\n"
+        "cli.build_parser(sys.argv[1:])\n"
+        "print(sorted(m for m in sys.modules if m.startswith('pixelwire.bench.')))"
+    )
+
+    def imported(*argv: str) -> str:
+        done = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, check=True)
+        return done.stdout.strip()
+
+    assert imported("decode", "x.png") == "[]"
+    assert imported("bench", "transfer") != "[]" and "pixelwire.bench.serve'" not in imported(
+        "bench", "transfer"
+    )
+    assert "pixelwire.bench.serve" in imported("bench", "serve")
+
+
+def test_decode_takes_a_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for name in ("hopper.png", "flower2.jpg"):
+        shutil.copy(CORPUS / name, tmp_path / name)
+    (tmp_path / "notes.txt").write_text("not an image")
+    assert cli.main(["decode", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "hopper.png" in out and "flower2.jpg" in out and "notes.txt" not in out
+
+
+def test_decode_of_a_missing_path_or_an_empty_folder_is_one_line(tmp_path: Path) -> None:
+    line = _one_line_error(_cli("decode", str(tmp_path / "nope.png")), "decode")
+    assert "nope.png: no such file or folder" in line
+    line = _one_line_error(_cli("decode", str(tmp_path)), "decode")
+    assert "holds no image files" in line
+
+
+def test_a_hub_model_missing_from_the_cache_names_the_download_and_hf_hub_offline(tmp_path: Path) -> None:
+    env = {
+        **dict(os.environ),
+        "HF_HUB_OFFLINE": "1",
+        "HF_HUB_CACHE": str(tmp_path / "hub"),
+        "HF_HOME": str(tmp_path / "hf"),
+    }
+    done = _cli("frontend", "--upstream", "http://127.0.0.1:9", "--model", "nobody/no-such-model", env=env)
+    line = _one_line_error(done, "frontend")
+    assert "nobody/no-such-model" in line and "HF_HUB_OFFLINE" in line
+    assert "huggingface-cli download nobody/no-such-model" in line
+
+
+def test_bench_serve_outside_vllms_environment_says_where_to_run_it() -> None:
+    hide_vllm = (
+        "import importlib.util as u\nreal = u.find_spec\n"
+        "u.find_spec = lambda name, *a: None if name == 'vllm' else real(name, *a)"
+    )
+    done = _cli("bench", "serve", "--model", "m", prelude=hide_vllm)
+    line = _one_line_error(done, "bench serve")
+    assert "vLLM is not installed" in line and "vLLM's virtualenv" in line
+
+
+def test_demo_without_nixl_says_what_to_install() -> None:
+    hide_nixl = (
+        "import importlib.util as u\nreal = u.find_spec\n"
+        "u.find_spec = lambda name, *a: None if name.startswith('nixl') else real(name, *a)"
+    )
+    env = {k: v for k, v in dict(os.environ).items() if k != "PIXELWIRE_NIXL_LIB"}
+    done = _cli("demo", "--per-size", "1", env=env, prelude=hide_nixl)
+    line = _one_line_error(done, "demo")
+    assert "pip install --no-deps nixl-cu12" in line

@@ -1,0 +1,53 @@
+"""Settings from the environment: sizes with units through one parser, and
+the access log's switch."""
+
+from __future__ import annotations
+
+import pytest
+
+from pixelwire import config
+
+
+@pytest.mark.parametrize(
+    ("text", "size"),
+    [
+        ("268435456", 268435456),
+        ("512MiB", 512 << 20),
+        ("1GiB", 1 << 30),
+        ("1 GiB", 1 << 30),
+        ("1gi", 1 << 30),
+        ("64KiB", 64 << 10),
+        ("1.5GiB", 3 << 29),
+        ("2G", 2_000_000_000),
+        ("2GB", 2_000_000_000),
+        ("100kB", 100_000),
+        ("1TiB", 1 << 40),
+        ("7B", 7),
+    ],
+)
+def test_sizes_take_binary_and_decimal_units(text: str, size: int) -> None:
+    assert config.parse_bytes(text) == size
+
+
+@pytest.mark.parametrize("text", ["", "GiB", "-1", "1 gallon", "1GiBB", "1e9", "0x10"])
+def test_anything_else_is_not_a_size(text: str) -> None:
+    with pytest.raises(ValueError, match="is not a size"):
+        config.parse_bytes(text)
+
+
+def test_size_variables_take_units_and_name_themselves_when_wrong(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PIXELWIRE_POOL_BYTES", "1GiB")
+    monkeypatch.setenv("PIXELWIRE_READER_POOL_BYTES", "512MiB")
+    assert config.PublisherSettings.from_env().pool_bytes == 1 << 30
+    assert config.ReaderSettings.from_env().pool_bytes == 512 << 20
+    monkeypatch.setenv("PIXELWIRE_REGION_BYTES", "lots")
+    with pytest.raises(ValueError, match="PIXELWIRE_REGION_BYTES"):
+        config.PublisherSettings.from_env()
+
+
+def test_the_access_log_is_off_unless_asked_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PIXELWIRE_ACCESS_LOG", raising=False)
+    assert config.FrontendConfig.from_env("http://u").access_log is False
+    assert config.FrontendConfig.from_env("http://u", access_log=True).access_log is True
+    monkeypatch.setenv("PIXELWIRE_ACCESS_LOG", "1")
+    assert config.FrontendConfig.from_env("http://u").access_log is True
