@@ -49,7 +49,7 @@ def test_a_worker_with_the_same_settings_agrees() -> None:
         ({}, {"secret": "none", "unsigned": "1"}, "secret", "set the frontend's PIXELWIRE_SECRET on vLLM"),
         ({"secret": None}, {}, "secret", "worker " + secret_fingerprint(SECRET)),
         ({"secret": None}, {"secret": "none"}, "unsigned", "PIXELWIRE_ALLOW_UNSIGNED=1"),
-        ({"resize": POLICY}, {}, "resize", "no PIXELWIRE_MODEL"),
+        ({"resize": POLICY}, {}, "resize", "no resize policy"),
         ({"resize": POLICY}, {"resize": "fixed:224x224:torchvision:bicubic"}, "resize",
          "--mm-processor-kwargs"),
     ],

@@ -17,7 +17,7 @@ import pytest
 from PIL import Image
 
 import pixelwire
-from pixelwire.resize import ResizePolicy, smart_resize
+from pixelwire.resize import ResizePolicy, size_for_max_num_patches, smart_resize
 
 QWEN = {"image_processor_type": "Qwen2VLImageProcessor", "patch_size": 14, "merge_size": 2, "resample": 3}
 
@@ -69,6 +69,77 @@ def test_fixed_and_shortest_edge_policies() -> None:
     assert clip is not None
     assert clip.target(1080, 1920) == (336, int(336 * 1920 / 1080))
     assert clip.target(1920, 1080) == (int(336 * 1920 / 1080), 336)
+
+
+SIGLIP2 = {"image_processor_type": "Siglip2ImageProcessor", "resample": 2}
+SIGLIP2 |= {"patch_size": 16, "max_num_patches": 256}
+GEMMA3 = {"image_processor_type": "Gemma3ImageProcessor", "resample": 2}
+GEMMA3 |= {"size": {"height": 896, "width": 896}}
+
+
+def test_siglip2_naflex_resizes_by_its_patch_budget_not_a_size() -> None:
+    """Siglip2ImageProcessor ignores ``size``: its target comes from
+    max_num_patches (a size in the config or the kwargs must not make it a
+    fixed-size policy), and a resized image is its own target."""
+    for size in (None, {"height": 224, "width": 224}):
+        config = {**SIGLIP2, "size": size}
+        for kwargs in ({}, {"size": {"height": 384, "width": 384}}):
+            policy = ResizePolicy.from_processor_config(config, kwargs)
+            assert policy is not None and policy.family == "max_num_patches", (size, kwargs, policy)
+            assert policy.filter == "bilinear" and policy.identity.startswith("max_num_patches:256:patch=16:")
+    policy = ResizePolicy.from_processor_config(SIGLIP2, {"max_num_patches": 1024})
+    assert policy is not None and policy.max_num_patches == 1024
+    target = policy.target(1080, 1920)
+    assert target == size_for_max_num_patches(1080, 1920, 16, 1024) == (384, 672)
+    assert (target[0] // 16) * (target[1] // 16) <= 1024 and policy.target(*target) == target
+    assert ResizePolicy.from_processor_config({**SIGLIP2, "max_num_patches": 0}) is None
+
+
+def test_gemma3_is_a_fixed_size_without_pan_and_scan() -> None:
+    """Gemma 3 resizes to its size; with pan-and-scan (config or kwargs) it
+    resizes crops of the original too, so it gets no policy."""
+    policy = ResizePolicy.from_processor_config({**GEMMA3, "do_pan_and_scan": None})
+    assert policy is not None and policy.family == "fixed" and policy.target(1080, 1920) == (896, 896)
+    assert policy.filter == "bilinear"
+    assert ResizePolicy.from_processor_config({**GEMMA3, "do_pan_and_scan": True}) is None
+    assert ResizePolicy.from_processor_config(GEMMA3, {"do_pan_and_scan": True}) is None
+
+
+def test_got_ocr2_is_a_fixed_size_without_crop_to_patches() -> None:
+    """GOT-OCR2 resizes to its size; with crop_to_patches (Aya Vision) it
+    resizes the original to tiles and again to a thumbnail: no policy."""
+    got = {"image_processor_type": "GotOcr2ImageProcessor", "size": {"height": 384, "width": 384}}
+    policy = ResizePolicy.from_processor_config({**got, "crop_to_patches": False})
+    assert policy is not None and policy.family == "fixed" and policy.target(1080, 1920) == (384, 384)
+    assert ResizePolicy.from_processor_config({**got, "crop_to_patches": True}) is None
+
+
+def test_glm4v_counts_the_temporal_patch_in_its_pixel_budget() -> None:
+    """Glm4vImageProcessor: a smart resize of its own (another identity
+    than Qwen's at the same sizes), from size only."""
+    glm = {"image_processor_type": "Glm4vImageProcessor", "patch_size": 14, "merge_size": 2, "resample": 3}
+    glm |= {"temporal_patch_size": 2, "size": {"shortest_edge": 12544, "longest_edge": 100352}}
+    policy = ResizePolicy.from_processor_config(glm)
+    qwen = ResizePolicy.from_processor_config({**QWEN, "size": glm["size"]})
+    assert policy is not None and qwen is not None and policy.identity != qwen.identity
+    assert policy.identity.startswith("smart:factor=28:min=12544:max=100352:temporal=2:")
+    height, width = policy.target(1080, 1920)
+    assert 2 * height * width <= 100352 < 2 * qwen.target(1080, 1920)[0] * qwen.target(1080, 1920)[1]
+    overridden = ResizePolicy.from_processor_config(glm, {"size": {"longest_edge": 2007040}})
+    assert overridden is not None and overridden.max_pixels == 2007040
+    assert ResizePolicy.from_processor_config(glm, {"max_pixels": 2007040}) is None
+
+
+def test_a_size_the_processor_would_resize_again_is_not_shipped() -> None:
+    """At an extreme aspect ratio GLM's smart_resize clamps a side to the
+    factor and leaves the image over its budget, so the processor would
+    resize the shipped image again: it ships at its own size instead."""
+    size = {"shortest_edge": 3136, "longest_edge": 100352}
+    policy = ResizePolicy.from_processor_config({"image_processor_type": "Glm4vImageProcessor", "size": size})
+    assert policy is not None
+    assert policy.processor_target(52, 5671) == (28, 2324)
+    assert policy.processor_target(28, 2324) != (28, 2324)
+    assert policy.target(52, 5671) == (52, 5671)
 
 
 def test_unknown_or_unreproducible_processors_get_no_policy(caplog: pytest.LogCaptureFixture) -> None:

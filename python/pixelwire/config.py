@@ -305,12 +305,15 @@ def nixl_library_from_env() -> str | None:
     return os.environ.get("PIXELWIRE_NIXL_LIB") or None
 
 
-def worker_model_from_env() -> tuple[str | None, dict[str, Any]]:
-    """The plug-in's model and processor kwargs: ``PIXELWIRE_MODEL`` (vLLM's
-    ``--model``) and ``PIXELWIRE_MM_PROCESSOR_KWARGS`` (a JSON object, its
-    ``--mm-processor-kwargs``); (None, {}) when the model is unset."""
+def worker_model_from_env() -> tuple[str | None, dict[str, Any] | None]:
+    """The plug-in's overrides of vLLM's ``--model`` and
+    ``--mm-processor-kwargs``: ``PIXELWIRE_MODEL`` and
+    ``PIXELWIRE_MM_PROCESSOR_KWARGS`` (a JSON object); None for each unset
+    (:mod:`pixelwire.vllm.served_model` then reads vLLM's command line)."""
     model = os.environ.get("PIXELWIRE_MODEL") or None
-    raw = os.environ.get("PIXELWIRE_MM_PROCESSOR_KWARGS") or "{}"
+    raw = os.environ.get("PIXELWIRE_MM_PROCESSOR_KWARGS")
+    if not raw:
+        return model, None
     try:
         kwargs = json.loads(raw)
     except ValueError:

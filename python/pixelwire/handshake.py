@@ -7,8 +7,9 @@ What must agree depends on where images are decoded. At the frontend
 same pixelwire version (the descriptor and its NIXL metadata are one
 release's format), a secret with the same fingerprint (or none on both
 sides, with ``PIXELWIRE_ALLOW_UNSIGNED=1`` on the worker), and, when the
-frontend resizes (``--model``), the same resize policy from
-``PIXELWIRE_MODEL``/``PIXELWIRE_MM_PROCESSOR_KWARGS``. At the worker (the
+frontend resizes (``--model``), the same resize policy (the plug-in's
+comes from vLLM's ``--model`` and ``--mm-processor-kwargs``, or
+``PIXELWIRE_MODEL``/``PIXELWIRE_MM_PROCESSOR_KWARGS``). At the worker (the
 frontend passes URLs on): a frontend that lets private addresses through
 (``--allow-private``) needs a plug-in that fetches them too
 (``PIXELWIRE_ALLOW_PRIVATE=1``); a vLLM without the plug-in fetches with its
@@ -43,7 +44,7 @@ class WorkerSettings:
     """What a worker declares: pixelwire's version, VLLM_MEDIA_CONNECTOR,
     the secret's fingerprint (``"none"`` without one), PIXELWIRE_ALLOW_UNSIGNED
     and PIXELWIRE_ALLOW_PRIVATE (``"1"``/``"0"``) and the resize policy's
-    identity (``"none"`` without PIXELWIRE_MODEL)."""
+    identity (``"none"`` when the plug-in has no policy)."""
 
     version: str
     connector: str
@@ -156,16 +157,17 @@ def mismatches(config: FrontendConfig, worker: WorkerSettings | None, version: s
         ours = config.resize.identity
         if worker.resize == "none":
             message = (
-                f"PIXELWIRE_MODEL differs: this frontend resizes for {ours} (--model, --mm-processor-kwargs) "
-                "but the worker has no PIXELWIRE_MODEL to check it against: set PIXELWIRE_MODEL (and "
-                "PIXELWIRE_MM_PROCESSOR_KWARGS) on vLLM to its --model (and --mm-processor-kwargs), or start "
-                "the frontend without --model"
+                f"the resize policies differ: this frontend resizes for {ours} (--model, "
+                "--mm-processor-kwargs) but the worker has no resize policy to check it against (vLLM's "
+                "model has no processor pixelwire resizes for, or the plug-in could not read it: vLLM's "
+                "start-up log says why): set PIXELWIRE_MODEL (and PIXELWIRE_MM_PROCESSOR_KWARGS) on vLLM "
+                "to its --model (and --mm-processor-kwargs), or start the frontend without --model"
             )
         else:
             message = (
                 f"the resize policies differ: this frontend resizes for {ours} (--model, "
-                f"--mm-processor-kwargs), the worker for {worker.resize} (PIXELWIRE_MODEL, "
-                "PIXELWIRE_MM_PROCESSOR_KWARGS): give the frontend the same --model and "
+                f"--mm-processor-kwargs), the worker for {worker.resize} (vLLM's "
+                "--model and --mm-processor-kwargs): give the frontend the same --model and "
                 "--mm-processor-kwargs as vLLM"
             )
         found.append(Mismatch("resize", ours, worker.resize, message))

@@ -13,8 +13,15 @@ Families (what transformers 5.19 does for each):
 
 - ``smart``: Qwen2-VL, Qwen2.5-VL, Qwen3-VL (``Qwen2VLImageProcessor``):
   ``smart_resize`` with factor = patch_size x merge_size, min/max pixels from
-  ``size.shortest_edge``/``size.longest_edge`` (or ``min_pixels``/``max_pixels``).
-- ``fixed``: ``size: {height, width}`` (SigLIP).
+  ``size.shortest_edge``/``size.longest_edge`` (or ``min_pixels``/``max_pixels``);
+  GLM-4.1V/4.5V/4.6V (``Glm4vImageProcessor``) with GLM's own
+  ``smart_resize``, whose pixel budget counts the temporal patch.
+- ``fixed``: ``size: {height, width}`` (SigLIP; Gemma 3 without
+  pan-and-scan, which would resize crops of the original beside it;
+  GOT-OCR2 without ``crop_to_patches``, Aya Vision's tiles and thumbnail).
+- ``max_num_patches``: SigLIP2 NaFlex (``Siglip2ImageProcessor``): the
+  largest patch grid of ``max_num_patches`` that keeps the aspect ratio, by
+  its binary search; its ``size`` is not used.
 - ``shortest_edge``: ``size: {shortest_edge}`` (CLIP, LLaVA-1.5; the worker
   still does its centre crop).
 
@@ -35,7 +42,7 @@ from typing import Any, Literal
 
 log = logging.getLogger("pixelwire.resize")
 
-Family = Literal["smart", "fixed", "shortest_edge"]
+Family = Literal["smart", "fixed", "shortest_edge", "max_num_patches"]
 Kernel = Literal["torchvision", "pillow"]
 Filter = Literal["bicubic", "bilinear"]
 
@@ -44,7 +51,9 @@ _RESAMPLE: dict[int, Filter] = {2: "bilinear", 3: "bicubic"}
 # image_processor_type (or processor_class) -> family. Qwen2.5-VL and
 # Qwen3-VL load Qwen2VLImageProcessor in transformers 5.
 _SMART = ("Qwen2VLImageProcessor", "Qwen2_5_VLImageProcessor", "Qwen3VLImageProcessor")
-_FIXED = ("SiglipImageProcessor", "Siglip2ImageProcessor")
+_SMART_GLM = ("Glm4vImageProcessor",)
+_FIXED = ("SiglipImageProcessor", "Gemma3ImageProcessor", "GotOcr2ImageProcessor")
+_MAX_NUM_PATCHES = ("Siglip2ImageProcessor",)
 _SHORTEST = ("CLIPImageProcessor",)
 
 
@@ -66,11 +75,15 @@ class ResizePolicy:
     factor: int = 0
     min_pixels: int = 0
     max_pixels: int = 0
+    temporal_factor: int = 0  # GLM's smart_resize; 0 for Qwen's
     # fixed
     height: int = 0
     width: int = 0
     # shortest_edge
     shortest_edge: int = 0
+    # max_num_patches (and its patch side)
+    max_num_patches: int = 0
+    patch_size: int = 0
 
     @property
     def identity(self) -> str:
@@ -78,21 +91,41 @@ class ResizePolicy:
         identities resize every image alike."""
         if self.family == "smart":
             shape = f"smart:factor={self.factor}:min={self.min_pixels}:max={self.max_pixels}"
+            shape += f":temporal={self.temporal_factor}" if self.temporal_factor else ""
         elif self.family == "fixed":
             shape = f"fixed:{self.height}x{self.width}"
+        elif self.family == "max_num_patches":
+            shape = f"max_num_patches:{self.max_num_patches}:patch={self.patch_size}"
         else:
             shape = f"shortest_edge:{self.shortest_edge}"
         return f"{shape}:{self.kernel}:{self.filter}"
 
     def target(self, height: int, width: int) -> tuple[int, int]:
+        """The (height, width) to ship a (height, width) image at: the size
+        the processor resizes it to, or its own size when the processor would
+        resize that result again (a side clamped to the factor at an extreme
+        aspect ratio leaves it over the pixel budget): only a size the
+        processor leaves alone gives its outputs exactly."""
+        resized = self.processor_target(height, width)
+        if resized != (height, width) and self.processor_target(*resized) != resized:
+            return height, width
+        return resized
+
+    def processor_target(self, height: int, width: int) -> tuple[int, int]:
         """The (height, width) the processor resizes a (height, width) image to."""
         if self.family == "fixed":
             return self.height, self.width
+        if self.family == "max_num_patches":
+            return size_for_max_num_patches(height, width, self.patch_size, self.max_num_patches)
         if self.family == "shortest_edge":
             # transformers' get_resize_output_image_size(default_to_square=False)
             short, long = (width, height) if width <= height else (height, width)
             new_short, new_long = self.shortest_edge, int(self.shortest_edge * long / short)
             return (new_long, new_short) if width <= height else (new_short, new_long)
+        if self.temporal_factor:
+            return glm_smart_resize(
+                height, width, self.factor, self.temporal_factor, self.min_pixels, self.max_pixels
+            )
         return smart_resize(height, width, self.factor, self.min_pixels, self.max_pixels)
 
     @classmethod
@@ -117,6 +150,24 @@ class ResizePolicy:
         if filter_ is None:
             return _none(f"{name}: resample {resample!r} is not bicubic or bilinear")
         size = dict(config.get("size") or {})
+        if name in _SMART_GLM:
+            if any(key in source for source in (config, kwargs) for key in ("min_pixels", "max_pixels")):
+                return _none(f"{name} takes its pixel budget from size, not min_pixels/max_pixels")
+            size.update(kwargs.get("size") or {})
+            patch, merge = settings.get("patch_size", 14), settings.get("merge_size", 2)
+            temporal = settings.get("temporal_patch_size", 2)
+            low, high = size.get("shortest_edge", 0), size.get("longest_edge", 0)
+            if not all(_positive(value) for value in (patch, merge, temporal, low, high)):
+                return _none(f"{name}: patch, merge and temporal sizes and min/max pixels must be positive")
+            return cls(
+                "smart",
+                filter_,
+                kernel,
+                factor=int(patch) * int(merge),
+                min_pixels=int(low),
+                max_pixels=int(high),
+                temporal_factor=int(temporal),
+            )
         if name in _SMART:
             # The processor's own config first (its min/max_pixels win over
             # its size), then the overrides in the same order.
@@ -135,6 +186,15 @@ class ResizePolicy:
                 min_pixels=int(low),
                 max_pixels=int(high),
             )
+        if name in _MAX_NUM_PATCHES:
+            patch, most = settings.get("patch_size", 16), settings.get("max_num_patches", 256)
+            if not (_positive(patch) and _positive(most)):
+                return _none(f"{name}: patch_size and max_num_patches must be positive integers")
+            return cls("max_num_patches", filter_, kernel, max_num_patches=int(most), patch_size=int(patch))
+        if settings.get("do_pan_and_scan"):
+            return _none(f"{name}: pan-and-scan resizes crops of the original beside the whole image")
+        if settings.get("crop_to_patches"):
+            return _none(f"{name}: crop_to_patches resizes the original to tiles and again to a thumbnail")
         size.update(kwargs.get("size") or {})
         if name in _FIXED or (name in _SHORTEST and "height" in size):
             height, width = size.get("height"), size.get("width")
@@ -225,6 +285,54 @@ def smart_resize(height: int, width: int, factor: int, min_pixels: int, max_pixe
         h_bar = math.ceil(height * beta / factor) * factor
         w_bar = math.ceil(width * beta / factor) * factor
     return h_bar, w_bar
+
+
+def glm_smart_resize(
+    height: int, width: int, factor: int, temporal_factor: int, min_pixels: int, max_pixels: int
+) -> tuple[int, int]:
+    """GLM-4.1V's target size for an image (``num_frames`` = the temporal
+    patch), as transformers 5.19 computes it: tiny images scaled up to the
+    factor first, the pixel budget counting the temporal patch."""
+    num_frames = temporal_factor
+    if height < factor or width < factor:
+        scale = max(factor / height, factor / width)
+        height = int(height * scale)
+        width = int(width * scale)
+    if max(height, width) / min(height, width) > 200:
+        raise ValueError(
+            f"absolute aspect ratio must be smaller than 200, got {max(height, width) / min(height, width)}"
+        )
+    h_bar = round(height / factor) * factor
+    w_bar = round(width / factor) * factor
+    t_bar = round(num_frames / temporal_factor) * temporal_factor
+    if t_bar * h_bar * w_bar > max_pixels:
+        beta = math.sqrt((num_frames * height * width) / max_pixels)
+        h_bar = max(factor, math.floor(height / beta / factor) * factor)
+        w_bar = max(factor, math.floor(width / beta / factor) * factor)
+    elif t_bar * h_bar * w_bar < min_pixels:
+        beta = math.sqrt(min_pixels / (num_frames * height * width))
+        h_bar = math.ceil(height * beta / factor) * factor
+        w_bar = math.ceil(width * beta / factor) * factor
+    return h_bar, w_bar
+
+
+def size_for_max_num_patches(height: int, width: int, patch: int, max_num_patches: int) -> tuple[int, int]:
+    """SigLIP2 NaFlex's target size, as transformers 5.19 computes it
+    (``get_image_size_for_max_num_patches``: the same binary search over
+    the scale, in the same floating-point steps)."""
+    eps = 1e-5
+
+    def scaled(scale: float, size: int) -> int:
+        return int(max(patch, math.ceil(size * scale / patch) * patch))
+
+    low, high = eps / 10, 100.0
+    while (high - low) >= eps:
+        scale = (low + high) / 2
+        if (scaled(scale, height) / patch) * (scaled(scale, width) / patch) <= max_num_patches:
+            low = scale
+        else:
+            high = scale
+    return scaled(low, height), scaled(low, width)
 
 
 def _positive(value: Any) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import http.server
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -409,7 +410,8 @@ def test_the_worker_declares_its_settings_for_the_handshake(
     """pixelwire_worker_info, on vLLM's /metrics, carries the settings a
     frontend compares with its own: version, connector, the secret's
     fingerprint (never the secret), the unsigned and private policies and
-    the resize policy of PIXELWIRE_MODEL/PIXELWIRE_MM_PROCESSOR_KWARGS."""
+    the resize policy of PIXELWIRE_MODEL/PIXELWIRE_MM_PROCESSOR_KWARGS, or
+    without them of vLLM's --model and --mm-processor-kwargs."""
     import json
 
     from prometheus_client import REGISTRY, generate_latest
@@ -446,6 +448,24 @@ def test_the_worker_declares_its_settings_for_the_handshake(
         "resize": policy.identity,
     }
     assert "worker-secret" not in json.dumps(labels)
+    # Without the variables, from vLLM's command line: the same label.
+    monkeypatch.delenv("PIXELWIRE_MODEL")
+    monkeypatch.delenv("PIXELWIRE_MM_PROCESSOR_KWARGS")
+    kwargs = json.dumps({"max_pixels": 1 << 18})
+    monkeypatch.setattr(
+        sys, "argv", ["api_server.py", "--model", str(tmp_path), "--mm-processor-kwargs", kwargs]
+    )
+    try:
+        assert connector.declared_settings("pixelwire").resize == policy.identity
+    finally:
+        connector.worker_resize_policy.cache_clear()
+    # A model vLLM was started with but without a processor config (a text
+    # model): no resize, and no reason to stop vLLM.
+    monkeypatch.setattr(sys, "argv", ["api_server.py", "--model", str(tmp_path / "missing")])
+    try:
+        assert connector.declared_settings("pixelwire").resize == "none"
+    finally:
+        connector.worker_resize_policy.cache_clear()
     # Not the connector, an unreadable PIXELWIRE_MODEL does not stop vLLM.
     monkeypatch.setenv("PIXELWIRE_MODEL", str(tmp_path / "missing"))
     try:

@@ -82,6 +82,52 @@ def _clip(edge: int, backend: str = "") -> Setting:
     )
 
 
+def _gemma3(side: int, backend: str = "") -> Setting:
+    """Gemma 3 without pan-and-scan (its default): one bilinear resize to a
+    square."""
+    return Setting(
+        f"gemma3-{side}{'-pil' if backend else ''}",
+        "Gemma3ImageProcessor" + backend,
+        {"size": {"height": side, "width": side}, "do_pan_and_scan": False},
+        "fixed",
+    )
+
+
+def _siglip2(max_num_patches: int, backend: str = "") -> Setting:
+    """SigLIP2 NaFlex: a resize to the largest patch grid of max_num_patches."""
+    return Setting(
+        f"siglip2-naflex-{max_num_patches}{'-pil' if backend else ''}",
+        "Siglip2ImageProcessor" + backend,
+        {"patch_size": 16, "max_num_patches": max_num_patches},
+        "max_num_patches",
+    )
+
+
+def _glm4v(max_pixels: int, backend: str = "") -> Setting:
+    """GLM-4.1V: GLM's smart_resize (its pixel budget counts the temporal patch)."""
+    return Setting(
+        f"glm4v-max{max_pixels}{'-pil' if backend else ''}",
+        "Glm4vImageProcessor" + backend,
+        {
+            "size": {"shortest_edge": 112 * 112, "longest_edge": max_pixels},
+            "patch_size": 14,
+            "merge_size": 2,
+            "temporal_patch_size": 2,
+        },
+        "smart",
+    )
+
+
+def _got_ocr2(side: int) -> Setting:
+    """GOT-OCR2 without crop_to_patches (its default): one bicubic resize."""
+    return Setting(
+        f"got-ocr2-{side}",
+        "GotOcr2ImageProcessor",
+        {"size": {"height": side, "width": side}, "crop_to_patches": False},
+        "fixed",
+    )
+
+
 SETTINGS = [
     _qwen(50176),
     _qwen(1003520),
@@ -98,6 +144,16 @@ SETTINGS = [
     _siglip(224, 2, "Pil"),
     _clip(336, "Pil"),
     _clip(224, "Pil"),
+    _gemma3(896),
+    _gemma3(224),
+    _gemma3(896, "Pil"),
+    _siglip2(256),
+    _siglip2(1024),
+    _siglip2(256, "Pil"),
+    _glm4v(100352),
+    _glm4v(2007040),
+    _glm4v(100352, "Pil"),
+    _got_ocr2(384),
 ]
 
 
@@ -279,3 +335,41 @@ def test_processor_outputs_equal_on_resized_images(
         print("  NOT EQUAL", failure)
     assert not failures, f"{len(failures)} of {checked} images differ; first: {failures[0]}"
     assert checked + sum(skipped.values()) == len(cases)
+
+
+# A policy from one setting, a processor run with another: (policy's
+# setting, processor's setting). Each must make the parity test fail.
+WRONG = [
+    (_gemma3(224), _gemma3(896)),
+    (_gemma3(896), Setting("gemma3-896-pan-and-scan", "Gemma3ImageProcessor", {
+        "size": {"height": 896, "width": 896}, "do_pan_and_scan": True,
+        "pan_and_scan_min_crop_size": 256, "pan_and_scan_max_num_crops": 4,
+        "pan_and_scan_min_ratio_to_activate": 1.2}, "fixed")),
+    (_siglip2(256), _siglip2(1024)),
+    (_siglip2(256), _siglip2(256, "Pil")),  # the torchvision kernel for the PIL backend
+    (_qwen(100352), _glm4v(100352)),  # Qwen's smart_resize for GLM's
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("policy_of", "processor_of"), WRONG, ids=[f"{a.id}-for-{b.id}" for a, b in WRONG])
+def test_a_wrong_setting_changes_the_outputs(
+    corpus: tuple[list[Case], dict[str, int]], policy_of: Setting, processor_of: Setting
+) -> None:
+    """The parity test can fail: a policy read from another setting (another
+    size or patch budget, pan-and-scan left out, another backend's kernel)
+    gives other outputs on the 1080p and 4K photos."""
+    cases, _ = corpus
+    config = json.loads(_processor(policy_of).to_json_string())
+    policy = ResizePolicy.from_processor_config(config, kernel=policy_of.kernel)  # type: ignore[arg-type]
+    assert policy is not None
+    processor = _processor(processor_of)
+    photos = [case for case in cases if "@" in case.name and case.name.endswith(".png")]
+    assert photos
+    for case in photos:
+        height, width = pixelwire.probe_image(case.data)["oriented_size"]
+        pixels = pixelwire.decode_image(
+            case.data, mode="RGB", resize=policy.target(height, width), resize_kernel=policy.kernel,
+            resize_filter=policy.filter,
+        )  # fmt: skip
+        problems = _compare(_outputs(processor, case.image), _outputs(processor, Image.fromarray(pixels)))
+        assert problems, f"{case.name}: {policy_of.id}'s resize gave {processor_of.id}'s outputs"

@@ -61,13 +61,10 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
     services: list[stack.Service] = []
     with stack.image_server(images) as image_base:
         try:
-            # PIXELWIRE_MODEL: the plug-in checks frontend-resized images
-            # against this model's processor and resizes worker-mode URLs.
-            worker_env = {
-                "PIXELWIRE_SECRET": stack.SECRET,
-                "PIXELWIRE_ALLOW_PRIVATE": "1",
-                "PIXELWIRE_MODEL": model,
-            }
+            # No PIXELWIRE_MODEL: the plug-in learns the model from vLLM's
+            # --model, checks frontend-resized images against its processor
+            # and resizes worker-mode URLs (the resize tests prove it).
+            worker_env = {"PIXELWIRE_SECRET": stack.SECRET, "PIXELWIRE_ALLOW_PRIVATE": "1"}
             pixelwire_vllm = stack.start_vllm(
                 "vllm-pixelwire", logs, connector="pixelwire", extra_env=worker_env
             )
@@ -406,6 +403,14 @@ def _minted_reference(served: dict[str, Any]) -> str:
 def test_the_plugin_logs_its_signing_policy_at_start_up(served: dict[str, Any]) -> None:
     log = served["pixelwire_vllm"].log.read_text(errors="replace")
     assert "pixelwire descriptor references: signatures required (PIXELWIRE_SECRET set)" in log
+
+
+def test_the_plugin_learns_the_served_model_from_vllms_command_line(served: dict[str, Any]) -> None:
+    """Started without PIXELWIRE_MODEL, the plug-in takes the model from
+    vLLM's --model and says so (the resize tests then prove it checks by it)."""
+    log = served["pixelwire_vllm"].log.read_text(errors="replace")
+    assert "pixelwire model-aware resize: smart:factor=28:" in log, log[-2000:]
+    assert f"({served['model']}, from vLLM's command line)" in log
 
 
 def test_client_supplied_descriptor_is_refused_before_vllm(served: dict[str, Any]) -> None:

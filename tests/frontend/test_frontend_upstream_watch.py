@@ -74,7 +74,7 @@ def _cases(tmp_path: Path) -> dict[str, tuple[list[str], str, str]]:
                    f"PIXELWIRE_SECRET differs: frontend fingerprint {secret_fingerprint(SECRET)}, "
                    "worker 0123456789abcdef"),
         "version": ([], worker_info(version="0.0.1"), "worker 0.0.1"),
-        "model": (["--model", str(model)], worker_info(), "no PIXELWIRE_MODEL"),
+        "model": (["--model", str(model)], worker_info(), "no resize policy"),
         "kwargs": (["--model", str(model), "--mm-processor-kwargs", json.dumps(kwargs)],
                    worker_info(resize=policy.identity),
                    f"this frontend resizes for {other.identity} (--model, --mm-processor-kwargs), the worker "

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import os
+import sys
 import threading
 import time
 from collections.abc import Coroutine
@@ -35,7 +35,6 @@ from pixelwire.config import (
     allow_private_from_env,
     allow_unsigned_from_env,
     secret_from_env,
-    worker_model_from_env,
 )
 from pixelwire.descriptor import RemoteImage, decoded_as, is_video_descriptor, parse_descriptor
 from pixelwire.fetch import Fetcher
@@ -51,6 +50,8 @@ from pixelwire.vllm.data_urls import decode_data_url_async
 from pixelwire.vllm.errors import as_vllm_error, local_files_refused
 from pixelwire.vllm.identity import keyed_identity
 from pixelwire.vllm.image_info import vllm_image_metadata
+from pixelwire.vllm.served_model import from_command_line as served_model_from_command_line
+from pixelwire.vllm.served_model import same_model, served_model
 from pixelwire.vllm.video import decode_video_bytes, read_video_reference, vllm_video_settings
 
 _state_lock = threading.Lock()
@@ -64,34 +65,47 @@ log = logging.getLogger("pixelwire.vllm")
 
 @functools.cache
 def worker_resize_policy() -> ResizePolicy | None:
-    """The model-aware resize of the model this vLLM serves, from
-    PIXELWIRE_MODEL (vLLM's --model) and PIXELWIRE_MM_PROCESSOR_KWARGS (its
-    --mm-processor-kwargs): vLLM 0.32 builds media connectors without the
-    model config, so the plug-in is told. None without PIXELWIRE_MODEL."""
-    model, kwargs = worker_model_from_env()
-    if model is None:
+    """The model-aware resize of the model this vLLM serves
+    (:func:`pixelwire.vllm.served_model.served_model`: vLLM's ``--model`` and
+    ``--mm-processor-kwargs``, or PIXELWIRE_MODEL and
+    PIXELWIRE_MM_PROCESSOR_KWARGS). None when the model is unknown or its
+    processor config cannot be read (a model vLLM was started with may have
+    none: a text model); a PIXELWIRE_MODEL that cannot be read raises."""
+    served = served_model(sys.argv)
+    if served.model is None:
         return None
-    return ResizePolicy.from_pretrained(model, kwargs)
+    try:
+        return ResizePolicy.from_pretrained(served.model, served.mm_processor_kwargs)
+    except (OSError, ValueError) as error:
+        if served.explicit:
+            raise
+        log.info("no model-aware resize for %s (from %s): %s", served.model, served.source, error)
+        return None
 
 
 def check_resize_setting(argv: list[str]) -> None:
-    """At start-up: PIXELWIRE_MODEL must name the model vLLM was started
-    with (``--model M`` or ``serve M`` on its command line), else the
-    plug-in's checks would compare against another model's processor."""
-    model, _ = worker_model_from_env()
-    started = None
-    for i, arg in enumerate(argv[:-1]):
-        if arg == "--model" or (arg == "serve" and not argv[i + 1].startswith("-")):
-            started = argv[i + 1]
-    if model and started and os.path.normpath(model) != os.path.normpath(started):
+    """At start-up: a PIXELWIRE_MODEL must name the model vLLM was started
+    with, else the plug-in's checks would compare against another model's
+    processor; logs the resize policy and where its model came from."""
+    served, started = served_model(argv), served_model_from_command_line(argv)
+    if served.explicit and served.model and started.model and not same_model(served.model, started.model):
         log.error(
-            "PIXELWIRE_MODEL=%s but vLLM serves %s: set PIXELWIRE_MODEL to vLLM's --model, "
-            "or frontend-resized images will be checked against the wrong processor",
-            model,
-            started,
+            "PIXELWIRE_MODEL=%s but vLLM serves %s: unset PIXELWIRE_MODEL (the plug-in reads vLLM's "
+            "--model), or frontend-resized images will be checked against the wrong processor",
+            served.model,
+            started.model,
         )
     policy = worker_resize_policy()
-    log.info("pixelwire model-aware resize: %s", policy.identity if policy else "off (PIXELWIRE_MODEL unset)")
+    if policy is not None:
+        log.info(
+            "pixelwire model-aware resize: %s (%s, from %s)", policy.identity, served.model, served.source
+        )
+    else:
+        log.info(
+            "pixelwire model-aware resize: off (model %s, from %s); frontend-resized images are refused",
+            served.model or "unknown",
+            served.source,
+        )
 
 
 def check_media_cache_setting() -> None:
@@ -130,7 +144,8 @@ def _check_resize(remote: RemoteImage) -> str:
     if expected is None:
         raise DescriptorError(
             f"the frontend resized this image for {policy}, but this vLLM's pixelwire plug-in "
-            "has no PIXELWIRE_MODEL to check it against: set PIXELWIRE_MODEL (and "
+            "has no resize policy to check it against (its model unknown, or no processor pixelwire "
+            "resizes for; the start-up log says which): set PIXELWIRE_MODEL (and "
             "PIXELWIRE_MM_PROCESSOR_KWARGS) to vLLM's --model (and --mm-processor-kwargs), "
             "or start the frontend without --model"
         )
@@ -168,7 +183,8 @@ def install_metrics(selected: str) -> ImageMetrics:
                 "compares with its own: pixelwire version, connector (VLLM_MEDIA_CONNECTOR), secret "
                 "(PIXELWIRE_SECRET's fingerprint, never the secret, or none), unsigned "
                 "(PIXELWIRE_ALLOW_UNSIGNED), private (PIXELWIRE_ALLOW_PRIVATE), resize (the policy of "
-                "PIXELWIRE_MODEL and PIXELWIRE_MM_PROCESSOR_KWARGS, or none)",
+                "vLLM's --model and --mm-processor-kwargs, or of PIXELWIRE_MODEL and "
+                "PIXELWIRE_MM_PROCESSOR_KWARGS, or none)",
                 list(INFO_LABELS),
                 registry=REGISTRY,
             )
@@ -179,7 +195,8 @@ def install_metrics(selected: str) -> ImageMetrics:
 def declared_settings(selected: str) -> WorkerSettings:
     """The settings this worker declares. When the plug-in is not the
     connector, a PIXELWIRE_MODEL that cannot be read is no reason to stop
-    vLLM (nothing here resizes): its resize reads as unreadable."""
+    vLLM (nothing here resizes): its resize reads as unreadable. The resize
+    comes from :func:`worker_resize_policy`, the same source as the checks."""
     try:
         policy = worker_resize_policy()
     except (OSError, ValueError):

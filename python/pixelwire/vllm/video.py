@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import sys
 import time
 from typing import Any
 
@@ -18,7 +19,6 @@ from vllm.multimodal.media.video import VideoMediaIO
 from vllm.multimodal.video import get_video_loader_backend_for_processor
 
 from pixelwire._native import DescriptorError, UnsupportedVideo
-from pixelwire.config import worker_model_from_env
 from pixelwire.descriptor import RemoteImage, is_video_descriptor, parse_descriptor
 from pixelwire.metrics import ImageMetrics
 from pixelwire.reader import Reader
@@ -28,6 +28,7 @@ from pixelwire.transfer import default_reader
 from pixelwire.video import decode_video
 from pixelwire.video.sampling import NotReproduced, VideoSampling
 from pixelwire.vllm.identity import keyed_identity
+from pixelwire.vllm.served_model import served_model
 
 
 def vllm_video_settings(
@@ -97,11 +98,18 @@ async def read_video_reference(
 @functools.cache
 def worker_video_resize_policy() -> ResizePolicy | None:
     """The per-frame resize of the video processor of the model this vLLM
-    serves (PIXELWIRE_MODEL and PIXELWIRE_MM_PROCESSOR_KWARGS, as for
-    images); None without PIXELWIRE_MODEL or when pixelwire does not
-    reproduce it."""
-    model, kwargs = worker_model_from_env()
-    return None if model is None else video_resize_policy(model, kwargs)
+    serves (:func:`pixelwire.vllm.served_model.served_model`, as for
+    images); None when the model is unknown or pixelwire does not reproduce
+    its video processor."""
+    served = served_model(sys.argv)
+    if served.model is None:
+        return None
+    try:
+        return video_resize_policy(served.model, served.mm_processor_kwargs)
+    except (OSError, ValueError):
+        if served.explicit:
+            raise
+        return None
 
 
 def _check_frame_resize(remote: RemoteImage) -> None:
@@ -113,8 +121,8 @@ def _check_frame_resize(remote: RemoteImage) -> None:
     if expected is None:
         raise DescriptorError(
             f"the frontend resized this video's frames for {policy}, but this vLLM's plug-in resizes no "
-            "frames for its model (PIXELWIRE_MODEL unset, another video processor, or "
-            "PIXELWIRE_MM_PROCESSOR_KWARGS set): give the frontend the same --model and "
+            "frames for its model (model unknown, another video processor, or "
+            "--mm-processor-kwargs set): give the frontend the same --model and "
             "--mm-processor-kwargs as vLLM"
         )
     if policy != expected.identity or remote.shape[:2] != expected.target(height, width):
