@@ -16,7 +16,7 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from pixelwire._native import Limits
+from pixelwire._native import Limits, VideoLimits
 
 if TYPE_CHECKING:
     from pixelwire.resize import ResizePolicy
@@ -51,6 +51,14 @@ MAX_PIXELS = Limits().max_pixels
 # Frames a video is sampled to when the caller names no number: vLLM's
 # default (VideoMediaIO's num_frames).
 VIDEO_NUM_FRAMES = 32
+# What one video may cost, each bound checked from the container and codec
+# headers before the memory it guards is taken: the native defaults (1 GiB
+# encoded, 1024 frames sampled, 8K frames, 4 GiB of sampled frames, 3 hours).
+MAX_VIDEO_BYTES = VideoLimits().max_bytes
+MAX_VIDEO_FRAMES = VideoLimits().max_frames
+MAX_VIDEO_PIXELS = VideoLimits().max_pixels
+MAX_VIDEO_FRAME_BYTES = VideoLimits().max_frame_bytes
+MAX_VIDEO_SECONDS = VideoLimits().max_seconds
 # How a worker READs (see docs/performance.md, "Transfers", for the sweep
 # these come from). NIXL's progress thread on a reader's agent: without it
 # nothing progresses the UCX worker between reads, and after a link outage
@@ -184,6 +192,19 @@ def env_flag(name: str, default: bool) -> bool:
     if value in ("0", "false", "no"):
         return False
     return default
+
+
+def video_limits_from_env() -> VideoLimits:
+    """``PIXELWIRE_MAX_VIDEO_BYTES``, ``PIXELWIRE_MAX_VIDEO_FRAMES``,
+    ``PIXELWIRE_MAX_VIDEO_PIXELS``, ``PIXELWIRE_MAX_VIDEO_FRAME_BYTES``,
+    ``PIXELWIRE_MAX_VIDEO_SECONDS``: the limits of a ``decode_video`` given none."""
+    return VideoLimits(
+        max_bytes=env_int("PIXELWIRE_MAX_VIDEO_BYTES", MAX_VIDEO_BYTES),
+        max_frames=env_int("PIXELWIRE_MAX_VIDEO_FRAMES", MAX_VIDEO_FRAMES),
+        max_pixels=env_int("PIXELWIRE_MAX_VIDEO_PIXELS", MAX_VIDEO_PIXELS),
+        max_frame_bytes=env_int("PIXELWIRE_MAX_VIDEO_FRAME_BYTES", MAX_VIDEO_FRAME_BYTES),
+        max_seconds=env_int("PIXELWIRE_MAX_VIDEO_SECONDS", MAX_VIDEO_SECONDS),
+    )
 
 
 def secret_from_env() -> bytes | None:

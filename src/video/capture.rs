@@ -189,6 +189,9 @@ impl Capture {
         if capture.info.width == 0 || capture.info.height == 0 {
             return Err(Error::Video("the video stream has no frame size".into()));
         }
+        // Before the seek to the end below, the first step that decodes.
+        let info = &capture.info;
+        limits.check_seconds(info.duration, info.header_frame_count, info.fps)?;
         if capture.info.rotation % 180 != 0 {
             let info = &mut capture.info;
             std::mem::swap(&mut info.width, &mut info.height);

@@ -39,8 +39,9 @@ def decode_video(
     ``duration``, ``video_backend``, ``frames_indices``,
     ``do_sample_frames``). Frames that do not decode are left out, as vLLM
     leaves them out; a video with no decodable frame raises
-    ``VideoDecodeError``. ``limits`` are checked before any frame memory is
-    taken (``VideoTooLarge``). ``backend`` and ``frame_recovery`` are
+    ``VideoDecodeError``. ``limits`` (default: the ``PIXELWIRE_MAX_VIDEO_*``
+    environment, else ``VideoLimits()``) are checked before any frame memory
+    is taken (``VideoTooLarge``). ``backend`` and ``frame_recovery`` are
     vLLM's: only its default decoding backend (``opencv``) without frame
     recovery is reproduced, anything else is a ``ValueError``.
     """
@@ -49,6 +50,8 @@ def decode_video(
     sampler = LOADERS.get(loader)
     if sampler is None:
         raise ValueError(f"unknown video loader {loader!r}; pixelwire has {sorted(LOADERS)}")
+    if limits is None:
+        limits = config.video_limits_from_env()
     capture = VideoCapture(data, threads=threads, limits=limits)
     info = capture.info()
     source = sampler.prepare_source(SourceMetadata.from_stream(info["frame_count"], info["fps"]))
