@@ -209,8 +209,11 @@ impl Capture {
     /// wanted frames, as vLLM's `_read_frames_no_recovery`: a frame that does
     /// not decode is skipped (its index is missing from the result), indices
     /// come back sorted and without repeats. Limits are checked before the
-    /// output exists; decoding stops early once the stream has ended. A
-    /// capture reads once (it does not seek).
+    /// output exists; decoding stops early once the stream has ended. Only
+    /// the wanted frames are converted to RGB, and H.264 frames that no
+    /// frame refers to are not decoded unless wanted (the shim's skipper;
+    /// it numbers frames as OpenCV does or gives up, and then every frame
+    /// is read again). A capture reads once.
     pub fn read_frames(&mut self, wanted: &[usize], conversion: Conversion) -> Result<Frames> {
         if self.read {
             return Err(Error::InvalidArgument(
@@ -235,46 +238,28 @@ impl Capture {
             .try_reserve_exact(wanted.len() * frame_bytes)
             .map_err(|_| Error::Video("out of memory for the sampled frames".into()))?;
         pixels.resize(wanted.len() * frame_bytes, 0);
-        let mut indices = Vec::with_capacity(wanted.len());
-        let mut scratch = Vec::new();
-        let last = wanted.last().copied();
-        if let Some(last) = last {
-            for index in 0..=last {
-                // SAFETY: `raw` is an open handle, used by this thread only.
-                if unsafe { ffi::pw_video_grab(self.raw) } == 0 {
-                    if unsafe { ffi::pw_video_finished(self.raw) } != 0 {
-                        break;
-                    }
-                    continue;
-                }
-                if !wanted.contains(&index) {
-                    continue;
-                }
-                let at = indices.len() * frame_bytes;
-                if rotation.is_some() && scratch.is_empty() {
-                    scratch.resize(frame_bytes, 0);
-                }
-                let dst = match rotation {
-                    Some(_) => scratch.as_mut_ptr(),
-                    None => pixels[at..at + frame_bytes].as_mut_ptr(),
-                };
-                // SAFETY: `dst` has room for width * height * 3 bytes, the
-                // size the shim writes (the stream's coded size).
-                let ok = unsafe {
-                    match conversion {
-                        Conversion::BgrSwapped => ffi::pw_video_retrieve(self.raw, dst),
-                        Conversion::RgbDirect => ffi::pw_video_retrieve_rgb_direct(self.raw, dst),
-                    }
-                };
-                if ok != 0 {
-                    if let Some(degrees) = rotation {
-                        let out = &mut pixels[at..at + frame_bytes];
-                        rotate(&scratch, coded_height, coded_width, degrees, out);
-                    }
-                    indices.push(index);
+        let mut out = Output {
+            pixels: &mut pixels,
+            indices: Vec::with_capacity(wanted.len()),
+            scratch: Vec::new(),
+            frame_bytes,
+            rotation,
+            coded: (coded_height, coded_width),
+            conversion,
+        };
+        if let Some(&last) = wanted.last() {
+            match self.read_skipping(&wanted, last, &mut out) {
+                Skipping::Done => {}
+                Skipping::Off => self.read_every(&wanted, last, &mut out),
+                Skipping::Failed => {
+                    out.indices.clear();
+                    // SAFETY: `raw` is an open handle, used by this thread only.
+                    unsafe { ffi::pw_video_rewind(self.raw) };
+                    self.read_every(&wanted, last, &mut out);
                 }
             }
         }
+        let indices = out.indices;
         pixels.truncate(indices.len() * frame_bytes);
         Ok(Frames {
             pixels,
@@ -282,6 +267,117 @@ impl Capture {
             height,
             width,
         })
+    }
+
+    /// OpenCV's read: one grab per frame number up to `last`, a frame that
+    /// does not decode taking its number with it.
+    fn read_every(&mut self, wanted: &BTreeSet<usize>, last: usize, out: &mut Output<'_>) {
+        for index in 0..=last {
+            // SAFETY: `raw` is an open handle, used by this thread only.
+            if unsafe { ffi::pw_video_grab(self.raw) } == 0 {
+                if unsafe { ffi::pw_video_finished(self.raw) } != 0 {
+                    break;
+                }
+                continue;
+            }
+            if wanted.contains(&index) {
+                out.keep(self.raw, index);
+            }
+        }
+    }
+
+    /// The same frames with the shim skipping (H.264) frames that nothing
+    /// sampled refers to, numbered by the shim: `Off` where it does not
+    /// skip (other codecs), `Failed` once it cannot vouch for its numbering
+    /// (the caller then rewinds and reads every frame).
+    fn read_skipping(
+        &mut self,
+        wanted: &BTreeSet<usize>,
+        last: usize,
+        out: &mut Output<'_>,
+    ) -> Skipping {
+        let numbers: Vec<i64> = wanted.iter().map(|&i| i as i64).collect();
+        // SAFETY: `raw` is an open handle; the shim copies `numbers`.
+        if unsafe { ffi::pw_video_skip_unwanted(self.raw, numbers.as_ptr(), numbers.len()) } == 0 {
+            return Skipping::Off;
+        }
+        loop {
+            // SAFETY: as above.
+            let grabbed = unsafe { ffi::pw_video_grab(self.raw) } != 0;
+            if unsafe { ffi::pw_video_skip_failed(self.raw) } != 0 {
+                return Skipping::Failed;
+            }
+            if !grabbed {
+                // The shim fails its numbering on a frame that does not
+                // decode, so this is the end of the stream.
+                return Skipping::Done;
+            }
+            let index = unsafe { ffi::pw_video_frame_index(self.raw) };
+            let Ok(index) = usize::try_from(index) else {
+                return Skipping::Failed;
+            };
+            if wanted.contains(&index) {
+                out.keep(self.raw, index);
+            }
+            if index >= last {
+                return Skipping::Done;
+            }
+        }
+    }
+}
+
+enum Skipping {
+    Off,
+    Done,
+    Failed,
+}
+
+/// Where sampled frames go as they are read.
+struct Output<'a> {
+    pixels: &'a mut Vec<u8>,
+    indices: Vec<usize>,
+    scratch: Vec<u8>,
+    frame_bytes: usize,
+    rotation: Option<i32>,
+    /// The stream's own (unrotated) height and width, which the shim writes.
+    coded: (usize, usize),
+    conversion: Conversion,
+}
+
+impl Output<'_> {
+    /// Converts the frame just grabbed into the next free place.
+    fn keep(&mut self, raw: *mut ffi::pw_video, index: usize) {
+        let frame_bytes = self.frame_bytes;
+        let at = self.indices.len() * frame_bytes;
+        if self.rotation.is_some() && self.scratch.is_empty() {
+            self.scratch.resize(frame_bytes, 0);
+        }
+        let dst = match self.rotation {
+            Some(_) => self.scratch.as_mut_ptr(),
+            None => self.pixels[at..at + frame_bytes].as_mut_ptr(),
+        };
+        // SAFETY: `dst` has room for width * height * 3 bytes, the size the
+        // shim writes (the stream's coded size); `raw` is open and used by
+        // this thread only.
+        let ok = unsafe {
+            match self.conversion {
+                Conversion::BgrSwapped => ffi::pw_video_retrieve(raw, dst),
+                Conversion::RgbDirect => ffi::pw_video_retrieve_rgb_direct(raw, dst),
+            }
+        };
+        if ok != 0 {
+            if let Some(degrees) = self.rotation {
+                let (height, width) = self.coded;
+                rotate(
+                    &self.scratch,
+                    height,
+                    width,
+                    degrees,
+                    &mut self.pixels[at..at + frame_bytes],
+                );
+            }
+            self.indices.push(index);
+        }
     }
 }
 
