@@ -124,7 +124,10 @@ def decode_opencv(data: bytes, indices: list[int], threads: int) -> Frames:
 def opencv_as_vllm(data: bytes, indices: list[int]) -> Frames:
     import cv2
 
-    cap = cv2.VideoCapture(BytesIO(data), cv2.CAP_FFMPEG, [])
+    # OpenCV keeps no reference to the stream it reads: it must outlive the
+    # capture (a temporary BytesIO is freed under it and crashes release()).
+    stream = BytesIO(data)
+    cap = cv2.VideoCapture(stream, cv2.CAP_FFMPEG, [])
     if not cap.isOpened():
         raise RuntimeError("OpenCV cannot open the video")
     wanted = set(indices)
@@ -137,6 +140,7 @@ def opencv_as_vllm(data: bytes, indices: list[int]) -> Frames:
             if ok:
                 out.append(cv2.cvtColor(frame, cv2.COLOR_BGR2RGB))
     cap.release()
+    del stream
     return np.stack(out)
 
 
