@@ -165,21 +165,29 @@ soak: build-dev
 # cargo-fuzz is installed once into ~/.cargo/bin; stable Rust builds it
 # through RUSTC_BOOTSTRAP=1. FUZZ_SANITIZER=none if ASan builds fail.
 FUZZ_SECONDS ?= 600
-FUZZ_TARGETS ?= decode wire resize
+FUZZ_TARGETS ?= decode wire resize video
 # The fuzz build compiles FFmpeg and dav1d once into fuzz/target: meson and
-# ninja come from the tools virtualenv.
+# ninja come from the tools virtualenv. A prefix the main build already made
+# (target/pixelwire-ffmpeg) is copied there first: build.rs looks for it next
+# to cargo's CACHEDIR.TAG, which for cargo fuzz is the target triple's folder.
 FUZZ_PATH := PATH="$(abspath $(VENV))/bin:$$PATH"
+FUZZ_REUSE_FFMPEG := [ ! -d target/pixelwire-ffmpeg ] || \
+	for d in fuzz/target fuzz/target/$$(rustc -vV | sed -n 's/^host: //p'); do \
+		mkdir -p $$d && cp -rn target/pixelwire-ffmpeg $$d/; done
 fuzz: setup
 	@cargo fuzz --version >/dev/null 2>&1 || cargo install cargo-fuzz --locked
+	@$(FUZZ_REUSE_FFMPEG)
 	$(FUZZ_PATH) fuzz/run.sh $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 
 # What CI runs (.ci/run): replay fuzz/regressions on stable, then each
 # target for a fixed number of executions from a fixed seed, from a third of
 # the corpus: the same inputs on any machine, so a finding is never luck of
-# timing (~3 min here after the ASan build, which takes ~7-11 min).
-FUZZ_CI_RUNS ?= decode=3000 wire=200000 resize=100000
+# timing (~3 min here after the ASan build, which takes ~7-11 min; video
+# runs at ~200-450 executions/s on one shared core, so ~1 min).
+FUZZ_CI_RUNS ?= decode=3000 wire=200000 resize=100000 video=20000
 fuzz-ci: setup
 	@cargo fuzz --version >/dev/null 2>&1 || cargo install cargo-fuzz --locked
+	@$(FUZZ_REUSE_FFMPEG)
 	$(FUZZ_PATH) cargo test -q --manifest-path fuzz/Cargo.toml
 	for pair in $(FUZZ_CI_RUNS); do \
 		$(FUZZ_PATH) SEED_EVERY=3 SEED_MAX_BYTES=65536 FUZZ_NICE=0 FUZZ_RUNS=$${pair#*=} fuzz/run.sh 600 $${pair%%=*} || exit 1; \

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs the cargo-fuzz targets for a set time each and prints executions.
-#   fuzz/run.sh SECONDS [TARGET...]        (default targets: decode wire resize)
+#   fuzz/run.sh SECONDS [TARGET...]        (default targets: decode wire resize video)
 # Environment: FUZZ_SANITIZER (address; "none" if ASan builds fail),
 # FUZZ_NICE (19), FUZZ_EXTRA (more libFuzzer flags, e.g. -jobs=2 -workers=2),
 # SEED_EVERY / SEED_MAX_BYTES (seeds.sh sampling), FUZZ_RUNS (stop after
@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 secs="${1:?usage: fuzz/run.sh SECONDS [TARGET...]}"
 shift
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(decode wire resize)
+[ ${#targets[@]} -gt 0 ] || targets=(decode wire resize video)
 export RUSTC_BOOTSTRAP=1
 export PIXELWIRE_FUZZ_GUARDED_DIR="$PWD/fuzz/artifacts/guarded"
 san="${FUZZ_SANITIZER:-address}"
@@ -27,6 +27,7 @@ max_len() {
     decode) echo 262152 ;;  # 8 header bytes + images up to 256 KiB
     wire) echo 16384 ;;
     resize) echo 4096 ;;    # pixels repeat to fill the source
+    video) echo 65540 ;;    # 4 header bytes + files up to 64 KiB
     *) echo 4096 ;;
   esac
 }

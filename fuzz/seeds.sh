@@ -9,7 +9,7 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 shared="${1:-$here/../../shared/corpus}"
 out="$here/corpus"
-mkdir -p "$out/decode" "$out/wire" "$out/resize"
+mkdir -p "$out/decode" "$out/wire" "$out/resize" "$out/video"
 
 # decode: 8 header bytes (see decode_one in src/lib.rs) + a corpus image.
 # Each image gets one of three headers in turn: RGB + bilinear resize +
@@ -56,4 +56,36 @@ r rgba-pil   '\x1f\x40\x03\x05\x11\x03\x04\x55\x12\x34\x56\x78\x9a\xbc\xde\xf0'
 r vfirst     '\x3f\x08\x02\x01\x07\x02\x00\x00\x01\x02\x03\x04\x05\x06\x07\x08\x09'
 r c2         '\x10\x21\x01\x05\x80\x01\x00\x00\xff\x00\x7f\x80'
 r c5         '\x20\x21\x04\x21\x20\x03\x00\x00\xff\x00\x7f\x80\x01'
-echo "seeds.sh: decode $n, wire $(ls "$out/wire" | wc -l), resize $(ls "$out/resize" | wc -l) in $out"
+# video: 4 header bytes (see video_one in src/video.rs) + a tiny clip made
+# with the ffmpeg CLI (`make setup` installs it): 8 frames of 64x64, one
+# clip a codec and container. Two headers: one thread, BGR24, 2^20 pixels,
+# an hour, frames 0/3/6; two threads, RGB24, frames 5 and 7.
+video_headers=('\x3c\x02\x00\x03' '\x3f\x01\x05\x02')
+video_clips=(
+  "h264.mp4|-c:v libx264 -pix_fmt yuv420p -bf 2 -g 4"
+  "hevc.mkv|-c:v libx265 -x265-params log-level=none:bframes=2:keyint=4"
+  "vp8.webm|-c:v libvpx"
+  "vp9.webm|-c:v libvpx-vp9 -deadline realtime -cpu-used 8"
+  "av1.mkv|-c:v libsvtav1 -preset 12"
+  "mpeg4.avi|-c:v mpeg4 -bf 1 -q:v 8"
+)
+v=0
+if command -v ffmpeg >/dev/null; then
+  tmp="$(mktemp -d)"
+  for entry in "${video_clips[@]}"; do
+    name="${entry%%|*}"
+    # shellcheck disable=SC2086
+    if ffmpeg -hide_banner -loglevel error -y -f lavfi -i testsrc2=size=64x64:rate=25 -frames:v 8 \
+      ${entry#*|} "$tmp/$name" </dev/null >/dev/null 2>&1; then
+      for k in 0 1; do
+        { printf "${video_headers[$k]}"; cat "$tmp/$name"; } > "$out/video/$k-$name"
+        v=$((v + 1))
+      done
+    fi
+  done
+  rm -rf "$tmp"
+else
+  echo "seeds.sh: no ffmpeg CLI; the video target starts from its regressions only" >&2
+fi
+
+echo "seeds.sh: decode $n, wire $(ls "$out/wire" | wc -l), resize $(ls "$out/resize" | wc -l), video $v in $out"

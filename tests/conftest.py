@@ -113,3 +113,12 @@ def bad_videos(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
     import video_clips
 
     return video_clips.make_all(video_clips.BAD_SOURCES, tmp_path_factory.mktemp("bad_videos"))
+
+
+@pytest.fixture(scope="session")
+def hostile_videos(video_clips: dict[str, bytes], bad_videos: dict[str, bytes]) -> dict[str, bytes]:
+    """``video_clips.hostile``: truncated, corrupt, frameless, audio-only,
+    claiming hours or 10^9 frames, an unknown codec, over 8K."""
+    import video_clips as clips
+
+    return clips.hostile(video_clips, bad_videos)

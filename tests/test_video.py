@@ -4,7 +4,11 @@ loader is the vLLM group's (tests/e2e/test_video_parity.py)."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
+from typing import Any
 
 import numpy as np
 import pytest
@@ -185,11 +189,18 @@ def test_a_far_frame_index_ends_at_the_end_of_the_stream(video_clips):
     assert time.monotonic() - started < 5
 
 
-def test_a_tiny_file_claiming_a_thousand_hours_is_sampled_over_its_real_frames(video_clips):
+def test_a_tiny_file_claiming_a_thousand_hours_is_refused_unless_max_seconds_allows_it(video_clips):
+    """Refused from the headers by default; allowed, it is sampled over the
+    frames that are really there."""
     data = video_clips_module.claim_duration_mkv(video_clips["h264_open_gop.mkv"], 3.6e9)
+    with pytest.raises(VideoTooLarge, match="max_seconds") as raised:
+        decode_video(data)
+    over = raised.value
+    assert (over.setting, over.limit, over.actual) == ("max_seconds", 10_800, 3_600_000)
     started = time.monotonic()
-    info = VideoCapture(data).info()
-    frames, metadata = decode_video(data)
+    allowed = VideoLimits(max_seconds=4_000_000)
+    info = VideoCapture(data, limits=allowed).info()
+    frames, metadata = decode_video(data, limits=allowed)
     assert info["header_frame_count"] == 90_000_000 and metadata["total_num_frames"] == 24
     assert len(frames) == 24 and time.monotonic() - started < 5
 
@@ -224,7 +235,104 @@ def test_limits_are_checked_before_frames_are_decoded(video_clips):
 def test_video_limits_defaults_and_repr():
     limits = VideoLimits(max_frames=3)
     assert limits.max_frames == 3 and limits.max_pixels == VideoLimits().max_pixels
-    assert repr(limits).startswith("VideoLimits(max_bytes=")
+    assert VideoLimits().max_seconds == pixelwire.config.MAX_VIDEO_SECONDS == 3 * 3600
+    assert repr(limits).startswith("VideoLimits(max_bytes=") and "max_seconds=10800" in repr(limits)
+
+
+def test_decode_video_without_limits_takes_them_from_the_environment(video_clips, monkeypatch):
+    data = video_clips["vp8.webm"]  # 0.48 s
+    monkeypatch.setenv("PIXELWIRE_MAX_VIDEO_SECONDS", "0")
+    with pytest.raises(VideoTooLarge, match="max_seconds"):
+        decode_video(data)
+    assert len(decode_video(data, limits=VideoLimits())[0]) == 12
+    monkeypatch.setenv("PIXELWIRE_MAX_VIDEO_FRAMES", "many")
+    with pytest.raises(ValueError, match="PIXELWIRE_MAX_VIDEO_FRAMES"):
+        decode_video(data)
+
+
+# -- hostile input -------------------------------------------------------------
+
+# What each of video_clips.hostile's files gives: an error class and the
+# setting it names, or None where vLLM's loader returns the frames that
+# decode (a stream cut or scrambled after its headers).
+HOSTILE_OUTCOMES: dict[str, tuple[type[Exception], str | None] | None] = {
+    "truncated_before_index.mp4": (VideoDecodeError, None),
+    "truncated_mid_stream.mkv": None,
+    "corrupt_mid_stream.mkv": None,
+    "zero_frames.mkv": (VideoDecodeError, None),
+    "audio_only.mka": (VideoDecodeError, None),
+    "claims_1000_hours.mkv": (VideoTooLarge, "max_seconds"),
+    "claims_1e9_frames.avi": (VideoTooLarge, "max_seconds"),
+    "unknown_codec_ffv1.mkv": (UnsupportedVideo, None),
+    "h264_over_8k.mp4": (VideoTooLarge, "max_pixels"),
+}
+
+# Decodes one file in a fresh interpreter and prints what happened and the
+# process's peak RSS (KiB) before and after: a crash shows as a signal, a
+# hang as a timeout.
+DECODE_AND_MEASURE = """
+import json, resource, sys
+import pixelwire
+data = open(sys.argv[1], "rb").read()
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+try:
+    frames, _ = pixelwire.decode_video(data)
+    outcome = f"{len(frames)} frames"
+except (pixelwire.VideoDecodeError, pixelwire.VideoTooLarge) as e:
+    outcome = type(e).__name__
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(json.dumps({"outcome": outcome, "before_kib": before, "peak_kib": peak}))
+"""
+
+
+def test_every_hostile_file_has_an_expected_outcome(hostile_videos):
+    assert set(hostile_videos) == set(HOSTILE_OUTCOMES)
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE_OUTCOMES))
+def test_each_hostile_file_is_a_typed_error_or_the_frames_that_decode(hostile_videos, name):
+    expected = HOSTILE_OUTCOMES[name]
+    started = time.monotonic()
+    if expected is None:
+        frames, metadata = decode_video(hostile_videos[name], num_frames=-1)
+        assert 0 < len(frames) == len(metadata["frames_indices"]) <= 24
+    else:
+        error, setting = expected
+        with pytest.raises(error) as raised:
+            decode_video(hostile_videos[name])
+        if setting is not None:
+            assert raised.value.setting == setting and setting in str(raised.value)
+    assert time.monotonic() - started < 5
+
+
+def test_decoding_hostile_files_keeps_peak_memory_near_a_small_clips(hostile_videos, video_clips, tmp_path):
+    """Each file decoded in its own process: the peak RSS stays within
+    64 MiB of decoding a small valid clip (a bound, not a timing)."""
+
+    def measure(data: bytes) -> dict[str, Any]:
+        path = tmp_path / "input"
+        path.write_bytes(data)
+        done = subprocess.run(
+            [sys.executable, "-c", DECODE_AND_MEASURE, str(path)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        return json.loads(done.stdout)
+
+    small = measure(video_clips["h264_open_gop.mkv"])
+    peaks, grown = {}, {}
+    for name, data in sorted(hostile_videos.items()):
+        measured = measure(data)
+        expected = HOSTILE_OUTCOMES[name]
+        outcome = measured["outcome"]
+        assert outcome.endswith(" frames") if expected is None else outcome == expected[0].__name__
+        peaks[name] = measured["peak_kib"]
+        grown[name] = round((measured["peak_kib"] - measured["before_kib"]) / 1024, 1)
+    mib = {name: round(peak / 1024, 1) for name, peak in peaks.items()}
+    print(f"\npeak RSS (MiB) {small['peak_kib'] / 1024:.1f} for a small clip, {mib}; grown: {grown}")
+    assert all(peak < small["peak_kib"] + 64 * 1024 for peak in peaks.values()), peaks
 
 
 def test_unknown_loader_and_what_vllm_does_differently_are_value_errors(video_clips):

@@ -4,6 +4,7 @@ few frames, a few tens of KB) and made once per session."""
 
 from __future__ import annotations
 
+import random
 import shutil
 import struct
 import subprocess
@@ -80,6 +81,12 @@ BAD_SOURCES: dict[str, list[str]] = {
     "mjpeg.avi": [*PATTERN, "-frames:v", "4", "-c:v", "mjpeg"],
     # moov at the end (no faststart): cut in half, the index is gone.
     "h264_moov_last.mp4": [*PATTERN, "-frames:v", "24", *X264],
+    # One flat frame a little over 8K (7680x4320, VideoLimits' default
+    # max_pixels): 100 KB that would decode to 50 MB a frame.
+    "h264_over_8k.mp4": [
+        *["-f", "lavfi", "-i", "color=c=gray:size=7936x4320:rate=25"],
+        *["-frames:v", "1", *X264, "-preset", "ultrafast"],
+    ],
 }
 
 
@@ -102,6 +109,43 @@ def claim_duration_mkv(data: bytes, milliseconds: float) -> bytes:
     if at < 0:
         raise ValueError("no 8-byte Duration element")
     return data[: at + 3] + struct.pack(">d", milliseconds) + data[at + 11 :]
+
+
+def claim_frame_count_avi(data: bytes, frames: int) -> bytes:
+    """Rewrites an AVI's frame counts (the main header's total frames and the
+    video stream header's length), leaving the frames themselves as they are."""
+    avih, strh = data.find(b"avih"), data.find(b"strh")
+    if avih < 0 or strh < 0:
+        raise ValueError("no avih or strh chunk")
+    patched = bytearray(data)
+    struct.pack_into("<I", patched, avih + 8 + 16, frames)  # dwTotalFrames
+    struct.pack_into("<I", patched, strh + 8 + 32, frames)  # dwLength
+    return bytes(patched)
+
+
+def scramble(data: bytes, start: int, length: int, seed: int = 1) -> bytes:
+    """``length`` random bytes written over ``data`` from ``start``."""
+    noise = random.Random(seed).randbytes(length)
+    return data[:start] + noise + data[start + length :]
+
+
+def hostile(clips: dict[str, bytes], bad: dict[str, bytes]) -> dict[str, bytes]:
+    """Hostile inputs, each tiny, made from the clips and the bad sources:
+    cut short, scrambled mid-stream, empty of frames, without video, claiming
+    hours or 10^9 frames, in a codec pixelwire lacks, over 8K."""
+    gop = clips["h264_open_gop.mkv"]
+    moov_last = bad["h264_moov_last.mp4"]
+    return {
+        "truncated_before_index.mp4": moov_last[: len(moov_last) // 2],
+        "truncated_mid_stream.mkv": gop[: len(gop) * 6 // 10],
+        "corrupt_mid_stream.mkv": scramble(gop, len(gop) // 3, 2000),
+        "zero_frames.mkv": bad["zero_frames.mkv"],
+        "audio_only.mka": bad["audio_only.mka"],
+        "claims_1000_hours.mkv": claim_duration_mkv(gop, 3.6e9),
+        "claims_1e9_frames.avi": claim_frame_count_avi(clips["h264.avi"], 10**9),
+        "unknown_codec_ffv1.mkv": bad["ffv1.mkv"],
+        "h264_over_8k.mp4": bad["h264_over_8k.mp4"],
+    }
 
 
 def make(name: str, args: list[str], folder: Path) -> bytes:

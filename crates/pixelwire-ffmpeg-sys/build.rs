@@ -92,6 +92,7 @@ fn main() {
 
     cc::Build::new()
         .file("shim/pw_video.c")
+        .file("shim/pw_skip.c")
         .include(prefix.join("include"))
         .warnings(true)
         .extra_warnings(true)

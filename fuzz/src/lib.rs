@@ -25,6 +25,9 @@ use pixelwire::decode::{self, DecodeOptions, Limits, Mode};
 use pixelwire::resize::{self, Filter, Kernel, ResizeSpec};
 use pixelwire::wire;
 
+mod video;
+pub use video::{video_one, VIDEO_HEADER};
+
 thread_local! {
     /// Set by the hook when a panic in pixelwire's own code was caught.
     static OWN_PANIC: Cell<Option<&'static str>> = const { Cell::new(None) };

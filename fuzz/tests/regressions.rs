@@ -43,3 +43,8 @@ fn wire_regressions() {
 fn resize_regressions() {
     replay("resize", pixelwire_fuzz::resize_one);
 }
+
+#[test]
+fn video_regressions() {
+    replay("video", pixelwire_fuzz::video_one);
+}

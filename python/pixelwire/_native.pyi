@@ -96,7 +96,7 @@ class UnsupportedVideo(VideoDecodeError):
 
 class VideoTooLarge(ImageTooLarge):
     """The video is over a ``VideoLimits`` setting (``max_bytes``,
-    ``max_frames``, ``max_pixels``, ``max_frame_bytes``)."""
+    ``max_frames``, ``max_pixels``, ``max_frame_bytes``, ``max_seconds``)."""
 
 class FetchError(PixelwireError):
     """An image URL could not be fetched: ``status`` is the HTTP status (None
@@ -167,6 +167,7 @@ class VideoLimits:
         max_frames: int | None = None,
         max_pixels: int | None = None,
         max_frame_bytes: int | None = None,
+        max_seconds: int | None = None,
     ) -> VideoLimits: ...
     @property
     def max_bytes(self) -> int: ...
@@ -176,6 +177,8 @@ class VideoLimits:
     def max_pixels(self) -> int: ...
     @property
     def max_frame_bytes(self) -> int: ...
+    @property
+    def max_seconds(self) -> int: ...
 
 class VideoInfo(TypedDict):
     width: int

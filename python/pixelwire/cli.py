@@ -148,6 +148,7 @@ def _frontend(args: argparse.Namespace) -> int:
         max_video_frames=args.max_video_frames,
         max_video_pixels=args.max_video_pixels,
         max_video_frame_bytes=args.max_video_frame_bytes,
+        max_video_seconds=args.max_video_seconds,
         upstream_timeout=args.upstream_timeout,
         allowed_domains=args.allowed_domains,
         allow_private=args.allow_private,
@@ -342,28 +343,36 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     front.add_argument(
         "--max-video-bytes",
         type=_size,
-        default=config.MAX_VIDEO_BYTES,
-        help=f"encoded bytes of one video, 400 above it (default {config.MAX_VIDEO_BYTES >> 20} MiB)",
+        default=config.FRONTEND_MAX_VIDEO_BYTES,
+        help="encoded bytes of one video, 400 above it "
+        f"(default {config.FRONTEND_MAX_VIDEO_BYTES >> 20} MiB)",
     )
     front.add_argument(
         "--max-video-frames",
         type=int,
-        default=config.MAX_VIDEO_FRAMES,
-        help=f"frames sampled from one video, 400 above it (default {config.MAX_VIDEO_FRAMES})",
+        default=config.FRONTEND_MAX_VIDEO_FRAMES,
+        help=f"frames sampled from one video, 400 above it (default {config.FRONTEND_MAX_VIDEO_FRAMES})",
     )
     front.add_argument(
         "--max-video-pixels",
         type=int,
-        default=config.MAX_VIDEO_PIXELS,
+        default=config.FRONTEND_MAX_VIDEO_PIXELS,
         help=f"pixels of one video frame, 400 above it, from the stream's headers (default "
-        f"{config.MAX_VIDEO_PIXELS:,}: 4K UHD)",
+        f"{config.FRONTEND_MAX_VIDEO_PIXELS:,}: 4K UHD)",
     )
     front.add_argument(
         "--max-video-frame-bytes",
         type=_size,
-        default=config.MAX_VIDEO_FRAME_BYTES,
+        default=config.FRONTEND_MAX_VIDEO_FRAME_BYTES,
         help=f"bytes of one video's sampled RGB frames, 400 above it, before any is decoded (default "
-        f"{config.MAX_VIDEO_FRAME_BYTES >> 20} MiB, and never more than --pool-bytes)",
+        f"{config.FRONTEND_MAX_VIDEO_FRAME_BYTES >> 20} MiB, and never more than --pool-bytes)",
+    )
+    front.add_argument(
+        "--max-video-seconds",
+        type=int,
+        default=config.FRONTEND_MAX_VIDEO_SECONDS,
+        help="length of one video, 400 above it, from its headers before any frame is decoded (default "
+        f"{config.FRONTEND_MAX_VIDEO_SECONDS} s)",
     )
     front.add_argument(
         "--max-json-values",

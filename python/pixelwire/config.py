@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from pixelwire._native import Limits
+from pixelwire._native import Limits, VideoLimits
 
 if TYPE_CHECKING:
     from pixelwire.resize import ResizePolicy
@@ -53,6 +53,14 @@ MAX_PIXELS = Limits().max_pixels
 # Frames a video is sampled to when the caller names no number: vLLM's
 # default (VideoMediaIO's num_frames).
 VIDEO_NUM_FRAMES = 32
+# What one video may cost, each bound checked from the container and codec
+# headers before the memory it guards is taken: the native defaults (1 GiB
+# encoded, 1024 frames sampled, 8K frames, 4 GiB of sampled frames, 3 hours).
+MAX_VIDEO_BYTES = VideoLimits().max_bytes
+MAX_VIDEO_FRAMES = VideoLimits().max_frames
+MAX_VIDEO_PIXELS = VideoLimits().max_pixels
+MAX_VIDEO_FRAME_BYTES = VideoLimits().max_frame_bytes
+MAX_VIDEO_SECONDS = VideoLimits().max_seconds
 # How a worker READs (see docs/performance.md, "Transfers", for the sweep
 # these come from). NIXL's progress thread on a reader's agent: without it
 # nothing progresses the UCX worker between reads, and after a link outage
@@ -116,16 +124,17 @@ MAX_JSON_VALUES = 500_000
 # can claim 50 MP) do not. A request's images must also fit in the pool
 # at once, at the size they ship: it could never be served otherwise.
 MAX_PIXELS_PER_REQUEST = 400_000_000
-# One video at the frontend, checked from its container and codec headers
-# before any frame memory exists (a 400 naming the setting above each):
-# its encoded bytes (the request's encoded-bytes cap applies too), the
-# frames sampled (Qwen's loaders sample up to 768), the pixels of a frame
-# (4K UHD) and the bytes of all its sampled RGB frames, which also must fit
-# in the pool (a video ships as one slot).
-MAX_VIDEO_BYTES = 256 * MiB
-MAX_VIDEO_FRAMES = 768
-MAX_VIDEO_PIXELS = 3840 * 2160
-MAX_VIDEO_FRAME_BYTES = 1024 * MiB
+# One video at the frontend, which serves clients that may be hostile: the
+# same checks as MAX_VIDEO_* above, tighter (a 400 naming the setting above
+# each): its encoded bytes (the request's encoded-bytes cap applies too),
+# the frames sampled (Qwen's loaders sample up to 768), the pixels of a
+# frame (4K UHD), the bytes of all its sampled RGB frames (which also must
+# fit in the pool: a video ships as one slot) and its length.
+FRONTEND_MAX_VIDEO_BYTES = 256 * MiB
+FRONTEND_MAX_VIDEO_FRAMES = 768
+FRONTEND_MAX_VIDEO_PIXELS = 3840 * 2160
+FRONTEND_MAX_VIDEO_FRAME_BYTES = 1024 * MiB
+FRONTEND_MAX_VIDEO_SECONDS = MAX_VIDEO_SECONDS
 # Videos decoded at once in one process, each on its decoder's own threads
 # (min(cores, 16), as OpenCV), on threads whose priority is lowered as the
 # image pool's are: more at once would only oversubscribe the cores, and at
@@ -278,6 +287,19 @@ def env_flag(name: str, default: bool) -> bool:
     if value in ("0", "false", "no"):
         return False
     return default
+
+
+def video_limits_from_env() -> VideoLimits:
+    """``PIXELWIRE_MAX_VIDEO_BYTES``, ``PIXELWIRE_MAX_VIDEO_FRAMES``,
+    ``PIXELWIRE_MAX_VIDEO_PIXELS``, ``PIXELWIRE_MAX_VIDEO_FRAME_BYTES``,
+    ``PIXELWIRE_MAX_VIDEO_SECONDS``: the limits of a ``decode_video`` given none."""
+    return VideoLimits(
+        max_bytes=env_int("PIXELWIRE_MAX_VIDEO_BYTES", MAX_VIDEO_BYTES),
+        max_frames=env_int("PIXELWIRE_MAX_VIDEO_FRAMES", MAX_VIDEO_FRAMES),
+        max_pixels=env_int("PIXELWIRE_MAX_VIDEO_PIXELS", MAX_VIDEO_PIXELS),
+        max_frame_bytes=env_int("PIXELWIRE_MAX_VIDEO_FRAME_BYTES", MAX_VIDEO_FRAME_BYTES),
+        max_seconds=env_int("PIXELWIRE_MAX_VIDEO_SECONDS", MAX_VIDEO_SECONDS),
+    )
 
 
 def secret_from_env() -> bytes | None:
@@ -524,10 +546,11 @@ class FrontendConfig:
     # The model's per-frame resize (from --model's video processor): video
     # frames ship at the size its processor would resize them to.
     video_resize: ResizePolicy | None = None
-    max_video_bytes: int = MAX_VIDEO_BYTES
-    max_video_frames: int = MAX_VIDEO_FRAMES
-    max_video_pixels: int = MAX_VIDEO_PIXELS
-    max_video_frame_bytes: int = MAX_VIDEO_FRAME_BYTES
+    max_video_bytes: int = FRONTEND_MAX_VIDEO_BYTES
+    max_video_frames: int = FRONTEND_MAX_VIDEO_FRAMES
+    max_video_pixels: int = FRONTEND_MAX_VIDEO_PIXELS
+    max_video_frame_bytes: int = FRONTEND_MAX_VIDEO_FRAME_BYTES
+    max_video_seconds: int = FRONTEND_MAX_VIDEO_SECONDS
     # JSON values in one body (400 above it), counted as 1 + the `{`, `[`
     # and `,` bytes anywhere in the body: an upper bound (characters inside
     # strings count too; base64 has none, and ordinary prose needs ~30 MB

@@ -18,12 +18,13 @@ pub struct PyVideoLimits {
 #[pymethods]
 impl PyVideoLimits {
     #[new]
-    #[pyo3(signature = (*, max_bytes = None, max_frames = None, max_pixels = None, max_frame_bytes = None))]
+    #[pyo3(signature = (*, max_bytes = None, max_frames = None, max_pixels = None, max_frame_bytes = None, max_seconds = None))]
     fn new(
         max_bytes: Option<usize>,
         max_frames: Option<usize>,
         max_pixels: Option<u64>,
         max_frame_bytes: Option<u64>,
+        max_seconds: Option<u64>,
     ) -> Self {
         let d = video::VideoLimits::default();
         PyVideoLimits {
@@ -32,6 +33,7 @@ impl PyVideoLimits {
                 max_frames: max_frames.unwrap_or(d.max_frames),
                 max_pixels: max_pixels.unwrap_or(d.max_pixels),
                 max_frame_bytes: max_frame_bytes.unwrap_or(d.max_frame_bytes),
+                max_seconds: max_seconds.unwrap_or(d.max_seconds),
             },
         }
     }
@@ -56,11 +58,16 @@ impl PyVideoLimits {
         self.inner.max_frame_bytes
     }
 
+    #[getter]
+    fn max_seconds(&self) -> u64 {
+        self.inner.max_seconds
+    }
+
     fn __repr__(&self) -> String {
         let l = &self.inner;
         format!(
-            "VideoLimits(max_bytes={}, max_frames={}, max_pixels={}, max_frame_bytes={})",
-            l.max_bytes, l.max_frames, l.max_pixels, l.max_frame_bytes
+            "VideoLimits(max_bytes={}, max_frames={}, max_pixels={}, max_frame_bytes={}, max_seconds={})",
+            l.max_bytes, l.max_frames, l.max_pixels, l.max_frame_bytes, l.max_seconds
         )
     }
 }

@@ -190,6 +190,9 @@ impl Capture {
         if capture.info.width == 0 || capture.info.height == 0 {
             return Err(Error::Video("the video stream has no frame size".into()));
         }
+        // Before the seek to the end below, the first step that decodes.
+        let info = &capture.info;
+        limits.check_seconds(info.duration, info.header_frame_count, info.fps)?;
         if capture.info.rotation % 180 != 0 {
             let info = &mut capture.info;
             std::mem::swap(&mut info.width, &mut info.height);
@@ -227,8 +230,11 @@ impl Capture {
     /// wanted frames, as vLLM's `_read_frames_no_recovery`: a frame that does
     /// not decode is skipped (its index is missing from the result), indices
     /// come back sorted and without repeats. Limits are checked before the
-    /// output exists; decoding stops early once the stream has ended. A
-    /// capture reads once (it does not seek).
+    /// output exists; decoding stops early once the stream has ended. Only
+    /// the wanted frames are converted to RGB, and H.264 frames that no
+    /// frame refers to are not decoded unless wanted (the shim's skipper;
+    /// it numbers frames as OpenCV does or gives up, and then every frame
+    /// is read again). A capture reads once.
     pub fn read_frames(&mut self, wanted: &[usize], conversion: Conversion) -> Result<Frames> {
         let len = self.sampled_bytes(wanted, None)?;
         let mut pixels = Vec::new();
@@ -273,86 +279,199 @@ impl Capture {
         self.read = true;
         let wanted: BTreeSet<usize> = wanted.iter().copied().collect();
         let (width, height) = (self.info.width as usize, self.info.height as usize);
-        let frame_bytes = width * height * 3;
-        let out_frame_bytes = self.frame_bytes(resize);
-        let rotation = applied_rotation(self.info.rotation);
         // The stream's own (unrotated) size, which the shim writes.
-        let (coded_height, coded_width) = if self.info.rotation % 180 != 0 {
+        let coded = if self.info.rotation % 180 != 0 {
             (width, height)
         } else {
             (height, width)
         };
-        let mut indices = Vec::with_capacity(wanted.len());
-        // The frame as the shim writes it, and rotated, when the output
-        // cannot take it directly.
-        let mut retrieved = Vec::new();
-        let mut rotated = Vec::new();
-        let last = wanted.last().copied();
-        if let Some(last) = last {
-            for index in 0..=last {
-                // SAFETY: `raw` is an open handle, used by this thread only.
-                if unsafe { ffi::pw_video_grab(self.raw) } == 0 {
-                    if unsafe { ffi::pw_video_finished(self.raw) } != 0 {
-                        break;
-                    }
-                    continue;
+        let mut output = Output {
+            pixels: out,
+            indices: Vec::with_capacity(wanted.len()),
+            retrieved: Vec::new(),
+            rotated: Vec::new(),
+            size: (height, width),
+            out_frame_bytes: self.frame_bytes(resize),
+            rotation: applied_rotation(self.info.rotation),
+            coded,
+            conversion,
+            resize: resize.copied(),
+            failed: None,
+        };
+        if let Some(&last) = wanted.last() {
+            match self.read_skipping(&wanted, last, &mut output) {
+                Skipping::Done => {}
+                Skipping::Off => self.read_every(&wanted, last, &mut output),
+                Skipping::Failed => {
+                    output.indices.clear();
+                    // SAFETY: `raw` is an open handle, used by this thread only.
+                    unsafe { ffi::pw_video_rewind(self.raw) };
+                    self.read_every(&wanted, last, &mut output);
                 }
-                if !wanted.contains(&index) {
-                    continue;
-                }
-                let at = indices.len() * out_frame_bytes;
-                let direct = rotation.is_none() && resize.is_none();
-                if !direct && retrieved.is_empty() {
-                    retrieved.resize(frame_bytes, 0);
-                }
-                let dst = if direct {
-                    out[at..at + frame_bytes].as_mut_ptr()
-                } else {
-                    retrieved.as_mut_ptr()
-                };
-                // SAFETY: `dst` has room for width * height * 3 bytes, the
-                // size the shim writes (the stream's coded size).
-                let ok = unsafe {
-                    match conversion {
-                        Conversion::BgrSwapped => ffi::pw_video_retrieve(self.raw, dst),
-                        Conversion::RgbDirect => ffi::pw_video_retrieve_rgb_direct(self.raw, dst),
-                    }
-                };
-                if ok == 0 {
-                    continue;
-                }
-                let frame_out = &mut out[at..at + out_frame_bytes];
-                let upright: &[u8] = match rotation {
-                    Some(degrees) => {
-                        let into: &mut [u8] = if resize.is_some() {
-                            rotated.resize(frame_bytes, 0);
-                            &mut rotated
-                        } else {
-                            &mut *frame_out
-                        };
-                        rotate(&retrieved, coded_height, coded_width, degrees, into);
-                        if resize.is_some() {
-                            &rotated
-                        } else {
-                            &[]
-                        }
-                    }
-                    None => &retrieved,
-                };
-                if let Some(target) = resize {
-                    resize_into(
-                        upright,
-                        (height, width),
-                        3,
-                        frame_out,
-                        (target.height, target.width),
-                        target.spec,
-                    )?;
-                }
-                indices.push(index);
             }
         }
-        Ok(indices)
+        match output.failed {
+            Some(error) => Err(error),
+            None => Ok(output.indices),
+        }
+    }
+
+    /// OpenCV's read: one grab per frame number up to `last`, a frame that
+    /// does not decode taking its number with it.
+    fn read_every(&mut self, wanted: &BTreeSet<usize>, last: usize, out: &mut Output<'_>) {
+        for index in 0..=last {
+            // SAFETY: `raw` is an open handle, used by this thread only.
+            if unsafe { ffi::pw_video_grab(self.raw) } == 0 {
+                if unsafe { ffi::pw_video_finished(self.raw) } != 0 {
+                    break;
+                }
+                continue;
+            }
+            if wanted.contains(&index) {
+                out.keep(self.raw, index);
+            }
+        }
+    }
+
+    /// The same frames with the shim skipping (H.264) frames that nothing
+    /// sampled refers to, numbered by the shim: `Off` where it does not
+    /// skip (other codecs), `Failed` once it cannot vouch for its numbering
+    /// (the caller then rewinds and reads every frame).
+    fn read_skipping(
+        &mut self,
+        wanted: &BTreeSet<usize>,
+        last: usize,
+        out: &mut Output<'_>,
+    ) -> Skipping {
+        let numbers: Vec<i64> = wanted.iter().map(|&i| i as i64).collect();
+        // SAFETY: `raw` is an open handle; the shim copies `numbers`.
+        if unsafe { ffi::pw_video_skip_unwanted(self.raw, numbers.as_ptr(), numbers.len()) } == 0 {
+            return Skipping::Off;
+        }
+        loop {
+            // SAFETY: as above.
+            let grabbed = unsafe { ffi::pw_video_grab(self.raw) } != 0;
+            if unsafe { ffi::pw_video_skip_failed(self.raw) } != 0 {
+                return Skipping::Failed;
+            }
+            if !grabbed {
+                // The shim fails its numbering on a frame that does not
+                // decode, so this is the end of the stream.
+                return Skipping::Done;
+            }
+            let index = unsafe { ffi::pw_video_frame_index(self.raw) };
+            let Ok(index) = usize::try_from(index) else {
+                return Skipping::Failed;
+            };
+            if wanted.contains(&index) {
+                out.keep(self.raw, index);
+            }
+            if index >= last {
+                return Skipping::Done;
+            }
+        }
+    }
+}
+
+enum Skipping {
+    Off,
+    Done,
+    Failed,
+}
+
+/// Where sampled frames go as they are read.
+struct Output<'a> {
+    pixels: &'a mut [u8],
+    indices: Vec<usize>,
+    /// The frame as the shim writes it, and rotated, when the output
+    /// cannot take it directly.
+    retrieved: Vec<u8>,
+    rotated: Vec<u8>,
+    /// The returned (rotated) height and width before any resize.
+    size: (usize, usize),
+    out_frame_bytes: usize,
+    rotation: Option<i32>,
+    /// The stream's own (unrotated) height and width, which the shim writes.
+    coded: (usize, usize),
+    conversion: Conversion,
+    resize: Option<Target>,
+    /// The first error a frame met (a resize); no frame is kept after it.
+    failed: Option<Error>,
+}
+
+impl Output<'_> {
+    /// Converts the frame just grabbed (rotated, resized) into the next
+    /// free place.
+    fn keep(&mut self, raw: *mut ffi::pw_video, index: usize) {
+        if self.failed.is_some() {
+            return;
+        }
+        let (height, width) = self.size;
+        let frame_bytes = height * width * 3;
+        let at = self.indices.len() * self.out_frame_bytes;
+        let direct = self.rotation.is_none() && self.resize.is_none();
+        if !direct && self.retrieved.is_empty() {
+            self.retrieved.resize(frame_bytes, 0);
+        }
+        let dst = if direct {
+            self.pixels[at..at + frame_bytes].as_mut_ptr()
+        } else {
+            self.retrieved.as_mut_ptr()
+        };
+        // SAFETY: `dst` has room for width * height * 3 bytes, the size the
+        // shim writes (the stream's coded size); `raw` is open and used by
+        // this thread only.
+        let ok = unsafe {
+            match self.conversion {
+                Conversion::BgrSwapped => ffi::pw_video_retrieve(raw, dst),
+                Conversion::RgbDirect => ffi::pw_video_retrieve_rgb_direct(raw, dst),
+            }
+        };
+        if ok == 0 {
+            return;
+        }
+        let frame_out = &mut self.pixels[at..at + self.out_frame_bytes];
+        let upright: &[u8] = match (self.rotation, self.resize) {
+            (Some(degrees), None) => {
+                let (coded_height, coded_width) = self.coded;
+                rotate(
+                    &self.retrieved,
+                    coded_height,
+                    coded_width,
+                    degrees,
+                    frame_out,
+                );
+                &[]
+            }
+            (Some(degrees), Some(_)) => {
+                let (coded_height, coded_width) = self.coded;
+                self.rotated.resize(frame_bytes, 0);
+                rotate(
+                    &self.retrieved,
+                    coded_height,
+                    coded_width,
+                    degrees,
+                    &mut self.rotated,
+                );
+                &self.rotated
+            }
+            (None, _) => &self.retrieved,
+        };
+        if let Some(target) = self.resize {
+            let resized = resize_into(
+                upright,
+                (height, width),
+                3,
+                frame_out,
+                (target.height, target.width),
+                target.spec,
+            );
+            if let Err(error) = resized {
+                self.failed = Some(error);
+                return;
+            }
+        }
+        self.indices.push(index);
     }
 }
 

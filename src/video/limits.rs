@@ -5,7 +5,8 @@ use crate::errors::{Error, Result};
 
 /// What one video may cost. Every check runs before the memory it guards is
 /// taken: `max_bytes` on the encoded input, `max_pixels` while FFmpeg probes
-/// the stream (its decoders refuse bigger frames), `max_frames` and
+/// the stream (its decoders refuse bigger frames), `max_seconds` on the
+/// headers' duration before the first frame is decoded, `max_frames` and
 /// `max_frame_bytes` on the sampled frames before the output exists.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct VideoLimits {
@@ -17,6 +18,11 @@ pub struct VideoLimits {
     pub max_pixels: u64,
     /// Bytes of all sampled RGB frames together.
     pub max_frame_bytes: u64,
+    /// Seconds the headers say the video lasts (its duration, or its frame
+    /// count over its frame rate, whichever is longer). Sampling spreads
+    /// over that span and decoding runs up to the last sampled frame, so a
+    /// tiny file claiming hours would otherwise be read as hours.
+    pub max_seconds: u64,
 }
 
 impl Default for VideoLimits {
@@ -27,6 +33,8 @@ impl Default for VideoLimits {
             // 8K UHD.
             max_pixels: 7680 * 4320,
             max_frame_bytes: 4 * 1024 * 1024 * 1024,
+            // A feature film.
+            max_seconds: 3 * 3600,
         }
     }
 }
@@ -66,6 +74,33 @@ impl VideoLimits {
         Ok(())
     }
 
+    /// The longer of `duration` and `frame_count / fps`, as the headers
+    /// state them; a value a header leaves unknown (negative, not finite)
+    /// counts for nothing.
+    pub fn check_seconds(&self, duration: f64, frame_count: i64, fps: f64) -> Result<()> {
+        let known = |s: f64| if s.is_finite() && s > 0.0 { s } else { 0.0 };
+        let by_count = if fps.is_finite() && fps > 0.0 {
+            known(frame_count as f64 / fps)
+        } else {
+            0.0
+        };
+        let seconds = known(duration).max(by_count);
+        if seconds > self.max_seconds as f64 {
+            let source = if by_count > known(duration) {
+                format!("{frame_count} frames at {fps} fps")
+            } else {
+                "its duration".to_string()
+            };
+            return Err(over(
+                format!("video claims {seconds:.0} seconds ({source})"),
+                "max_seconds",
+                self.max_seconds,
+                seconds.ceil().min(u64::MAX as f64) as u64,
+            ));
+        }
+        Ok(())
+    }
+
     /// `frames` sampled frames of `frame_bytes` each.
     pub fn check_sampled(&self, frames: usize, frame_bytes: u64) -> Result<()> {
         if frames > self.max_frames {
@@ -100,6 +135,7 @@ mod tests {
             max_frames: 4,
             max_pixels: 100,
             max_frame_bytes: 1000,
+            max_seconds: 60,
         };
         let setting = |r: Result<()>| match r {
             Err(Error::VideoOverLimit { setting, .. }) => setting,
@@ -111,5 +147,20 @@ mod tests {
         assert_eq!(setting(limits.check_sampled(4, 251)), "max_frame_bytes");
         assert!(limits.check_sampled(4, 250).is_ok());
         assert!(limits.check_frame_size(10, 10).is_ok());
+        assert_eq!(setting(limits.check_seconds(60.5, 0, 25.0)), "max_seconds");
+        assert_eq!(
+            setting(limits.check_seconds(1.0, 1_000_000_000, 25.0)),
+            "max_seconds"
+        );
+        assert!(limits.check_seconds(60.0, 1500, 25.0).is_ok());
+    }
+
+    /// Unknown durations (FFmpeg's AV_NOPTS_VALUE scaled) and frame rates
+    /// do not count as long ones.
+    #[test]
+    fn unknown_header_values_are_not_over_max_seconds() {
+        let limits = VideoLimits::default();
+        assert!(limits.check_seconds(-9.2e12, 10, 0.0).is_ok());
+        assert!(limits.check_seconds(f64::NAN, 10, f64::INFINITY).is_ok());
     }
 }

@@ -1,6 +1,7 @@
 /* See pw_video.h. Line references are to OpenCV 5.1.0's
  * modules/videoio/src/cap_ffmpeg_impl.hpp. */
 #include "pw_video.h"
+#include "pw_skip.h"
 
 #include <libavcodec/avcodec.h>
 #include <libavformat/avformat.h>
@@ -44,6 +45,7 @@ struct pw_video {
     int64_t first_frame_number;
     int64_t ts_offset_avtb;
     int ts_offset_decided;
+    struct skipper skip;
 };
 
 static int read_packet(void *opaque, uint8_t *buf, int buf_size) {
@@ -100,6 +102,7 @@ static int default_threads(void) {
 void pw_video_close(pw_video *v) {
     if (!v)
         return;
+    skipper_free(&v->skip);
     sws_freeContext(v->sws);
     sws_freeContext(v->sws_rgb);
     av_frame_free(&v->bgr);
@@ -373,6 +376,8 @@ int pw_video_grab(pw_video *v) {
                 break;
             continue;
         }
+        if (v->skip.on && ret != AVERROR_EOF && skip_packet(&v->skip, v->packet))
+            continue;
         if (avcodec_send_packet(v->ctx, v->packet) < 0) {
             if (ret == AVERROR_EOF)
                 v->finished = 1;
@@ -388,6 +393,8 @@ int pw_video_grab(pw_video *v) {
     }
     if (valid)
         track_position(v);
+    if (v->skip.on)
+        skip_after_grab(&v->skip, valid ? v->picture : NULL, v->finished);
     return valid;
 }
 
@@ -524,4 +531,41 @@ int64_t pw_video_presentable_frames(pw_video *v) {
     if (at_end && 0 < visible && visible < total - 1)
         return visible;
     return total;
+}
+
+int pw_video_skip_unwanted(pw_video *v, const int64_t *wanted, size_t n) {
+    skipper_free(&v->skip);
+    if (v->codec->id != AV_CODEC_ID_H264 || n == 0 || v->frame_number != 0)
+        return 0;
+    struct skipper *k = &v->skip;
+    const uint8_t *extra = v->ctx->extradata;
+    if (extra && v->ctx->extradata_size >= 7 && extra[0] == 1)
+        k->nal_length_size = (extra[4] & 3) + 1;
+    k->wanted = av_malloc_array(n, sizeof *k->wanted);
+    if (!k->wanted)
+        return 0;
+    memcpy(k->wanted, wanted, n * sizeof *wanted);
+    for (size_t i = 1; i < n; i++) {
+        if (k->wanted[i - 1] >= k->wanted[i]) {
+            skipper_free(k);
+            return 0;
+        }
+    }
+    k->n_wanted = n;
+    k->index = -1;
+    k->on = 1;
+    return 1;
+}
+
+int64_t pw_video_frame_index(const pw_video *v) {
+    return v->skip.on ? v->skip.index : v->frame_number - 1;
+}
+
+int pw_video_skip_failed(const pw_video *v) {
+    return v->skip.on && v->skip.failed;
+}
+
+void pw_video_rewind(pw_video *v) {
+    skipper_free(&v->skip);
+    seek_frame(v, 0);
 }

@@ -48,5 +48,9 @@ extern "C" {
     pub fn pw_video_finished(v: *const pw_video) -> i32;
     pub fn pw_video_retrieve(v: *mut pw_video, dst: *mut u8) -> i32;
     pub fn pw_video_retrieve_rgb_direct(v: *mut pw_video, dst: *mut u8) -> i32;
+    pub fn pw_video_skip_unwanted(v: *mut pw_video, wanted: *const i64, n: usize) -> i32;
+    pub fn pw_video_frame_index(v: *const pw_video) -> i64;
+    pub fn pw_video_skip_failed(v: *const pw_video) -> i32;
+    pub fn pw_video_rewind(v: *mut pw_video);
     pub fn pw_video_close(v: *mut pw_video);
 }

@@ -60,6 +60,7 @@ _VIDEO_FLAGS = {
     "max_frames": "--max-video-frames",
     "max_pixels": "--max-video-pixels",
     "max_frame_bytes": "--max-video-frame-bytes (and --pool-bytes: a video ships as one slot)",
+    "max_seconds": "--max-video-seconds",
 }
 
 
@@ -71,6 +72,7 @@ def video_limits(config: FrontendConfig) -> VideoLimits:
         max_frames=config.max_video_frames,
         max_pixels=config.max_video_pixels,
         max_frame_bytes=min(config.max_video_frame_bytes, config.pool_bytes - SLOT_HEADER_BYTES),
+        max_seconds=config.max_video_seconds,
     )
 
 

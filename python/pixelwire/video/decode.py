@@ -39,12 +39,15 @@ def decode_video(
     ``duration``, ``video_backend``, ``frames_indices``,
     ``do_sample_frames``). Frames that do not decode are left out, as vLLM
     leaves them out; a video with no decodable frame raises
-    ``VideoDecodeError``. ``limits`` are checked before any frame memory is
-    taken (``VideoTooLarge``). ``backend`` and ``frame_recovery`` are
+    ``VideoDecodeError``. ``limits`` (default: the ``PIXELWIRE_MAX_VIDEO_*``
+    environment, else ``VideoLimits()``) are checked before any frame memory
+    is taken (``VideoTooLarge``). ``backend`` and ``frame_recovery`` are
     vLLM's: only its default decoding backend (``opencv``) without frame
     recovery is reproduced, anything else is a ``ValueError``.
     """
     check_backend(backend, frame_recovery)
+    if limits is None:
+        limits = config.video_limits_from_env()
     capture = VideoCapture(data, threads=threads, limits=limits)
     codec = capture.info()["codec"]
     source, wanted = sample_video(capture, loader, num_frames, fps, loader_kwargs)

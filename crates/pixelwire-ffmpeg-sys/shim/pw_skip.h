@@ -1,0 +1,42 @@
+/* The skipper of pw_video.c: which H.264 packets need not be decoded, and
+ * OpenCV's number of each frame the decoder outputs when some are not. */
+#ifndef PW_SKIP_H
+#define PW_SKIP_H
+
+#include <libavcodec/avcodec.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Skipping H.264 frames that no sampled frame needs (pw_video_skip_unwanted):
+ * a packet whose slices all have nal_ref_idc 0 is never referenced, so when
+ * its frame is not sampled it is not sent to the decoder. OpenCV numbers a
+ * frame by how many the decoder output before it, which, the decoder output
+ * being in presentation order, is its rank among the timestamps of every
+ * packet; the skipper keeps those timestamps and checks that rank against
+ * what was really output and skipped, and gives up (`failed`) wherever the
+ * two could differ, so that the caller reads again without skipping. */
+struct skipper {
+    int on;
+    int failed;
+    int nal_length_size; /* avcC's length prefix size; 0: Annex B start codes */
+    int64_t *wanted;     /* sorted */
+    size_t n_wanted;
+    int64_t *seen;       /* pts of every packet since skipping began, sorted */
+    size_t n_seen, cap_seen;
+    int64_t *skipped;    /* pts of the packets not sent, sorted */
+    size_t n_skipped, cap_skipped;
+    size_t n_checked;    /* skipped[..n_checked] are known not to be sampled */
+    int64_t outputs;     /* frames output since skipping began */
+    int64_t last_pts;    /* of the last frame output */
+    int64_t index;       /* OpenCV's number of the last frame output */
+};
+
+void skipper_free(struct skipper *k);
+/* Called with each packet of the video stream before it is sent: 1 when it
+ * is not to be decoded (the caller drops it; the packet is unreferenced). */
+int skip_packet(struct skipper *k, AVPacket *pkt);
+/* After each grab, with the frame output (NULL when none) and whether the
+ * stream has ended: sets `index`, or `failed`. */
+void skip_after_grab(struct skipper *k, const AVFrame *frame, int finished);
+
+#endif
