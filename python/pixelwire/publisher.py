@@ -181,6 +181,23 @@ def _pass_through(source: bytes | bytearray | memoryview | str) -> PassThrough:
     return PassThrough(f"data:application/octet-stream;base64,{encoded}")
 
 
+def _slot_fields(agent: str, fields: _native.PublishedSlot) -> dict[str, Any]:
+    """The descriptor fields of a published slot, image or video."""
+    return {
+        "nixl_metadata": fields["metadata"],
+        "metadata_version": fields["metadata_version"],
+        "metadata_pruned": fields["metadata_pruned"],
+        "addr": fields["addr"],
+        "size": fields["size"],
+        "content_hash": fields["content_hash"],
+        "agent": agent,
+        "slot": fields["slot"],
+        "generation": fields["generation"],
+        "expires_at": fields["expires_at"],
+        "notification": fields["notification"],
+    }
+
+
 def _decoded(
     agent: str,
     fields: _native.Published,
@@ -193,20 +210,10 @@ def _decoded(
 ) -> Decoded:
     """The descriptor of one image `agent` published."""
     return Decoded(
-        nixl_metadata=fields["metadata"],
-        metadata_version=fields["metadata_version"],
-        metadata_pruned=fields["metadata_pruned"],
-        addr=fields["addr"],
-        size=fields["size"],
+        **_slot_fields(agent, fields),
         shape=fields["shape"],
         format=fields["format"],
         color_type=mode,
-        content_hash=fields["content_hash"],
-        agent=agent,
-        slot=fields["slot"],
-        generation=fields["generation"],
-        expires_at=fields["expires_at"],
-        notification=fields["notification"],
         background=background,
         published_at=published_at,
         source_sha256=source_sha256,
@@ -515,18 +522,8 @@ class Publisher:
             raise
         fields = published.fields
         return DecodedVideo(
-            nixl_metadata=fields["metadata"],
-            metadata_version=fields["metadata_version"],
-            metadata_pruned=fields["metadata_pruned"],
-            addr=fields["addr"],
-            size=fields["size"],
+            **_slot_fields(native.agent_name, fields),
             shape=fields["shape"],
-            content_hash=fields["content_hash"],
-            agent=native.agent_name,
-            slot=fields["slot"],
-            generation=fields["generation"],
-            expires_at=fields["expires_at"],
-            notification=fields["notification"],
             loader_metadata=published.loader_metadata,
             sampling=sampling.to_dict(),
             codec=published.codec,

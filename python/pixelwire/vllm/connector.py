@@ -9,7 +9,7 @@ import sys
 import threading
 import time
 from collections.abc import Coroutine
-from typing import Any
+from typing import Any, NoReturn
 
 from PIL import Image
 from prometheus_client import REGISTRY, Gauge
@@ -333,11 +333,7 @@ class PixelwireMediaConnector(MediaConnector):
         try:
             data = await self._fetch(url, fetch_timeout, media_io.get_max_bytes())
         except PixelwireError as e:
-            install_metrics("pixelwire").failed(e)
-            vllms = as_vllm_error(e, url, self.allowed_local_media_path)
-            if vllms is e:
-                raise
-            raise vllms from e
+            self._raise_as_vllms(e, url, install_metrics("pixelwire"))
         return await asyncio.to_thread(media_io.load_bytes, data)
 
     async def _fetch(
@@ -351,6 +347,16 @@ class PixelwireMediaConnector(MediaConnector):
             self.allowed_media_domains, self.allowed_local_media_path, timeout, medium_max_bytes
         )
         return await fetcher.fetch(url)
+
+    def _raise_as_vllms(self, error: PixelwireError, url: str, metrics: ImageMetrics) -> NoReturn:
+        """Counts a fault on ``url`` and raises vLLM's own exception for it,
+        so vLLM's server answers with the status it gives its own loader's
+        (the error itself where that is vLLM's answer too)."""
+        metrics.failed(error)
+        vllms = as_vllm_error(error, url, self.allowed_local_media_path)
+        if vllms is error:
+            raise error
+        raise vllms from error
 
     def load_from_url(self, url: str, media_io: MediaIO[Any], *, fetch_timeout: int | None = None) -> Any:
         return _run_sync(self.load_from_url_async(url, media_io, fetch_timeout=fetch_timeout))
@@ -381,12 +387,7 @@ class PixelwireMediaConnector(MediaConnector):
                 data = await self._fetch(video_url, timeout, vllm_io.get_max_bytes())
             return await decode_video_bytes(data, video_kwargs, loader, vllm_io, metrics)
         except PixelwireError as e:
-            metrics.failed(e)
-            # vLLM's own exception for the fault (see fetch_image_async).
-            vllms = as_vllm_error(e, video_url, self.allowed_local_media_path)
-            if vllms is e:
-                raise
-            raise vllms from e
+            self._raise_as_vllms(e, video_url, metrics)
 
     def fetch_video(
         self, video_url: str, *, image_mode: str | None = "RGB", video_processor: str | None = None
@@ -415,13 +416,7 @@ class PixelwireMediaConnector(MediaConnector):
             # as bytes.
             return await self._load_url(image_url, mode, background, metrics)
         except PixelwireError as e:
-            metrics.failed(e)
-            # vLLM's own exception for the fault, so vLLM's server answers
-            # with the status it gives its own loader's.
-            vllms = as_vllm_error(e, image_url, self.allowed_local_media_path)
-            if vllms is e:
-                raise
-            raise vllms from e
+            self._raise_as_vllms(e, image_url, metrics)
 
     def fetch_image(self, image_url: str, *, image_mode: str | None = "RGB") -> Any:
         return _run_sync(self.fetch_image_async(image_url, image_mode=image_mode))
