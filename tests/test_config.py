@@ -43,6 +43,10 @@ def test_size_variables_take_units_and_name_themselves_when_wrong(monkeypatch: p
     monkeypatch.setenv("PIXELWIRE_REGION_BYTES", "lots")
     with pytest.raises(ValueError, match="PIXELWIRE_REGION_BYTES"):
         config.PublisherSettings.from_env()
+    monkeypatch.setenv("PIXELWIRE_MAX_VIDEO_BYTES", "64MiB")
+    monkeypatch.setenv("PIXELWIRE_MAX_VIDEO_FRAME_BYTES", "2GiB")
+    limits = config.video_limits_from_env()
+    assert (limits.max_bytes, limits.max_frame_bytes) == (64 << 20, 2 << 30)
 
 
 def test_the_access_log_is_off_unless_asked_for(monkeypatch: pytest.MonkeyPatch) -> None:

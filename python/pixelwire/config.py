@@ -294,10 +294,10 @@ def video_limits_from_env() -> VideoLimits:
     ``PIXELWIRE_MAX_VIDEO_PIXELS``, ``PIXELWIRE_MAX_VIDEO_FRAME_BYTES``,
     ``PIXELWIRE_MAX_VIDEO_SECONDS``: the limits of a ``decode_video`` given none."""
     return VideoLimits(
-        max_bytes=env_int("PIXELWIRE_MAX_VIDEO_BYTES", MAX_VIDEO_BYTES),
+        max_bytes=env_bytes("PIXELWIRE_MAX_VIDEO_BYTES", MAX_VIDEO_BYTES),
         max_frames=env_int("PIXELWIRE_MAX_VIDEO_FRAMES", MAX_VIDEO_FRAMES),
         max_pixels=env_int("PIXELWIRE_MAX_VIDEO_PIXELS", MAX_VIDEO_PIXELS),
-        max_frame_bytes=env_int("PIXELWIRE_MAX_VIDEO_FRAME_BYTES", MAX_VIDEO_FRAME_BYTES),
+        max_frame_bytes=env_bytes("PIXELWIRE_MAX_VIDEO_FRAME_BYTES", MAX_VIDEO_FRAME_BYTES),
         max_seconds=env_int("PIXELWIRE_MAX_VIDEO_SECONDS", MAX_VIDEO_SECONDS),
     )
 
