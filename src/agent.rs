@@ -4,12 +4,15 @@
 
 use std::ffi::CString;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nixl_sys::{
     AgentConfig, Backend, MemType, NixlDescriptor, NotificationMap, OptArgs, RegistrationHandle,
     ThreadSync, XferDescList, XferOp, XferRequest, XferStatus,
 };
+
+use parking_lot::Mutex;
 
 use crate::errors::{Error, Result};
 use crate::region::PAGE;
@@ -82,11 +85,34 @@ impl Default for AgentOptions {
     }
 }
 
+/// The longest a reader being dropped waits for READs it gave up on to
+/// end, before it leaks them (with the agent, and the memory they may
+/// write) rather than destroy UCX state they are queued in.
+pub const SETTLE_ON_DROP: Duration = Duration::from_secs(2);
+
+/// How long forgetting a frontend waits for READs from it that were given
+/// up on.
+const SETTLE_ON_FORGET: Duration = Duration::from_millis(500);
+
+/// READs given up on while UCX may still be serving them: timed out, or
+/// left when another chunk of the same read failed. Releasing such a
+/// request asks UCX to cancel it, which a READ cannot be: the operation
+/// stays queued on its endpoint, and a UCX worker destroyed with it queued
+/// aborts the process (an assertion that its pending queues are empty). So
+/// they are kept, and polled (which also progresses the worker) until they
+/// end, by later READs, before a frontend is forgotten, and when the agent
+/// goes.
+#[derive(Default)]
+struct Abandoned {
+    requests: Mutex<Vec<(String, XferRequest)>>,
+}
+
 /// A NIXL agent with its UCX backend.
 pub struct Agent {
     inner: nixl_sys::Agent,
     backend: Backend,
     name: String,
+    abandoned: Arc<Abandoned>,
 }
 
 static AGENT_COUNTER: AtomicU64 = AtomicU64::new(0);
@@ -143,6 +169,7 @@ impl Agent {
             inner,
             backend,
             name,
+            abandoned: Arc::default(),
         })
     }
 
@@ -174,8 +201,45 @@ impl Agent {
     }
 
     pub fn forget_remote(&self, name: &str) {
+        self.settle(Some(name), Instant::now() + SETTLE_ON_FORGET);
         // Failure only means it was not loaded.
         let _ = self.inner.invalidate_remote_md(name);
+    }
+
+    /// Polls the READs given up on, letting go of those that ended; how many
+    /// are still running (from `remote` only, if given).
+    fn reap(&self, remote: Option<&str>) -> usize {
+        let mut requests = self.abandoned.requests.lock();
+        requests.retain(|(_, request)| {
+            matches!(
+                self.inner.get_xfer_status(request),
+                Ok(XferStatus::InProgress)
+            )
+        });
+        requests
+            .iter()
+            .filter(|(from, _)| remote.is_none_or(|name| name == from))
+            .count()
+    }
+
+    /// Waits until no READ given up on (from `remote`, if given) is still
+    /// running, or until `deadline`; whether none is.
+    pub fn settle(&self, remote: Option<&str>, deadline: Instant) -> bool {
+        let mut waiting = Waiting::new();
+        loop {
+            if self.reap(remote) == 0 {
+                return true;
+            }
+            if Instant::now() > deadline {
+                return false;
+            }
+            waiting.pause();
+        }
+    }
+
+    /// READs given up on that UCX may still be serving.
+    pub fn abandoned_count(&self) -> usize {
+        self.abandoned.requests.lock().len()
     }
 
     /// READs `span` = (remote address, length) of `remote`'s registered
@@ -209,6 +273,9 @@ impl Agent {
         pieces: usize,
         notification: Option<&[u8]>,
     ) -> std::result::Result<PostedRead, ReadError> {
+        if !self.abandoned.requests.lock().is_empty() {
+            self.reap(None);
+        }
         let (remote_addr, len) = span;
         let refused = |error: Error| ReadError {
             error,
@@ -249,28 +316,31 @@ impl Agent {
                 )))
             })?;
         let started = Instant::now();
-        let pending = self
-            .inner
-            .post_xfer_req(&request, None)
-            .map_err(|e| ReadError {
-                error: nixl_err("READ", e),
-                may_land: true,
-            })?;
-        Ok(PostedRead {
-            request,
+        let outcome = self.inner.post_xfer_req(&request, None);
+        let mut posted = PostedRead {
+            request: Some(request),
+            abandoned: Arc::clone(&self.abandoned),
             remote: remote.to_string(),
             len,
             started,
-            done: !pending,
-        })
+            done: false,
+        };
+        match outcome {
+            Ok(pending) => {
+                posted.done = !pending;
+                Ok(posted)
+            }
+            // Dropping `posted` keeps the request until UCX is done with it.
+            Err(e) => Err(posted.failed(nixl_err("READ", e))),
+        }
     }
 
     /// Whether a posted READ has completed (one status check, no wait).
     fn poll_read(&self, posted: &mut PostedRead) -> std::result::Result<bool, ReadError> {
-        if !posted.done {
+        if let (false, Some(request)) = (posted.done, &posted.request) {
             match self
                 .inner
-                .get_xfer_status(&posted.request)
+                .get_xfer_status(request)
                 .map_err(|e| posted.failed(nixl_err("READ", e)))?
             {
                 XferStatus::Success => posted.done = true,
@@ -317,13 +387,37 @@ impl Agent {
     }
 }
 
-/// A READ posted with [`Agent::post_read`].
+impl Drop for Agent {
+    fn drop(&mut self) {
+        // Its owner waited for them already (`settle`).
+        if self.reap(None) > 0 {
+            // Each request holds the NIXL agent: leaked, they keep it (and
+            // its UCX worker) from being destroyed under them.
+            std::mem::forget(std::mem::take(&mut *self.abandoned.requests.lock()));
+        }
+    }
+}
+
+/// A READ posted with [`Agent::post_read`]. Dropped before it is known to
+/// have ended, its request goes to the agent's abandoned READs.
 pub struct PostedRead {
-    request: XferRequest,
+    request: Option<XferRequest>,
+    abandoned: Arc<Abandoned>,
     remote: String,
     len: usize,
     started: Instant,
     done: bool,
+}
+
+impl Drop for PostedRead {
+    fn drop(&mut self) {
+        if let (false, Some(request)) = (self.done, self.request.take()) {
+            self.abandoned
+                .requests
+                .lock()
+                .push((std::mem::take(&mut self.remote), request));
+        }
+    }
 }
 
 impl PostedRead {

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use nixl_sys::MemType;
 
-use crate::agent::{Agent, AgentOptions, PostedRead, ReadError};
+use crate::agent::{Agent, AgentOptions, PostedRead, ReadError, SETTLE_ON_DROP};
 use crate::background::{Background, Ticket};
 use crate::errors::{Error, Result};
 use crate::foreign::{self, ForeignMemory};
@@ -143,6 +143,20 @@ pub struct Reader {
     agent: Agent,
 }
 
+impl Drop for Reader {
+    fn drop(&mut self) {
+        // The fields go before the agent: first let READs given up on end,
+        // and if one will not, keep the memory it may still write.
+        if !self.agent.settle(None, Instant::now() + SETTLE_ON_DROP) {
+            std::mem::forget(std::mem::replace(&mut self.slots, SlotPool::new(0, 1)));
+            std::mem::forget(std::mem::replace(
+                &mut self.foreign,
+                ForeignMemory::new(self.config.timeout),
+            ));
+        }
+    }
+}
+
 impl Reader {
     pub fn new(config: ReaderConfig) -> Result<Reader> {
         Ok(Reader {
@@ -186,6 +200,12 @@ impl Reader {
     pub fn quarantined(&self) -> (usize, usize) {
         self.end_quarantines(&mut self.slots.lock());
         (self.quarantine.len(), self.foreign.quarantined_count())
+    }
+
+    /// READs given up on (timed out, or left by a failed read) that UCX may
+    /// still be serving.
+    pub fn abandoned_reads(&self) -> usize {
+        self.agent.abandoned_count()
     }
 
     /// Loads of frontends' metadata: (connects, merges without reconnecting).

@@ -10,9 +10,12 @@ import asyncio
 import base64
 import copy
 import dataclasses
+import subprocess
+import sys
 import time
 import weakref
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -446,7 +449,9 @@ def test_a_read_that_may_still_land_says_so(
 ) -> None:
     """A READ that times out once posted raises a `TransferError` whose
     `may_land`, set when the native reader builds it, says the transfer
-    may still write the destination."""
+    may still write the destination. UCX may finish a READ inside the post
+    itself (a synchronous copy), before any deadline is looked at, so the
+    read is tried until one times out; every timeout must say so."""
     from pixelwire._native import NativeReader
     from pixelwire.nixl import ensure_nixl
 
@@ -456,10 +461,70 @@ def test_a_read_that_may_still_land_says_so(
     buffer = np.zeros(pixelwire.decode_image(data).size, dtype=np.uint8)
     _LANDING_ZONES.append(buffer)
     native.register(addr=buffer.ctypes.data, size=buffer.size, mem_type="Dram", device=0)
-    image = pixelwire.descriptor.parse_descriptor(publisher_process.publish(data)["desc"])
-    with pytest.raises(pixelwire.TransferError, match="timed out") as late:
-        native.read_into(image, local_addr=buffer.ctypes.data, mem_type="Dram", device=0)
-    assert late.value.may_land is True
+    timeouts: list[pixelwire.TransferError] = []
+    for _ in range(20):
+        image = pixelwire.descriptor.parse_descriptor(publisher_process.publish(data)["desc"])
+        try:
+            native.read_into(image, local_addr=buffer.ctypes.data, mem_type="Dram", device=0)
+        except pixelwire.TransferError as error:
+            assert "timed out" in str(error)
+            timeouts.append(error)
+            break
+    assert timeouts, "no READ of 24 MiB was still running 1 ns after it started"
+    assert timeouts[0].may_land is True
+
+
+_DROP_AFTER_A_TIMEOUT = """
+import gc, sys
+import numpy as np
+import pixelwire
+from pixelwire.config import ReaderSettings
+from pixelwire.nixl import ensure_nixl
+from pixelwire.publisher_process import PublisherProcess
+from pixelwire._native import NativeReader
+
+ensure_nixl()
+data = open(sys.argv[1], "rb").read()
+for round in range(3):
+    publisher = PublisherProcess(pool_bytes=64 << 20, lease=60.0, acquire=5.0)
+    native = NativeReader(ReaderSettings(timeout=1e-9, verify=False))
+    buffer = np.zeros(pixelwire.decode_image(data).size, dtype=np.uint8)
+    native.register(addr=buffer.ctypes.data, size=buffer.size, mem_type="Dram", device=0)
+    for _ in range(20):
+        image = pixelwire.descriptor.parse_descriptor(publisher.publish(data)["desc"])
+        try:
+            native.read_into(image, local_addr=buffer.ctypes.data, mem_type="Dram", device=0)
+        except pixelwire.TransferError:
+            break
+    print("abandoned", native.stats()["abandoned_reads"], flush=True)
+    publisher.close()
+    del native
+    gc.collect()
+    print("dropped", flush=True)
+"""
+
+
+def test_a_reader_dropped_after_a_timed_out_read_ends_cleanly(
+    tmp_path: Path, ppm_of_size: Callable[..., bytes]
+) -> None:
+    """A READ that timed out is kept (`abandoned_reads`) until UCX is done
+    with it, not let go while still queued, and a reader dropped after one,
+    with the frontend gone meanwhile, ends cleanly: a UCX worker destroyed
+    with a READ still queued aborts the process (an assertion that its
+    queues are empty), as CI saw once in a garbage collection after such a
+    test. In a child process: an abort there is a failure here, not the
+    end of the suite."""
+    image = tmp_path / "image.ppm"
+    image.write_bytes(ppm_of_size(24 << 20, seed=14))
+    child = subprocess.run(
+        [sys.executable, "-c", _DROP_AFTER_A_TIMEOUT, str(image)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert child.returncode == 0, child.stdout + child.stderr
+    assert child.stdout.count("dropped") == 3
+    assert "abandoned 1" in child.stdout, "the timed-out READ was kept until it ended"
 
 
 def test_a_reader_takes_its_settings_whole_or_field_by_field() -> None:

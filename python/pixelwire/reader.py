@@ -195,8 +195,9 @@ class Reader:
     def stats(self) -> dict[str, int]:
         """Receive-pool usage: bytes_in_use, registered_bytes, remotes,
         registered_caller_buffers (CUDA staging), and what failed READs may
-        still write: quarantined_slots, quarantined_caller_buffers (the
-        reader must be open)."""
+        still write: quarantined_slots, quarantined_caller_buffers, and
+        abandoned_reads (READs given up on that UCX may still be serving;
+        the reader must be open)."""
         if self._native is None:
             raise RuntimeError("stats(): the Reader is not open (open() or `async with` it first)")
         return dict(self._native.stats())

@@ -67,6 +67,7 @@ impl NativeReader {
         let (slots, caller_buffers) = self.inner.quarantined();
         d.set_item("quarantined_slots", slots)?;
         d.set_item("quarantined_caller_buffers", caller_buffers)?;
+        d.set_item("abandoned_reads", self.inner.abandoned_reads())?;
         Ok(d)
     }
 
