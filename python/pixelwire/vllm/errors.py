@@ -41,7 +41,9 @@ def _safe(url: str) -> str:
 
 
 def _unprocessable(message: str, url: str) -> Exception:
-    """vLLM's 422, as vLLM's ``_wrap_media_fetch_error`` makes it."""
+    """vLLM's 422, as vLLM's ``_wrap_media_fetch_error`` makes it: it names
+    ``image_url`` as the parameter for every kind of media (a video's fetch
+    too), and so does this, so that a client sees vLLM's own answer."""
     unprocessable: Exception = VLLMUnprocessableEntityError(message, parameter="image_url", value=_safe(url))
     return unprocessable
 
