@@ -152,6 +152,7 @@ def _frontend(args: argparse.Namespace) -> int:
         upstream_timeout=args.upstream_timeout,
         allowed_domains=args.allowed_domains,
         allow_private=args.allow_private,
+        trust_request_mm_kwargs=args.trust_request_mm_kwargs,
         check_upstream=not args.no_check_upstream,
         max_request_bytes=args.max_request_bytes,
         max_images_per_request=args.max_images_per_request,
@@ -281,6 +282,12 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
         action="store_true",
         help="let image URLs reach private, loopback and link-local addresses (also "
         "PIXELWIRE_ALLOW_PRIVATE=1; worker mode: set it on vLLM too)",
+    )
+    front.add_argument(
+        "--trust-request-mm-kwargs",
+        action="store_true",
+        help="honour a request's own media_io_kwargs and mm_processor_kwargs, as vLLM's flag of that name "
+        "(set it on both; default: such a request is refused with vLLM's 400 before any work)",
     )
     front.add_argument(
         "--model",

@@ -539,6 +539,10 @@ class FrontendConfig:
     api_keys: list[str] = field(default_factory=list)
     # Server-wide video defaults, as vLLM's --media-io-kwargs '{"video": {...}}'.
     video_kwargs: dict[str, Any] = field(default_factory=dict)
+    # As vLLM's --trust-request-mm-kwargs: a request's own media_io_kwargs
+    # and mm_processor_kwargs are honoured; without it such a request is
+    # refused before any fetch or decode, as vLLM refuses it.
+    trust_request_mm_kwargs: bool = False
     # The loader vLLM samples the model's videos with (from --model's video
     # processor); None: the frontend cannot tell, and passes videos on
     # unless video_kwargs names one (video_backend).

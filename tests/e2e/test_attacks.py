@@ -203,6 +203,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
             services.append(trusting_vllm)
             secret = {"PIXELWIRE_SECRET": stack.SECRET}
             local = ("--allowed-domains", "127.0.0.1", "--allow-private")
+            trust = "--trust-request-mm-kwargs"  # as the vLLM they front
 
             def frontend(name: str, upstream: str, *args: str) -> stack.Service:
                 service = stack.start_frontend(name, logs, upstream, *args, env=secret)
@@ -216,10 +217,10 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
                 open=frontend(
                     "frontend-open", vllm.url, *local, "--max-images-per-request", str(TRICKLE_URLS)
                 ),
-                guarded_trusting=frontend("frontend-guarded-trusting", trusting_vllm.url),
-                open_trusting=frontend("frontend-open-trusting", trusting_vllm.url, *local),
+                guarded_trusting=frontend("frontend-guarded-trusting", trusting_vllm.url, trust),
+                open_trusting=frontend("frontend-open-trusting", trusting_vllm.url, *local, trust),
                 worker_mode=frontend(
-                    "frontend-worker-mode", trusting_vllm.url, *local, "--decode-at", "worker"
+                    "frontend-worker-mode", trusting_vllm.url, *local, trust, "--decode-at", "worker"
                 ),
                 redirecting=frontend("frontend-redirecting", upstream_redirect, "--no-check-upstream"),
                 trap=trap,
@@ -635,7 +636,9 @@ def test_media_io_kwargs_and_fallback_modes_never_reach_the_trap(
     """Per-request ``media_io_kwargs`` asking for a mode: RGBA the frontend
     decodes itself; P and CMYK it leaves to the worker (vLLM's own loader,
     on bytes the plug-in fetches). Either way the trap must not be reached:
-    a 400 from the frontend's guard, or from vLLM refusing the kwargs."""
+    a 400 from the frontend's guard, or, where vLLM would refuse the kwargs,
+    from the frontend refusing them as vLLM does, before any fetch or
+    forward."""
     trusting = vllm.endswith("enabled")
     if where.startswith("trap-"):
         frontend = served.guarded_trusting if trusting else served.guarded
@@ -654,7 +657,9 @@ def test_media_io_kwargs_and_fallback_modes_never_reach_the_trap(
         f"trap hits {served.trap_hits[trap_before:]}"
     )
     served.assert_trap_untouched(trap_before)
-    _error(status, raw)
+    error = _error(status, raw)
+    if not trusting:
+        assert error.get("param") == "media_io_kwargs" and forwarded == 0, error
 
 
 def test_a_redirect_from_an_allowed_host_to_the_trap_is_refused(served: Served) -> None:

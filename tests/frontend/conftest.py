@@ -40,6 +40,23 @@ def frontend(upstream: Upstream, tmp_path_factory: pytest.TempPathFactory) -> It
 
 
 @pytest.fixture(scope="module")
+def trusting_frontend(
+    upstream: Upstream, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[stack.Service]:
+    """A frontend that honours a request's own media_io_kwargs and
+    mm_processor_kwargs (``--trust-request-mm-kwargs``)."""
+    service = started_frontend(
+        tmp_path_factory.mktemp("frontend"),
+        upstream.url,
+        "--lease-seconds",
+        "30",
+        "--trust-request-mm-kwargs",
+    )
+    yield service
+    service.stop()
+
+
+@pytest.fixture(scope="module")
 def trap() -> Iterator[Counting]:
     server = Counting()
     yield server

@@ -23,7 +23,10 @@ from frontend_client import SECRET, chat, expected, post, send, user
 from loopback_servers import Upstream
 
 
-def test_request_media_io_kwargs_choose_mode_and_background(frontend: stack.Service) -> None:
+def test_request_media_io_kwargs_choose_mode_and_background(trusting_frontend: stack.Service) -> None:
+    """With --trust-request-mm-kwargs, a request's media_io_kwargs set the
+    image mode and background the frontend decodes with, as vLLM's would."""
+    frontend = trusting_frontend
     body = chat(
         stack.data_url("transparent.png"), media_io_kwargs={"image": {"rgba_background_color": [0, 0, 0]}}
     )
@@ -34,6 +37,29 @@ def test_request_media_io_kwargs_choose_mode_and_background(frontend: stack.Serv
         frontend, chat(stack.data_url("transparent.png"), media_io_kwargs={"image": {"image_mode": "RGBA"}})
     )
     assert json.loads(raw)["images"] == [expected("transparent.png", mode="RGBA")]
+
+
+def test_request_kwargs_are_refused_unless_the_frontend_trusts_them(
+    frontend: stack.Service, upstream: Upstream
+) -> None:
+    """vLLM 0.32 refuses a request's own media_io_kwargs and
+    mm_processor_kwargs unless started with --trust-request-mm-kwargs, and
+    they steer the frontend's work (frames decoded, sizes): without the same
+    flag the frontend answers vLLM's 400, naming the field, before any
+    decode or forward. Empty ones are no override and pass."""
+    calls = upstream.calls
+    for name, value in (
+        ("media_io_kwargs", {"video": {"num_frames": 100_000}}),
+        ("media_io_kwargs", {"image": {"image_mode": "RGBA"}}),
+        ("mm_processor_kwargs", {"max_pixels": 1 << 30}),
+    ):
+        status, answer = post(frontend, chat(stack.data_url("transparent.png"), **{name: value}))
+        error = answer["error"]
+        assert (status, error["param"]) == (400, name), answer
+        assert "--trust-request-mm-kwargs" in error["message"]
+    assert upstream.calls == calls, "nothing was forwarded"
+    status, _ = post(frontend, chat(stack.data_url("transparent.png"), media_io_kwargs={}))
+    assert status == 201
 
 
 def test_client_supplied_descriptors_are_refused(frontend: stack.Service, upstream: Upstream) -> None:

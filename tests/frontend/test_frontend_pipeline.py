@@ -417,7 +417,9 @@ def test_abandoned_pixel_bomb_batches_do_not_stall_another_client(upstream: Upst
 
 @pytest.fixture(scope="module")
 def video_frontend(upstream: Upstream, tmp_path_factory: pytest.TempPathFactory) -> Iterator[stack.Service]:
-    """A frontend told vLLM's video loader (``video_backend``) and its frame count."""
+    """A frontend told vLLM's video loader (``video_backend``) and its frame
+    count, that honours a request's own media_io_kwargs (as a vLLM started
+    with --trust-request-mm-kwargs)."""
     video_kwargs = json.dumps({"video": {"video_backend": "opencv", "num_frames": 4}})
     service = started_frontend(
         tmp_path_factory.mktemp("video"),
@@ -426,6 +428,7 @@ def video_frontend(upstream: Upstream, tmp_path_factory: pytest.TempPathFactory)
         video_kwargs,
         "--max-video-frames",
         "8",
+        "--trust-request-mm-kwargs",
     )
     yield service
     service.stop()

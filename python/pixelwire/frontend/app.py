@@ -41,6 +41,7 @@ from pixelwire.frontend.inspect import (
     RequestBody,
     canonical_path,
     check_caps,
+    check_request_kwargs,
     dump_json,
     inspect_chat,
     inspect_foreign,
@@ -298,6 +299,7 @@ class Frontend:
             note_media(len(parts))
             check_caps(self.config, parts)
             if parts:
+                check_request_kwargs(self.config, body)
                 # Refused while the worker's settings disagree with ours.
                 await self.watch.admit_images()
                 pipeline = MediaPipeline(self.config, self.fetcher, self.publisher, self.metrics, body, parts)

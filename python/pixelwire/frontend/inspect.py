@@ -140,6 +140,25 @@ def dump_json(body: dict[str, Any]) -> bytes:
     return "".join(json.JSONEncoder(separators=(",", ":")).iterencode(body)).encode()
 
 
+def check_request_kwargs(config: FrontendConfig, body: dict[str, Any]) -> None:
+    """A request's own ``mm_processor_kwargs`` or ``media_io_kwargs`` are
+    refused unless the frontend trusts them (``--trust-request-mm-kwargs``,
+    vLLM's flag): vLLM 0.32 refuses them by default, and they steer what the
+    frontend does (how many frames it decodes, at what size), so an
+    untrusted client gets vLLM's 400 before any fetch or decode."""
+    if config.trust_request_mm_kwargs:
+        return
+    for name in ("mm_processor_kwargs", "media_io_kwargs"):
+        if body.get(name):
+            raise OpenAIError(
+                400,
+                f"Per-request {name} are disabled by default because they can change multimodal "
+                "preprocessing resource usage: start the frontend (and vLLM) with "
+                "--trust-request-mm-kwargs only when clients are trusted",
+                param=name,
+            )
+
+
 def check_caps(config: FrontendConfig, parts: list[MediaPart]) -> None:
     """The per-request caps that can be checked before any work."""
     limit = config.max_images_per_request
