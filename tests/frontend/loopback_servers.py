@@ -47,10 +47,11 @@ INFO = worker_info()
 
 class Upstream:
     """An OpenAI-shaped server: for each image or video reference it READs
-    the pixels over NIXL and answers their shape and SHA-256; ``"hang"`` in the model
-    name makes it wait forever, ``"stream"`` answers SSE. Its /metrics
-    shows ``metrics_text`` (a worker's info line, or none), which a test may
-    change; its /health answers ``health_status``."""
+        the pixels over NIXL and answers their shape and SHA-256; ``"hang"`` in the model
+        name makes it wait forever, ``"held"`` until :meth:`release` (its images
+    unread till then), ``"stream"`` answers SSE. Its /metrics
+        shows ``metrics_text`` (a worker's info line, or none), which a test may
+        change; its /health answers ``health_status``."""
 
     def __init__(self, *, plugin: bool = True) -> None:
         self.metrics_text = INFO if plugin else "# no plug-in\n"
@@ -61,6 +62,7 @@ class Upstream:
         self.bodies: list[dict[str, Any]] = []  # every chat-shaped body, as the upstream got it
         self.redirect_to = ""
         self.received = threading.Event()
+        self.gate = asyncio.Event()
         self.port = stack.free_port()
         self.loop = asyncio.new_event_loop()
         self.reader = pixelwire.Reader(timeout=10)
@@ -114,6 +116,8 @@ class Upstream:
         self.received.set()
         if "hang" in body["model"]:
             await asyncio.sleep(3600)
+        if "held" in body["model"]:
+            await self.gate.wait()
         if "redirect" in body["model"]:
             raise web.HTTPTemporaryRedirect(self.redirect_to)
         if self.refuse_with and "pixelwire:" in json.dumps(body):
@@ -145,6 +149,10 @@ class Upstream:
             await asyncio.sleep(0.05)
         await response.write(b"data: [DONE]\n\n")
         return response
+
+    def release(self) -> None:
+        """Lets the ``"held"`` requests go on."""
+        self.loop.call_soon_threadsafe(self.gate.set)
 
     def close(self) -> None:
         asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(10)

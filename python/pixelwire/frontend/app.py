@@ -35,6 +35,7 @@ from yarl import URL
 from pixelwire.config import FrontendConfig
 from pixelwire.fetch import Fetcher
 from pixelwire.frontend.access_log import access_log, note_media
+from pixelwire.frontend.drain import Drain
 from pixelwire.frontend.errors import OpenAIError
 from pixelwire.frontend.inspect import (
     REWRITTEN_ROUTES,
@@ -142,6 +143,13 @@ class Frontend:
         self._session: aiohttp.ClientSession | None = None
         self._fresh_session: aiohttp.ClientSession | None = None
         self.watch = UpstreamWatch(config, self.upstream, self.registry)
+        self.drain = Drain(config.drain_seconds)
+        draining = Gauge(
+            "pixelwire_frontend_draining",
+            "1 from SIGTERM on: /health answers 503 and the frontend stops once its requests finish",
+            registry=self.registry,
+        )
+        draining.set_function(lambda: float(self.drain.draining))
 
     def _pool_stats(self) -> dict[str, int]:
         if not self.publisher.is_open:  # worker mode never opens it
@@ -163,6 +171,7 @@ class Frontend:
         app.router.add_get("/metrics", self.metrics_page)
         app.router.add_get("/health", self.health)
         app.router.add_route("*", "/{tail:.*}", self.dispatch)
+        app.on_response_prepare.append(self._close_while_draining)
         app.on_startup.append(self._start)
         app.on_cleanup.append(self._stop)
         return app
@@ -215,13 +224,24 @@ class Frontend:
         answer: web.StreamResponse = await handler(request)
         return answer
 
+    async def _close_while_draining(self, _request: web.Request, response: web.StreamResponse) -> None:
+        """While draining, every answer closes its connection (decided as
+        its headers go out): a client or load balancer sends its next
+        request elsewhere."""
+        if self.drain.draining:
+            response.force_close()
+            response.headers["Connection"] = "close"
+
     async def metrics_page(self, _request: web.Request) -> web.Response:
         body = generate_latest(self.registry)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def health(self, _request: web.Request) -> web.Response:
         """Answered here, not forwarded: vLLM's own /health status (so a
-        probe sees what it saw before), with the handshake's state as JSON."""
+        probe sees what it saw before), with the handshake's state as JSON;
+        503 ``{"draining": true}`` once SIGTERM started a drain."""
+        if self.drain.draining:
+            return web.json_response({"draining": True}, status=503)
         status, body = await self.watch.health()
         return web.json_response(body, status=status)
 
@@ -483,6 +503,29 @@ def run(config: FrontendConfig, host: str, port: int) -> None:
             "or listen on 127.0.0.1 behind your own gateway",
             host,
         )
+    asyncio.run(_serve(frontend, host, port))
+
+
+async def _serve(frontend: Frontend, host: str, port: int) -> None:
+    """Serves until SIGTERM's drain (:mod:`pixelwire.frontend.drain`) or
+    SIGINT ends; then stops listening and lets the requests in flight
+    finish (within the upstream timeout) before the publisher closes."""
     # A client that goes away cancels its handler, which closes the upstream
     # request (vLLM aborts it) and frees the request's images at once.
-    web.run_app(frontend.app(), host=host, port=port, print=None, access_log=None, handler_cancellation=True)
+    runner = web.AppRunner(
+        frontend.app(),
+        handle_signals=False,
+        access_log=None,
+        handler_cancellation=True,
+        shutdown_timeout=frontend.config.upstream_timeout,
+    )
+    await runner.setup()
+    frontend.drain.install()
+    try:
+        await web.TCPSite(runner, host, port).start()
+        await frontend.drain.wait()
+        log.info("stopped listening; waiting for the requests in flight")
+    finally:
+        await runner.cleanup()
+        frontend.drain.remove()
+    log.info("stopped")
