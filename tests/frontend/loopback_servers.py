@@ -17,6 +17,7 @@ import numpy as np
 from aiohttp import web
 
 import pixelwire
+from pixelwire.resend import READ_FAILED
 from pixelwire.signing import decode_reference, is_reference, secret_fingerprint
 
 import stack
@@ -57,6 +58,8 @@ class Upstream:
         self.metrics_text = INFO if plugin else "# no plug-in\n"
         self.health_status = 200
         self.refuse_with = ""  # an image request is answered 400 with this message when set
+        # The next this many image requests are answered with the plug-in's READ failure, unread.
+        self.read_failures = 0
         self.calls = 0
         self.paths: list[str] = []  # every request but /metrics and /health, as the upstream saw its path
         self.bodies: list[dict[str, Any]] = []  # every chat-shaped body, as the upstream got it
@@ -120,6 +123,11 @@ class Upstream:
             await self.gate.wait()
         if "redirect" in body["model"]:
             raise web.HTTPTemporaryRedirect(self.redirect_to)
+        if self.read_failures and "pixelwire:" in json.dumps(body):
+            self.read_failures -= 1
+            failed = f"{READ_FAILED}READ of 49152 bytes from pixelwire-front-x timed out after 5s"
+            error = {"message": failed, "type": "BadRequestError", "code": 400}
+            return web.json_response({"error": error}, status=400)
         if self.refuse_with and "pixelwire:" in json.dumps(body):
             # As vLLM answers the ValueError its plug-in raises.
             return web.json_response({"error": {"message": self.refuse_with, "code": 400}}, status=400)
