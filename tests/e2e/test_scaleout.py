@@ -42,6 +42,7 @@ FRONTENDS = ("fe1", "fe2")
 REPLICAS = ("vllm1", "vllm2")
 CLIENTS = 16
 LOAD_SECONDS = 12.0
+MIN_REQUESTS = 64
 MAX_TOKENS = 4
 # Lossless images of several sizes (vLLM's loader and pixelwire's decoder
 # give the same pixels, so the same tokens).
@@ -262,10 +263,11 @@ async def _one(client: Any, image: str) -> Outcome:
     return Outcome(image, started, time.monotonic() - started, "ok" if tokens else "no tokens", tokens)
 
 
-async def _load(url: str, seconds: float) -> list[Outcome]:
+async def _load(url: str, seconds: float, at_least: int) -> list[Outcome]:
     """CLIENTS concurrent ``openai`` clients (no retries), each sending
     requests one after another, the images in turn, until ``seconds`` are
-    over (a request started is always awaited)."""
+    over and ``at_least`` requests were answered (a request started is
+    always awaited)."""
     import openai
 
     deadline = time.monotonic() + seconds
@@ -276,7 +278,7 @@ async def _load(url: str, seconds: float) -> list[Outcome]:
             base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=300
         ) as client:
             n = index
-            while time.monotonic() < deadline:
+            while time.monotonic() < deadline or len(outcomes) < at_least:
                 outcomes.append(await _one(client, IMAGES[n % len(IMAGES)]))
                 n += 1
 
@@ -284,9 +286,9 @@ async def _load(url: str, seconds: float) -> list[Outcome]:
     return outcomes
 
 
-def run_load(top: Topology, seconds: float = LOAD_SECONDS) -> list[Outcome]:
+def run_load(top: Topology, seconds: float = LOAD_SECONDS, at_least: int = 0) -> list[Outcome]:
     outcomes: list[Outcome] = call_in(
-        top.net.ns("client"), asyncio.run, _load(top.lb1.url, seconds), timeout=seconds + 600
+        top.net.ns("client"), asyncio.run, _load(top.lb1.url, seconds, at_least), timeout=seconds + 600
     )
     return outcomes
 
@@ -330,7 +332,9 @@ def test_every_answer_is_its_images_through_two_load_balancers(topology: Topolog
     both pools (frontends' and workers') empty afterwards."""
     top = topology
     assert len({tuple(t) for t in top.reference.values()}) > 1, "the images must not all give the same tokens"
-    outcomes = run_load(top)
+    # Enough requests that each replica gets some from each frontend
+    # whatever the machine's speed (each pair takes about a quarter).
+    outcomes = run_load(top, at_least=MIN_REQUESTS)
     failed = [o for o in outcomes if o.kind != "ok"]
     wrong = wrong_answers(top, outcomes)
     print(
@@ -364,10 +368,24 @@ PARTITION_SECONDS = 10.0
 TABLE: list[dict[str, Any]] = []
 
 
+def nixl_images(top: Topology, service: Any, role: str) -> float:
+    return stack.metric(top.get(service, "/metrics"), f"pixelwire_{role}_images_total", path="nixl")
+
+
+def resent(top: Topology) -> dict[str, float]:
+    """Each live frontend's count of requests resent after a READ failure."""
+    return {
+        role: metric(top, service, "pixelwire_frontend_resent_after_read_failure_total")
+        for role, service in top.frontends.items()
+        if service.process.poll() is None
+    }
+
+
 class Background:
     """``run_load`` in a thread of its own, while the test injects a fault."""
 
     def __init__(self, top: Topology, seconds: float) -> None:
+        self.resent = resent(top)
         self.outcomes: list[Outcome] = []
         self.started = time.monotonic()
         self._thread = threading.Thread(
@@ -415,15 +433,22 @@ def worker_frontends(top: Topology) -> list[float]:
 
 
 def record(
-    top: Topology, fault: str, during: list[Outcome], after: list[Outcome], fault_at: float, rss_before: int
+    top: Topology, fault: str, load: Background, after: list[Outcome], fault_at: float, rss_before: int
 ) -> dict[str, Any]:
     """One row of the fault table; prints it and the failures by kind."""
-    failed = [o for o in during if o.kind != "ok"]
+    during = load.outcomes
+    failed = [o for o in load.outcomes if o.kind != "ok"]
+    # A frontend started again counts from 0.
+    resends = sum(
+        now - load.resent.get(role, 0.0) if now >= load.resent.get(role, 0.0) else now
+        for role, now in resent(top).items()
+    )
     recovered = max((o.started + o.seconds for o in failed), default=fault_at) - fault_at
     row = {
         "fault": fault,
         "requests": len(during),
         "failed": len(failed),
+        "resent": resends,
         "wrong": len(wrong_answers(top, during + after)),
         "p99 during s": round(p99([o.seconds for o in during if o.started >= fault_at]), 2),
         "after requests": len(after),
@@ -458,10 +483,10 @@ def test_fault_sigkill_a_frontend(topology: Topology) -> None:
     fault_at = time.monotonic()
     top.frontends["fe1"].process.kill()
     top.frontends["fe1"].process.wait(30)
-    during = load.join()
+    load.join()
     top.wait_out_of_service(top.lb1, "fe1")
     after = run_after(top)
-    row = record(top, "SIGKILL frontend fe1", during, after, fault_at, rss)
+    row = record(top, "SIGKILL frontend fe1", load, after, fault_at, rss)
     assert row["wrong"] == 0
     assert row["failed"] <= CLIENTS, "only requests in flight at fe1 may fail"
     assert row["after failed"] == 0
@@ -473,16 +498,16 @@ def test_fault_frontend_restarts_with_a_new_agent(topology: Topology) -> None:
     puts it back, the replicas READ from it (new metadata), nothing fails."""
     top = topology
     rss = replica_rss(top)
-    connects_before = sum(worker_frontends(top))
+    frontends_before = worker_frontends(top)
     load = Background(top, LOAD_SECONDS)
     time.sleep(FAULT_AT)
     fault_at = time.monotonic()
     top.wait_ready(top.start_frontend("fe1"))
     top.wait_in_service(top.lb1, ("fe1",))
-    during = load.join()
+    load.join()
     after = run_after(top)
-    row = record(top, "frontend fe1 restarted (new agent)", during, after, fault_at, rss)
-    print(f"  worker frontends before the restart: {connects_before}")
+    row = record(top, "frontend fe1 restarted (new agent)", load, after, fault_at, rss)
+    print(f"  worker frontends (vllm1, vllm2) before the restart: {frontends_before}")
     assert row["wrong"] == 0
     assert row["failed"] == 0
     assert row["after failed"] == 0
@@ -495,8 +520,11 @@ def test_fault_frontend_restarts_with_a_new_agent(topology: Topology) -> None:
 
 def test_fault_replica_killed_and_restarted(topology: Topology) -> None:
     """vllm1 SIGKILLed under load, then started again: at most the requests
-    it held fail (one a client), the frontends free their slots when those
-    requests end, lb2 puts vllm1 back once it is healthy, then nothing fails."""
+    it held fail (one a client; a request whose images it had READ is
+    published anew by its frontend, whose retry on a fresh connection would
+    otherwise send references to freed slots), the frontends free their
+    slots when those requests end, lb2 puts vllm1 back once it is healthy,
+    then nothing fails."""
     top = topology
     rss = replica_rss(top)
     before = {role: top.get(service, "/metrics") for role, service in top.frontends.items()}
@@ -506,12 +534,12 @@ def test_fault_replica_killed_and_restarted(topology: Topology) -> None:
     killed = top.replicas["vllm1"]
     os.killpg(killed.pid, signal.SIGKILL)  # the API server and its engine
     killed.process.wait(30)
-    during = load.join()
+    load.join()
     top.wait_ready(top.start_replica("vllm1"))
     top.wait_in_service(top.lb2, ("vllm1",))
     back_after = time.monotonic() - fault_at
     after = run_after(top)
-    row = record(top, "vLLM replica vllm1 SIGKILLed and restarted", during, after, fault_at, rss)
+    row = record(top, "vLLM replica vllm1 SIGKILLed and restarted", load, after, fault_at, rss)
     for role, service in top.frontends.items():
         text = top.get(service, "/metrics")
         fives = sum(
@@ -529,11 +557,13 @@ def test_fault_replica_killed_and_restarted(topology: Topology) -> None:
 
 def test_fault_partition_between_a_frontend_and_a_replica(topology: Topology) -> None:
     """nftables drops everything between fe2 and vllm1 for 10 s: vllm1's
-    READs from fe2 fail within the READ timeout with a clear error, every
-    other pair keeps serving; after the heal, vllm1 READs from fe2 again."""
+    READs from fe2 fail within the READ timeout with a clear error (fe2
+    publishes such a request anew and sends it once more: it fails only if
+    the load balancer picks vllm1 again), every other pair keeps serving;
+    after the heal, vllm1 READs from fe2 again."""
     top = topology
     rss = replica_rss(top)
-    errors_before = metric(top, top.replicas["vllm1"], "pixelwire_worker_images_total")
+    images_before = nixl_images(top, top.replicas["vllm1"], "worker")
     load = Background(top, LOAD_SECONDS + PARTITION_SECONDS)
     time.sleep(FAULT_AT)
     fault_at = time.monotonic()
@@ -542,15 +572,15 @@ def test_fault_partition_between_a_frontend_and_a_replica(topology: Topology) ->
         time.sleep(PARTITION_SECONDS)
     finally:
         top.net.heal("fe2")
-    during = load.join()
+    load.join()
     after = run_after(top)
-    row = record(top, f"partition fe2 <-> vllm1 for {PARTITION_SECONDS:g} s", during, after, fault_at, rss)
-    failed = [o for o in during if o.kind != "ok"]
+    row = record(top, f"partition fe2 <-> vllm1 for {PARTITION_SECONDS:g} s", load, after, fault_at, rss)
+    failed = [o for o in load.outcomes if o.kind != "ok"]
     assert row["wrong"] == 0
     assert all("pixelwire" in o.message or "NIXL" in o.message for o in failed), failed[:3]
     assert row["after failed"] == 0
     assert row["leaked bytes"] == 0
-    assert metric(top, top.replicas["vllm1"], "pixelwire_worker_images_total") > errors_before
+    assert nixl_images(top, top.replicas["vllm1"], "worker") > images_before, "vllm1 READs again"
 
 
 def test_fault_table(topology: Topology) -> None:
