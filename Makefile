@@ -22,7 +22,8 @@ PYPROJECT_REQUIREMENTS := import tomllib; p = tomllib.load(open("pyproject.toml"
 # System tools: cmake and nasm build the vendored libjpeg-turbo (nasm and
 # pkg-config also the vendored FFmpeg; meson and ninja come from pyproject's
 # build requirements); ffmpeg (the CLI) makes the test videos only; iproute2 and
-# nftables let the fault suite build its two-host network; libclang is
+# nftables let the fault suite build its two-host network (and HAProxy
+# balances the vLLM group's scale-out topology); libclang is
 # what nixl-sys's bindgen needs. Then a virtualenv with the build, test, bench
 # and lint tools (plus auditwheel, which checks the wheel), and NIXL's runtime
 # (the nixl-cu12 wheel without its torch requirement: pixelwire loads only
@@ -30,8 +31,9 @@ PYPROJECT_REQUIREMENTS := import tomllib; p = tomllib.load(open("pyproject.toml"
 $(VENV)/.tools: pyproject.toml Makefile
 	@command -v cmake >/dev/null && command -v nasm >/dev/null && command -v pkg-config >/dev/null \
 		&& command -v ffmpeg >/dev/null && [ -n "$$(ls /usr/lib/llvm-*/lib/libclang*.so* 2>/dev/null)" ] \
-		&& command -v ip >/dev/null && command -v tc >/dev/null && command -v nft >/dev/null || \
-		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq cmake nasm pkg-config ffmpeg libclang-dev iproute2 nftables >/dev/null; }
+		&& command -v ip >/dev/null && command -v tc >/dev/null && command -v nft >/dev/null \
+		&& command -v haproxy >/dev/null || \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq cmake nasm pkg-config ffmpeg libclang-dev iproute2 nftables haproxy >/dev/null; }
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q -U pip
 	$(PY) -c '$(PYPROJECT_REQUIREMENTS)' > $(VENV)/requirements-tools.txt

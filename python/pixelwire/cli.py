@@ -150,6 +150,7 @@ def _frontend(args: argparse.Namespace) -> int:
         max_video_frame_bytes=args.max_video_frame_bytes,
         max_video_seconds=args.max_video_seconds,
         upstream_timeout=args.upstream_timeout,
+        drain_seconds=args.drain_seconds,
         allowed_domains=args.allowed_domains,
         allow_private=args.allow_private,
         trust_request_mm_kwargs=args.trust_request_mm_kwargs,
@@ -309,6 +310,14 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
         default=config.UPSTREAM_TIMEOUT,
         help="seconds a forwarded request may take, its answer included "
         f"(default {config.UPSTREAM_TIMEOUT:g})",
+    )
+    front.add_argument(
+        "--drain-seconds",
+        type=float,
+        default=config.DRAIN_SECONDS,
+        help="after SIGTERM, seconds the frontend keeps serving while /health answers 503 (so a load "
+        "balancer takes it out), before it stops listening and lets the requests in flight finish "
+        f"(default {config.DRAIN_SECONDS:g})",
     )
     front.add_argument(
         "--max-request-bytes",

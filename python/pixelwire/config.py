@@ -158,6 +158,10 @@ UPSTREAM_TIMEOUT = 600.0
 # frontend's log would be mostly these.
 ACCESS_LOG = False
 CONNECT_TIMEOUT = 10.0
+# After SIGTERM, how long the frontend keeps serving while its /health
+# answers 503 (a load balancer's checks must see it before it stops
+# listening: more than their interval times their fall count).
+DRAIN_SECONDS = 5.0
 # The start-up handshake (pixelwire.frontend.upstream_watch): the frontend
 # reads the worker's settings from vLLM's /metrics every HANDSHAKE_INTERVAL
 # seconds while they agree, every HANDSHAKE_RETRY seconds while they do not
@@ -517,6 +521,7 @@ class FrontendConfig:
     image_kwargs: dict[str, Any] = field(default_factory=dict)
     upstream_timeout: float = UPSTREAM_TIMEOUT
     connect_timeout: float = CONNECT_TIMEOUT
+    drain_seconds: float = DRAIN_SECONDS
     allowed_domains: list[str] | None = None
     allow_private: bool = False
     check_upstream: bool = True

@@ -44,8 +44,16 @@ class Service(services.Service):
     """A server on the loopback (``pixelwire.bench.services.Service``, which
     ``pixelwire bench serve`` starts its servers with), on ``port``."""
 
-    def __init__(self, name: str, argv: list[str], env: dict[str, str], port: int, log_dir: Path) -> None:
-        super().__init__(name, argv, env, f"http://127.0.0.1:{port}", log_dir)
+    def __init__(
+        self,
+        name: str,
+        argv: list[str],
+        env: dict[str, str],
+        port: int,
+        log_dir: Path,
+        host: str = "127.0.0.1",
+    ) -> None:
+        super().__init__(name, argv, env, f"http://{host}:{port}", log_dir)
         self.port = port
 
 
@@ -56,10 +64,14 @@ def start_vllm(
     connector: str,
     extra_env: dict[str, str] | None = None,
     extra_args: tuple[str, ...] = (),
+    host: str = "127.0.0.1",
+    launcher: tuple[str, ...] = (),
 ) -> Service:
     """vLLM's OpenAI server on the tiny model; ``connector`` is
-    VLLM_MEDIA_CONNECTOR ("http" is vLLM's own loader)."""
-    port = free_port()
+    VLLM_MEDIA_CONNECTOR ("http" is vLLM's own loader). ``launcher``
+    prefixes the command (e.g. ``ip netns exec NS``: a host of its own,
+    where it listens on ``host``, port 8000)."""
+    port = 8000 if launcher else free_port()
     env = {
         **os.environ,
         "VLLM_CPU_KVCACHE_SPACE": "1",
@@ -69,24 +81,32 @@ def start_vllm(
         **(extra_env or {}),
     }
     argv = [
-        sys.executable, "-m", "vllm.entrypoints.openai.api_server",
+        *launcher, sys.executable, "-m", "vllm.entrypoints.openai.api_server",
         "--model", str(model_dir()), "--served-model-name", "tiny",
-        "--host", "127.0.0.1", "--port", str(port),
+        "--host", host, "--port", str(port),
         "--dtype", "float32", "--max-model-len", "1024", "--max-num-seqs", "4",
         "--enforce-eager", "--limit-mm-per-prompt", '{"image": 4, "video": 1}', "--seed", "0", *extra_args,
     ]  # fmt: skip
-    return Service(name, argv, env, port, log_dir)
+    return Service(name, argv, env, port, log_dir, host)
 
 
 def start_frontend(
-    name: str, log_dir: Path, upstream: str, *args: str, env: dict[str, str] | None = None
+    name: str,
+    log_dir: Path,
+    upstream: str,
+    *args: str,
+    env: dict[str, str] | None = None,
+    host: str = "127.0.0.1",
+    launcher: tuple[str, ...] = (),
 ) -> Service:
-    port = free_port()
+    """``pixelwire frontend``; ``host`` and ``launcher`` as for :func:`start_vllm`."""
+    port = 8000 if launcher else free_port()
     argv = [
-        sys.executable, "-m", "pixelwire.cli", "frontend",
-        "--upstream", upstream, "--host", "127.0.0.1", "--port", str(port), *args,
+        *launcher, sys.executable, "-m", "pixelwire.cli", "frontend",
+        "--upstream", upstream, "--host", host, "--port", str(port), *args,
     ]  # fmt: skip
-    return Service(name, argv, {**os.environ, "NIXL_LOG_LEVEL": "WARN", **(env or {})}, port, log_dir)
+    environ = {**os.environ, "NIXL_LOG_LEVEL": "WARN", **(env or {})}
+    return Service(name, argv, environ, port, log_dir, host)
 
 
 def image_server(root: Path) -> contextlib.AbstractContextManager[str]:

@@ -8,7 +8,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from faultnet import FaultImage, NetPair, Procs, Unavailable, make_image, why_namespaces_unavailable
+from faultnet import FaultImage, NetPair, Procs, make_image
+from netns import Unavailable, why_namespaces_unavailable
 
 import pixelwire
 

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
+from netns import CMD_TIMEOUT, Unavailable, cleanup_stale, sh, wait_carrier
 from PIL import Image
 
 import pixelwire
@@ -35,44 +36,6 @@ FRONT_ADDR = "10.231.0.1"
 WORKER_ADDR = "10.231.0.2"
 PREFIX = "pwf"
 WORKER_SCRIPT = Path(__file__).resolve().parent / "_fault_worker.py"
-# Every external command is bounded.
-CMD_TIMEOUT = 20.0
-
-
-class Unavailable(Exception):
-    """The machine cannot give us what a test needs (a skip, not a failure)."""
-
-
-def sh(*args: str, check: bool = True, timeout: float = CMD_TIMEOUT) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(list(args), capture_output=True, text=True, timeout=timeout, check=False)
-    if check and done.returncode != 0:
-        raise RuntimeError(f"{' '.join(args)} failed ({done.returncode}): {done.stderr.strip()}")
-    return done
-
-
-def why_namespaces_unavailable() -> str | None:
-    """None when this process can create network namespaces, else why not."""
-    if sys.platform != "linux":
-        return "network namespaces need Linux"
-    if os.geteuid() != 0:
-        return "network namespaces need root (CI runs .ci/run as root)"
-    if shutil.which("ip") is None:
-        return "`ip` (iproute2) is not installed"
-    if shutil.which("tc") is None:
-        return "`tc` (iproute2) is not installed"
-    return None
-
-
-def _cleanup_stale() -> None:
-    """Deletes namespaces this suite left behind in a run that was killed
-    (names carry the pid of a process that no longer exists)."""
-    listed = sh("ip", "netns", "list", check=False).stdout.split("\n")
-    for line in listed:
-        name = line.split(" ")[0]
-        parts = name.split("-")
-        if len(parts) == 3 and parts[0] == PREFIX and parts[1].isdigit():
-            if not Path(f"/proc/{parts[1]}").exists():
-                sh("ip", "netns", "del", name, check=False)
 
 
 class NetPair:
@@ -92,7 +55,7 @@ class NetPair:
         self._created: list[str] = []
 
     def open(self) -> NetPair:
-        _cleanup_stale()
+        cleanup_stale(PREFIX)
         try:
             for ns in (self.ns_front, self.ns_worker):
                 sh("ip", "netns", "add", ns)
@@ -120,20 +83,7 @@ class NetPair:
         return self
 
     def wait_carrier(self, within: float = 20.0) -> None:
-        """Waits (bounded) until both ends report the link up: the kernel's
-        linkwatch sets the operstate up to a second late, and UCX ignores an
-        interface that is not running."""
-        deadline = time.monotonic() + within
-        while True:
-            states = [
-                json.loads(sh("ip", "-n", ns, "-j", "link", "show", "dev", dev).stdout)[0].get("operstate")
-                for ns, dev in self._both()
-            ]
-            if all(state == "UP" for state in states):
-                return
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"the veth pair did not come up within {within:.0f} s: {states}")
-            time.sleep(0.05)
+        wait_carrier(self._both(), within)
 
     def close(self) -> None:
         for ns in reversed(self._created):
@@ -331,7 +281,7 @@ class Child:
         self._log.close()
 
 
-def _frontend_argv(pool_bytes: int, lease: float, acquire: float, region_bytes: int) -> list[str]:
+def publisher_argv(pool_bytes: int, lease: float, acquire: float, region_bytes: int) -> list[str]:
     """`python -m pixelwire.publisher_process` with the arguments its
     `serve` takes (region_bytes is a newer, optional fourth)."""
     from pixelwire import publisher_process
@@ -349,7 +299,7 @@ class Frontend(Child):
     name = "frontend"
 
     def __init__(self, net: NetPair, log: Path, lease: float, pool_bytes: int = 128 << 20) -> None:
-        argv = _frontend_argv(pool_bytes, lease, 10.0, 64 << 20)
+        argv = publisher_argv(pool_bytes, lease, 10.0, 64 << 20)
         super().__init__(net.ns_front, net.dev_front, argv, log)
         self.agent = self.first()["ready"]
 

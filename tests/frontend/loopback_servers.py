@@ -17,6 +17,7 @@ import numpy as np
 from aiohttp import web
 
 import pixelwire
+from pixelwire.resend import READ_FAILED
 from pixelwire.signing import decode_reference, is_reference, secret_fingerprint
 
 import stack
@@ -47,20 +48,24 @@ INFO = worker_info()
 
 class Upstream:
     """An OpenAI-shaped server: for each image or video reference it READs
-    the pixels over NIXL and answers their shape and SHA-256; ``"hang"`` in the model
-    name makes it wait forever, ``"stream"`` answers SSE. Its /metrics
-    shows ``metrics_text`` (a worker's info line, or none), which a test may
-    change; its /health answers ``health_status``."""
+        the pixels over NIXL and answers their shape and SHA-256; ``"hang"`` in the model
+        name makes it wait forever, ``"held"`` until :meth:`release` (its images
+    unread till then), ``"stream"`` answers SSE. Its /metrics
+        shows ``metrics_text`` (a worker's info line, or none), which a test may
+        change; its /health answers ``health_status``."""
 
     def __init__(self, *, plugin: bool = True) -> None:
         self.metrics_text = INFO if plugin else "# no plug-in\n"
         self.health_status = 200
         self.refuse_with = ""  # an image request is answered 400 with this message when set
+        # The next this many image requests are answered with the plug-in's READ failure, unread.
+        self.read_failures = 0
         self.calls = 0
         self.paths: list[str] = []  # every request but /metrics and /health, as the upstream saw its path
         self.bodies: list[dict[str, Any]] = []  # every chat-shaped body, as the upstream got it
         self.redirect_to = ""
         self.received = threading.Event()
+        self.gate = asyncio.Event()
         self.port = stack.free_port()
         self.loop = asyncio.new_event_loop()
         self.reader = pixelwire.Reader(timeout=10)
@@ -114,8 +119,15 @@ class Upstream:
         self.received.set()
         if "hang" in body["model"]:
             await asyncio.sleep(3600)
+        if "held" in body["model"]:
+            await self.gate.wait()
         if "redirect" in body["model"]:
             raise web.HTTPTemporaryRedirect(self.redirect_to)
+        if self.read_failures and "pixelwire:" in json.dumps(body):
+            self.read_failures -= 1
+            failed = f"{READ_FAILED}READ of 49152 bytes from pixelwire-front-x timed out after 5s"
+            error = {"message": failed, "type": "BadRequestError", "code": 400}
+            return web.json_response({"error": error}, status=400)
         if self.refuse_with and "pixelwire:" in json.dumps(body):
             # As vLLM answers the ValueError its plug-in raises.
             return web.json_response({"error": {"message": self.refuse_with, "code": 400}}, status=400)
@@ -145,6 +157,10 @@ class Upstream:
             await asyncio.sleep(0.05)
         await response.write(b"data: [DONE]\n\n")
         return response
+
+    def release(self) -> None:
+        """Lets the ``"held"`` requests go on."""
+        self.loop.call_soon_threadsafe(self.gate.set)
 
     def close(self) -> None:
         asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(10)

@@ -257,3 +257,41 @@ def test_the_access_log_has_a_line_per_request_without_body_or_key(
     finally:
         quiet.stop()
     assert "pixelwire.frontend.access" not in quiet.log.read_text()
+
+
+def test_a_read_failure_is_resent_once_with_fresh_references(upstream: Upstream, tmp_path: Path) -> None:
+    """The plug-in's answer that it could not READ an image (nothing was
+    generated) is not relayed: the request goes upstream once more with its
+    image published anew (another reference), and its answer is the
+    client's; a second READ failure is the client's answer, and a plug-in
+    refusal of another kind is never resent. Every slot ends up free."""
+    service = started_frontend(tmp_path, upstream.url)
+    try:
+        body = chat(stack.data_url("hopper.png"))
+        upstream.read_failures = 1
+        calls = upstream.calls
+        status, raw = post(service, body)
+        assert status == 201, raw
+        assert json.loads(raw)["images"] == [expected("hopper.png")]
+        assert upstream.calls == calls + 2
+        first, second = (json.dumps(b["messages"]) for b in upstream.bodies[-2:])
+        assert first != second, "the resent request carries a fresh reference"
+        metrics = service.get("/metrics")
+        assert stack.metric(metrics, "pixelwire_frontend_resent_after_read_failure_total") == 1
+
+        upstream.read_failures = 2
+        calls = upstream.calls
+        status, answer = post(service, body)
+        assert status == 400 and "image READ failed" in answer["error"]["message"], answer
+        assert upstream.calls == calls + 2, "resent once, not more"
+
+        upstream.refuse_with = "pixelwire: descriptor reference signature does not match"
+        calls = upstream.calls
+        status, answer = post(service, body)
+        assert status == 400 and "signature" in answer["error"]["message"], answer
+        assert upstream.calls == calls + 1
+        assert wait_empty(service, 10) == 0
+    finally:
+        upstream.refuse_with = ""
+        upstream.read_failures = 0
+        service.stop()

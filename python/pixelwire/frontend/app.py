@@ -35,6 +35,7 @@ from yarl import URL
 from pixelwire.config import FrontendConfig
 from pixelwire.fetch import Fetcher
 from pixelwire.frontend.access_log import access_log, note_media
+from pixelwire.frontend.drain import Drain
 from pixelwire.frontend.errors import OpenAIError
 from pixelwire.frontend.inspect import (
     REWRITTEN_ROUTES,
@@ -51,6 +52,7 @@ from pixelwire.frontend.pipeline import MediaPipeline
 from pixelwire.frontend.upstream_watch import UpstreamWatch
 from pixelwire.metrics import ImageMetrics
 from pixelwire.publisher import Publisher
+from pixelwire.resend import is_read_failure
 
 # The package's one logger: its name is what the frontend's log lines carry.
 log = logging.getLogger("pixelwire.frontend")
@@ -134,6 +136,12 @@ class Frontend:
             "Images still held when their request ended (freed then, not by a notification)",
             registry=self.registry,
         )
+        self.resent = Counter(
+            "pixelwire_frontend_resent_after_read_failure",
+            "Requests sent upstream once more, their images published anew, after the plug-in "
+            "answered that it could not READ one of them (nothing was generated)",
+            registry=self.registry,
+        )
         self.upstream_retries = Counter(
             "pixelwire_frontend_upstream_retries",
             "Requests sent again on a fresh connection after the upstream closed a pooled one unanswered",
@@ -143,6 +151,13 @@ class Frontend:
         self._session: aiohttp.ClientSession | None = None
         self._fresh_session: aiohttp.ClientSession | None = None
         self.watch = UpstreamWatch(config, self.upstream, self.registry)
+        self.drain = Drain(config.drain_seconds)
+        draining = Gauge(
+            "pixelwire_frontend_draining",
+            "1 from SIGTERM on: /health answers 503 and the frontend stops once its requests finish",
+            registry=self.registry,
+        )
+        draining.set_function(lambda: float(self.drain.draining))
 
     def _pool_stats(self) -> dict[str, int]:
         if not self.publisher.is_open:  # worker mode never opens it
@@ -164,6 +179,7 @@ class Frontend:
         app.router.add_get("/metrics", self.metrics_page)
         app.router.add_get("/health", self.health)
         app.router.add_route("*", "/{tail:.*}", self.dispatch)
+        app.on_response_prepare.append(self._close_while_draining)
         app.on_startup.append(self._start)
         app.on_cleanup.append(self._stop)
         return app
@@ -216,13 +232,24 @@ class Frontend:
         answer: web.StreamResponse = await handler(request)
         return answer
 
+    async def _close_while_draining(self, _request: web.Request, response: web.StreamResponse) -> None:
+        """While draining, every answer closes its connection (decided as
+        its headers go out): a client or load balancer sends its next
+        request elsewhere."""
+        if self.drain.draining:
+            response.force_close()
+            response.headers["Connection"] = "close"
+
     async def metrics_page(self, _request: web.Request) -> web.Response:
         body = generate_latest(self.registry)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def health(self, _request: web.Request) -> web.Response:
         """Answered here, not forwarded: vLLM's own /health status (so a
-        probe sees what it saw before), with the handshake's state as JSON."""
+        probe sees what it saw before), with the handshake's state as JSON;
+        503 ``{"draining": true}`` once SIGTERM started a drain."""
+        if self.drain.draining:
+            return web.json_response({"draining": True}, status=503)
         status, body = await self.watch.health()
         return web.json_response(body, status=status)
 
@@ -292,24 +319,41 @@ class Frontend:
 
     async def rewrite(self, request: web.Request, path: str, route: str) -> web.StreamResponse:
         started = perf_counter()
-        pipeline: MediaPipeline | None = None
+        pipelines: list[MediaPipeline] = []
         try:
             read = await self._read(request)
-            body, parts = await self._off_loop(read, inspect_chat, read.raw)
-            note_media(len(parts))
-            check_caps(self.config, parts)
-            if parts:
-                check_request_kwargs(self.config, body)
-                # Refused while the worker's settings disagree with ours.
-                await self.watch.admit_images()
-                pipeline = MediaPipeline(self.config, self.fetcher, self.publisher, self.metrics, body, parts)
-                await pipeline.run()
-                payload: bytes = await self._off_loop(read, dump_json, body)
-            else:
-                payload = read.raw  # nothing rewritten: the client's bytes, as sent
-            answer = await self._forward(request, payload, route=route, path=path)
-            if pipeline is not None and 400 <= answer.status < 500:
-                self._count_refused(pipeline)
+            answer: web.StreamResponse | None = None
+            # A second try only after the plug-in's READ failure (pixelwire.resend).
+            for last_try in (False, True):
+                body, parts = await self._off_loop(read, inspect_chat, read.raw)
+                note_media(len(parts))
+                check_caps(self.config, parts)
+                pipeline: MediaPipeline | None = None
+                if parts:
+                    check_request_kwargs(self.config, body)
+                    # Refused while the worker's settings disagree with ours.
+                    await self.watch.admit_images()
+                    pipeline = MediaPipeline(
+                        self.config, self.fetcher, self.publisher, self.metrics, body, parts
+                    )
+                    pipelines.append(pipeline)
+                    await pipeline.run()
+                    payload: bytes = await self._off_loop(read, dump_json, body)
+                else:
+                    payload = read.raw  # nothing rewritten: the client's bytes, as sent
+                resend = pipeline is not None and not last_try
+                try:
+                    answer = await self._forward(request, payload, route=route, path=path, resend=resend)
+                except _ReadFailed:
+                    assert pipeline is not None
+                    log.info("the upstream could not READ an image for %s: publishing it anew, once", path)
+                    self.resent.inc()
+                    self._release(pipeline)
+                    continue
+                if pipeline is not None and 400 <= answer.status < 500:
+                    self._count_refused(pipeline)
+                break
+            assert answer is not None
             return answer
         except OpenAIError as e:
             self.requests.labels(route=route, status=str(e.status)).inc()
@@ -318,10 +362,14 @@ class Frontend:
             self.request_seconds.labels(route=route).observe(perf_counter() - started)
             # The request is over (answered, failed or its client went away):
             # whatever its worker did not read is freed now, not at lease end.
-            if pipeline is not None:
-                for decoded in pipeline.published:
-                    if self.publisher.release(decoded):
-                        self.released.inc()
+            for pipeline in pipelines:
+                self._release(pipeline)
+
+    def _release(self, pipeline: MediaPipeline) -> None:
+        for decoded in pipeline.published:
+            if self.publisher.release(decoded):
+                self.released.inc()
+        pipeline.published.clear()
 
     def _count_refused(self, pipeline: MediaPipeline) -> None:
         """The upstream answered 4xx to a request whose images went with it:
@@ -334,7 +382,7 @@ class Frontend:
             self.refused_upstream.labels(path="passthrough").inc(images - published)
 
     async def _forward(
-        self, request: web.Request, body: bytes, *, route: str, path: str | None = None
+        self, request: web.Request, body: bytes, *, route: str, path: str | None = None, resend: bool = False
     ) -> web.StreamResponse:
         """Sends the request upstream: to ``path`` (the canonical route the
         body was inspected for) when given, else to the path as the client
@@ -343,7 +391,8 @@ class Frontend:
         arrived (the upstream closed that connection: after another
         request's failure, uvicorn drops it) is sent once more, on a fresh
         connection; until an answer begins, the upstream has done nothing
-        for it."""
+        for it. With ``resend``, the plug-in's answer that it could not READ
+        an image raises :class:`_ReadFailed` instead of going to the client."""
         assert self._session is not None and self._fresh_session is not None
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_HEADERS}
         target = request.raw_path
@@ -353,12 +402,12 @@ class Frontend:
         url = URL(f"{self.upstream}{target}", encoded=True)
         self.upstream_calls.inc()
         try:
-            return await self._relay(self._session, request, url, headers, body, route)
+            return await self._relay(self._session, request, url, headers, body, route, resend)
         except _StaleConnection as stale:
             log.info("upstream connection closed before answering %s (%r); sending it again", target, stale)
             self.upstream_retries.inc()
         try:
-            return await self._relay(self._fresh_session, request, url, headers, body, route)
+            return await self._relay(self._fresh_session, request, url, headers, body, route, resend)
         except _StaleConnection as stale:
             log.warning("the upstream %s closed a fresh connection too: %r", self.upstream, stale)
             raise OpenAIError(502, "the upstream closed the connection without answering") from None
@@ -371,15 +420,25 @@ class Frontend:
         headers: dict[str, str],
         body: bytes,
         route: str,
+        resend: bool = False,
     ) -> web.StreamResponse:
         """One try of :meth:`_forward`: raises :class:`_StaleConnection` when
-        the connection closed before the answer began. Errors name "the
-        upstream", not its address (the log has it)."""
+        the connection closed before the answer began, and (with ``resend``)
+        :class:`_ReadFailed` for the plug-in's READ failure. Errors name
+        "the upstream", not its address (the log has it)."""
         response: web.StreamResponse | None = None
         try:
             async with session.request(
                 request.method, url, data=body, headers=headers, allow_redirects=False
             ) as upstream:
+                head = bytearray()
+                if upstream.status == 400:
+                    # An error's JSON is small: its head is read before anything
+                    # is sent, to tell the plug-in's READ failure.
+                    while len(head) < _REFUSAL_HEAD_BYTES and not upstream.content.at_eof():
+                        head += await upstream.content.read(_REFUSAL_HEAD_BYTES - len(head))
+                    if resend and is_read_failure(bytes(head)):
+                        raise _ReadFailed()
                 out_headers = {k: v for k, v in upstream.headers.items() if k.lower() not in _HOP_HEADERS}
                 if upstream.headers.get("Content-Encoding"):
                     out_headers["Content-Encoding"] = upstream.headers["Content-Encoding"]
@@ -387,11 +446,10 @@ class Frontend:
                     status=upstream.status, reason=upstream.reason, headers=out_headers
                 )
                 await response.prepare(request)
+                if head:
+                    await response.write(bytes(head))
                 # Chunks are written as they arrive: SSE streams pass through live.
-                head = bytearray()
                 async for chunk in upstream.content.iter_any():
-                    if upstream.status == 400 and len(head) < _REFUSAL_HEAD_BYTES:
-                        head += chunk[: _REFUSAL_HEAD_BYTES - len(head)]
                     await response.write(chunk)
                 await response.write_eof()
                 if upstream.status == 400:
@@ -430,6 +488,11 @@ async def _json_errors(request: web.Request, handler: Any) -> web.StreamResponse
 
 class _StaleConnection(Exception):
     """The upstream closed a connection before any byte of its answer."""
+
+
+class _ReadFailed(Exception):
+    """The plug-in answered that it could not READ one of the request's
+    images (:mod:`pixelwire.resend`): the answer was not relayed."""
 
 
 def _closed_before_answering(error: BaseException) -> bool:
@@ -485,6 +548,29 @@ def run(config: FrontendConfig, host: str, port: int) -> None:
             "or listen on 127.0.0.1 behind your own gateway",
             host,
         )
+    asyncio.run(_serve(frontend, host, port))
+
+
+async def _serve(frontend: Frontend, host: str, port: int) -> None:
+    """Serves until SIGTERM's drain (:mod:`pixelwire.frontend.drain`) or
+    SIGINT ends; then stops listening and lets the requests in flight
+    finish (within the upstream timeout) before the publisher closes."""
     # A client that goes away cancels its handler, which closes the upstream
     # request (vLLM aborts it) and frees the request's images at once.
-    web.run_app(frontend.app(), host=host, port=port, print=None, access_log=None, handler_cancellation=True)
+    runner = web.AppRunner(
+        frontend.app(),
+        handle_signals=False,
+        access_log=None,
+        handler_cancellation=True,
+        shutdown_timeout=frontend.config.upstream_timeout,
+    )
+    await runner.setup()
+    frontend.drain.install()
+    try:
+        await web.TCPSite(runner, host, port).start()
+        await frontend.drain.wait()
+        log.info("stopped listening; waiting for the requests in flight")
+    finally:
+        await runner.cleanup()
+        frontend.drain.remove()
+    log.info("stopped")

@@ -166,6 +166,11 @@ def _reader_bytes_in_use() -> float:
     return float(reader.stats()["bytes_in_use"]) if reader.is_open else 0.0
 
 
+def _reader_frontends() -> float:
+    reader = default_reader()
+    return float(reader.remote_count)
+
+
 def install_metrics(selected: str) -> ImageMetrics:
     """``pixelwire_worker_*`` in prometheus_client's default registry, which
     vLLM's API server serves at /metrics. ``pixelwire_worker_info`` is the
@@ -189,6 +194,13 @@ def install_metrics(selected: str) -> ImageMetrics:
                 registry=REGISTRY,
             )
             info.labels(**declared_settings(selected).labels()).set(1)
+            frontends = Gauge(
+                "pixelwire_worker_frontends",
+                "Frontends whose NIXL metadata this worker holds (loaded at the first READ from each; "
+                "at most 256, the least recently used idle one forgotten first)",
+                registry=REGISTRY,
+            )
+            frontends.set_function(_reader_frontends)
         return _metrics
 
 

@@ -14,7 +14,9 @@ else 500).
   redirect off the allowed domains, a ``file:`` URL outside
   ``--allowed-local-media-path``) and every other pixelwire error (an image
   over a limit, a bad descriptor): ``ValueError`` (400), as vLLM answers a
-  URL off its allowed domains or outside its local path.
+  URL off its allowed domains or outside its local path; a READ that
+  failed (:class:`pixelwire.TransferError`) says so first
+  (:data:`pixelwire.resend.READ_FAILED`), for the frontend to resend.
 """
 
 from __future__ import annotations
@@ -22,9 +24,10 @@ from __future__ import annotations
 from vllm.exceptions import VLLMUnprocessableEntityError
 from yarl import URL
 
-from pixelwire._native import BlockedURL, FetchError, PixelwireError
+from pixelwire._native import BlockedURL, FetchError, PixelwireError, TransferError
 from pixelwire.fetch import FetchTooLarge
 from pixelwire.fetch.errors import describe
+from pixelwire.resend import READ_FAILED
 
 # What vLLM's _wrap_media_fetch_error leaves as they are (transient) among 4xx.
 _TRANSIENT_CLIENT_STATUSES = (408, 429)
@@ -66,6 +69,9 @@ def as_vllm_error(error: PixelwireError, url: str, local_root: object = None) ->
         if status is not None and status < 500 and status not in _TRANSIENT_CLIENT_STATUSES:
             return _unprocessable(f"Failed to fetch media from URL: HTTP {status} error", url)
         return error
+    if isinstance(error, TransferError):
+        # Marked so that the frontend may send the request again (pixelwire.resend).
+        return ValueError(f"{READ_FAILED}{error}")
     return ValueError(f"pixelwire: {error}")
 
 
