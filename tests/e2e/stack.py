@@ -86,7 +86,10 @@ def start_frontend(
         sys.executable, "-m", "pixelwire.cli", "frontend",
         "--upstream", upstream, "--host", "127.0.0.1", "--port", str(port), *args,
     ]  # fmt: skip
-    return Service(name, argv, {**os.environ, "NIXL_LOG_LEVEL": "WARN", **(env or {})}, port, log_dir)
+    # Tests see a pool that empties when its images are read: the cache of
+    # published images is off unless a test turns it on (--cache-bytes).
+    quiet = {"NIXL_LOG_LEVEL": "WARN", "PIXELWIRE_CACHE_BYTES": "0"}
+    return Service(name, argv, {**os.environ, **quiet, **(env or {})}, port, log_dir)
 
 
 def image_server(root: Path) -> contextlib.AbstractContextManager[str]:

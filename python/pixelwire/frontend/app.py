@@ -48,7 +48,7 @@ from pixelwire.frontend.inspect import (
 )
 from pixelwire.frontend.pipeline import MediaPipeline
 from pixelwire.frontend.upstream_watch import UpstreamWatch
-from pixelwire.metrics import ImageMetrics
+from pixelwire.metrics import CacheMetrics, ImageMetrics
 from pixelwire.publisher import Publisher
 
 # The package's one logger: its name is what the frontend's log lines carry.
@@ -93,7 +93,9 @@ class Frontend:
             decode_at=config.decode_at,
             publish_threads=config.publish_threads,
             fetcher=self.fetcher,
+            cache_bytes=config.cache_bytes,
         )
+        self.cache_metrics = CacheMetrics(self.registry, self._pool_stats)
         self.metrics = ImageMetrics(
             "frontend", self.registry, self._pool_bytes_in_use, lambda: float(config.pool_bytes)
         )
