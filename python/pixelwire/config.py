@@ -50,6 +50,10 @@ LEASE_SECONDS = 60.0
 # before it waits); 0 turns the cache off. A Publisher made in code keeps
 # none unless given cache_bytes.
 CACHE_BYTES = 128 * MiB
+# Images the vLLM plug-in keeps (as copies, in its own memory) to serve a
+# repeated reference without a READ, or a repeated URL's same bytes without
+# decoding them again (PIXELWIRE_WORKER_CACHE_BYTES); 0 turns it off.
+WORKER_CACHE_BYTES = 0
 # How long a publish waits for a free slot in a full pool.
 ACQUIRE_TIMEOUT = 10.0
 # How long a worker's READ may take.
