@@ -135,6 +135,8 @@ pub struct Counters {
     pub handed_out: AtomicU64,
     /// Pins taken off to keep the pinned bytes within budget or to make room.
     pub evicted: AtomicU64,
+    /// Slots freed when their pin was taken off (no hand-out outstanding).
+    pub freed_by_eviction: AtomicU64,
     pub freed_by_notification: AtomicU64,
     pub reclaimed_by_lease: AtomicU64,
     pub returned: AtomicU64,
@@ -265,6 +267,9 @@ impl Publisher {
             pinned
         };
         self.shared.evicted_now(&evicted);
+        if evicted.iter().any(|(_, freed)| *freed) {
+            self.shared.slots.notify_freed();
+        }
         pinned
     }
 
@@ -277,6 +282,10 @@ impl Publisher {
             ended
         };
         if let Ended::Freed(_) = ended {
+            self.shared
+                .counters
+                .freed_by_eviction
+                .fetch_add(1, Ordering::Relaxed);
             self.shared.slots.notify_freed();
         }
         ended != Ended::Stale
@@ -713,6 +722,10 @@ impl Shared {
         self.counters
             .evicted
             .fetch_add(evicted.len() as u64, Ordering::Relaxed);
+        let freed = evicted.iter().filter(|(_, freed)| *freed).count();
+        self.counters
+            .freed_by_eviction
+            .fetch_add(freed as u64, Ordering::Relaxed);
         self.evicted
             .lock()
             .extend(evicted.iter().map(|(slot, _)| (slot.id, slot.generation)));

@@ -309,6 +309,7 @@ impl NativePublisher {
         d.set_item("outstanding_handouts", handouts)?;
         d.set_item("handed_out", load(&c.handed_out))?;
         d.set_item("evicted", load(&c.evicted))?;
+        d.set_item("freed_by_eviction", load(&c.freed_by_eviction))?;
         Ok(d)
     }
 
