@@ -106,7 +106,8 @@ def main() -> None:
     (model / "preprocessor_config.json").write_text(json.dumps(QWEN2_VL))
     upstream = f"http://127.0.0.1:{upstream_port}"
     argv = [sys.executable, "-m", "pixelwire.cli", "frontend", "--upstream", upstream, "--host", "127.0.0.1",
-            "--port", str(port), "--no-check-upstream", "--model", str(model)]  # fmt: skip
+            "--port", str(port), "--no-check-upstream", "--model", str(model),
+            "--cache-bytes", "0"]  # fmt: skip
     frontend = subprocess.Popen(
         argv,
         env={**os.environ, "PIXELWIRE_SECRET": "bench"},

@@ -359,7 +359,12 @@ def soak(args: argparse.Namespace) -> dict[str, Any]:
             flush=True,
         )
         front = PublisherProcess(
-            args.pool_mib * MiB, args.lease, args.acquire, region_bytes=64 * MiB, answer_timeout=args.timeout
+            args.pool_mib * MiB,
+            args.lease,
+            args.acquire,
+            region_bytes=64 * MiB,
+            answer_timeout=args.timeout,
+            cache_bytes=args.cache_mib * MiB,
         )
         steady = new_worker("steady")
         victim = new_worker("victim")
@@ -500,7 +505,8 @@ def soak(args: argparse.Namespace) -> dict[str, Any]:
         wait_until = time.monotonic() + args.lease * 3 + 10
         time.sleep(args.lease + 1.0)
         final = front.stats()
-        while final["slots_in_use"] and time.monotonic() < wait_until:
+        # Only what the cache keeps may be left, held by no hand-out.
+        while final["slots_in_use"] > final["pinned_slots"] and time.monotonic() < wait_until:
             time.sleep(0.5)
             final = front.stats()
         steady_final = steady.ask(cmd="stats")
@@ -603,7 +609,7 @@ def _report(**r: Any) -> dict[str, Any]:
         "victim_reader_max": max(s["victim"]["registered_bytes"] for s in run),
     }
     counts = dict(r["counts"])
-    leaked_slots = final["slots_in_use"]
+    leaked_slots = final["slots_in_use"] - final["pinned_slots"]
     key = "beyond_registered_peak_slope_second_half_kib_per_1000_cycles"
     flat = {
         "frontend": front_rss[key] <= FLAT_KIB_PER_1000,
@@ -616,12 +622,19 @@ def _report(**r: Any) -> dict[str, Any]:
     checks = {
         "all_cycles_done": r["done"] == args.cycles,
         "zero_wrong_pixels": r["wrong_pixels"] == 0 and r["wrong_images"] == 0,
-        "zero_leaked_slots": leaked_slots == 0 and final["bytes_in_use"] == 0,
+        "zero_leaked_slots": leaked_slots == 0
+        and final["bytes_in_use"] == final["pinned_bytes"]
+        and final["outstanding_handouts"] == 0,
+        "cache_within_budget": final["pinned_bytes"] <= args.cache_mib * MiB,
         "zero_reader_bytes_left": not any(reader_left.values()),
         "no_failed_ordinary_read": not r["read_errors"],
         "no_failed_publish": not r["publish_errors"],
         "every_slot_accounted": final["published"]
-        == final["freed_by_notification"] + final["reclaimed_by_lease"] + final.get("returned", 0),
+        == final["freed_by_notification"]
+        + final["reclaimed_by_lease"]
+        + final.get("returned", 0)
+        + final["freed_by_eviction"]
+        + final["pinned_slots"],
         "flat_rss": all(flat.values()),
         "registered_within_caps": registered["front_max"] <= args.pool_mib * MiB
         and registered["steady_reader_max"] <= READER_POOL_BYTES
@@ -766,6 +779,13 @@ def main() -> None:
     parser.add_argument("--images", type=int, default=40, help="distinct generated images")
     parser.add_argument("--pool-mib", type=int, default=256, help="frontend pool cap")
     parser.add_argument("--lease", type=float, default=5.0, help="frontend lease, seconds")
+    parser.add_argument(
+        "--cache-mib",
+        type=int,
+        default=64,
+        help="frontend cache of published images (0: off): the images repeat, so most cycles are "
+        "hand-outs of a kept slot, read by both readers and killed mid-read alike",
+    )
     parser.add_argument("--acquire", type=float, default=10.0, help="frontend wait for a free slot, seconds")
     parser.add_argument("--read-timeout", type=float, default=30.0)
     parser.add_argument("--verify", type=int, default=1, help="readers check the content hash (1/0)")

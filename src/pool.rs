@@ -6,7 +6,15 @@
 //! allocation carries a fresh generation, so a stale release or a late reader
 //! naming an old generation cannot touch the slot's next occupant. A slot has
 //! no lease until it is published ([`Pool::start_lease`]): the reaper never
-//! takes a slot its writer still fills. Pure bookkeeping: no NIXL here.
+//! takes a slot its writer still fills.
+//!
+//! A published slot is held by its hand-outs (each descriptor given out for
+//! it, numbered, with its own lease end) and by a cache pin. Each hand-out
+//! ends once, by its number: its reader's notification, its owner's release
+//! or its lease's end. The slot is freed when nothing holds it: no hand-out
+//! outstanding and no pin. Pinned slots are evicted oldest-used first, to
+//! keep the pinned bytes within a budget or to make room for a new slot.
+//! Pure bookkeeping: no NIXL here.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Instant;
@@ -22,7 +30,24 @@ pub struct Slot {
     pub region: usize,
     pub offset: usize,
     pub len: usize,
-    pub expires: Option<Instant>,
+}
+
+/// What holds a live slot besides its bytes.
+#[derive(Debug)]
+struct Live {
+    slot: Slot,
+    /// Outstanding hand-outs: (number, lease end).
+    handouts: Vec<(u64, Instant)>,
+    /// The number the next hand-out gets; 0 until published.
+    next_handout: u64,
+    /// The slot's place in the pinned order (the tick of its last use).
+    pinned: Option<u64>,
+}
+
+impl Live {
+    fn is_held(&self) -> bool {
+        !self.handouts.is_empty() || self.pinned.is_some()
+    }
 }
 
 #[derive(Debug, Default)]
@@ -32,15 +57,16 @@ struct RegionSpace {
     free: BTreeMap<usize, usize>,
 }
 
-/// Why a slot left the pool.
+/// What ending a hand-out (or a pin) did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Release {
-    /// Its reader said it is done.
-    Notified,
-    /// Its lease ran out.
-    Expired,
-    /// The owner gave it back (decode failed, read failed, ...).
-    Returned,
+pub enum Ended {
+    /// Nothing: no such slot at that generation, or no such hand-out (a
+    /// stale or repeated end, which must not touch anyone else's).
+    Stale,
+    /// Ended; the slot is still held by other hand-outs or a pin.
+    Held,
+    /// Ended, and that freed the slot (returned, for its header to be cleared).
+    Freed(Slot),
 }
 
 #[derive(Debug, Default)]
@@ -48,9 +74,13 @@ pub struct Pool {
     /// Indexed by `Slot::region`; a removed region leaves `None`, reused by
     /// the next region added.
     regions: Vec<Option<RegionSpace>>,
-    live: HashMap<u64, Slot>,
+    live: HashMap<u64, Live>,
     next_generation: u64,
     bytes_in_use: usize,
+    /// Pinned slots, least recently used first: tick -> slot id.
+    pins: BTreeMap<u64, u64>,
+    next_tick: u64,
+    pinned_bytes: usize,
 }
 
 fn round_up(n: usize) -> usize {
@@ -141,9 +171,16 @@ impl Pool {
                     region: index,
                     offset,
                     len,
-                    expires: None,
                 };
-                self.live.insert(slot.id, slot);
+                self.live.insert(
+                    slot.id,
+                    Live {
+                        slot,
+                        handouts: Vec::new(),
+                        next_handout: 0,
+                        pinned: None,
+                    },
+                );
                 self.bytes_in_use += want;
                 return Some(slot);
             }
@@ -152,50 +189,173 @@ impl Pool {
     }
 
     pub fn get(&self, id: u64) -> Option<Slot> {
-        self.live.get(&id).copied()
+        self.live.get(&id).map(|live| live.slot)
     }
 
-    /// Starts the lease of slot `id` at `generation`: from `expires` on the
-    /// reaper may take it. False if the slot is no longer at that generation.
+    fn live_at(&mut self, id: u64, generation: u64) -> Option<&mut Live> {
+        self.live
+            .get_mut(&id)
+            .filter(|live| live.slot.generation == generation)
+    }
+
+    /// Publishes slot `id` at `generation`: its first hand-out (number 0)
+    /// starts, and from `expires` on the reaper may end it. False if the
+    /// slot is no longer at that generation or was published already.
     pub fn start_lease(&mut self, id: u64, generation: u64, expires: Instant) -> bool {
-        match self.live.get_mut(&id) {
-            Some(slot) if slot.generation == generation => {
-                slot.expires = Some(expires);
+        match self.live_at(id, generation) {
+            Some(live) if live.next_handout == 0 => {
+                live.handouts.push((0, expires));
+                live.next_handout = 1;
                 true
             }
             _ => false,
         }
     }
 
-    /// Frees slot `id` if it is still at `generation`; false otherwise (a
-    /// stale or repeated release, which must not free anyone else's slot).
+    /// One more hand-out of a pinned slot, its lease ending at `expires`:
+    /// its number, or `None` when the slot is not pinned at `generation`
+    /// (evicted, freed, reused). Counts as a use for the eviction order.
+    pub fn hand_out(&mut self, id: u64, generation: u64, expires: Instant) -> Option<u64> {
+        let tick = self.next_tick;
+        let live = self.live_at(id, generation)?;
+        let old = live.pinned?;
+        live.pinned = Some(tick);
+        let number = live.next_handout;
+        live.next_handout += 1;
+        live.handouts.push((number, expires));
+        self.pins.remove(&old);
+        self.pins.insert(tick, id);
+        self.next_tick += 1;
+        Some(number)
+    }
+
+    /// Gives back a slot never published, or ends hand-out 0 of a published
+    /// one; false when that ended nothing (a stale or repeated release).
     pub fn release(&mut self, id: u64, generation: u64) -> bool {
-        match self.live.get(&id) {
-            Some(slot) if slot.generation == generation => {
-                let slot = self.live.remove(&id).expect("present");
-                self.give_back(slot);
-                true
+        self.end_handout(id, generation, 0) != Ended::Stale
+    }
+
+    /// Ends hand-out `handout` of slot `id` at `generation`; the slot is
+    /// freed when nothing holds it any more. A slot never published (its
+    /// writer gives it back) is freed by hand-out 0.
+    pub fn end_handout(&mut self, id: u64, generation: u64, handout: u64) -> Ended {
+        let Some(live) = self.live_at(id, generation) else {
+            return Ended::Stale;
+        };
+        if live.next_handout == 0 {
+            if handout != 0 {
+                return Ended::Stale;
             }
-            _ => false,
+        } else {
+            let Some(at) = live.handouts.iter().position(|&(n, _)| n == handout) else {
+                return Ended::Stale;
+            };
+            live.handouts.swap_remove(at);
+            if live.is_held() {
+                return Ended::Held;
+            }
+        }
+        Ended::Freed(self.free(id))
+    }
+
+    /// Pins published slot `id` at `generation` (a cache keeps it), then
+    /// unpins the least recently used others until the pinned bytes are
+    /// within `budget`. False, and nothing changes, when the slot is not
+    /// live and published at that generation, is pinned already, or alone
+    /// exceeds the budget. `evicted` gets every slot unpinned, and whether
+    /// that freed it.
+    pub fn pin(
+        &mut self,
+        id: u64,
+        generation: u64,
+        budget: usize,
+        evicted: &mut Vec<(Slot, bool)>,
+    ) -> bool {
+        let tick = self.next_tick;
+        let Some(live) = self.live_at(id, generation) else {
+            return false;
+        };
+        let bytes = round_up(live.slot.len);
+        if live.next_handout == 0 || live.pinned.is_some() || bytes > budget {
+            return false;
+        }
+        live.pinned = Some(tick);
+        self.pins.insert(tick, id);
+        self.next_tick += 1;
+        self.pinned_bytes += bytes;
+        while self.pinned_bytes > budget {
+            match self.evict_oldest() {
+                Some(gone) => evicted.push(gone),
+                None => break,
+            }
+        }
+        true
+    }
+
+    /// Unpins slot `id` at `generation`, freeing it when no hand-out is
+    /// outstanding.
+    pub fn unpin(&mut self, id: u64, generation: u64) -> Ended {
+        let Some(live) = self.live_at(id, generation) else {
+            return Ended::Stale;
+        };
+        let Some(tick) = live.pinned.take() else {
+            return Ended::Stale;
+        };
+        let held = live.is_held();
+        let bytes = round_up(live.slot.len);
+        self.pins.remove(&tick);
+        self.pinned_bytes -= bytes;
+        if held {
+            Ended::Held
+        } else {
+            Ended::Freed(self.free(id))
         }
     }
 
-    /// Frees every slot whose lease ended before `now`; returns them.
+    /// Unpins the least recently used pinned slot: it, and whether that
+    /// freed it (it is freed later, by its last hand-out's end, otherwise).
+    pub fn evict_oldest(&mut self) -> Option<(Slot, bool)> {
+        let (_, &id) = self.pins.iter().next()?;
+        let slot = self.live[&id].slot;
+        match self.unpin(id, slot.generation) {
+            Ended::Freed(slot) => Some((slot, true)),
+            Ended::Held => Some((slot, false)),
+            Ended::Stale => unreachable!("a slot in the pinned order is pinned"),
+        }
+    }
+
+    pub fn pinned_bytes(&self) -> usize {
+        self.pinned_bytes
+    }
+
+    pub fn pinned_slots(&self) -> usize {
+        self.pins.len()
+    }
+
+    /// Hand-outs not yet ended, over every slot.
+    pub fn outstanding_handouts(&self) -> usize {
+        self.live.values().map(|live| live.handouts.len()).sum()
+    }
+
+    /// Ends every hand-out whose lease ended before `now`; returns the
+    /// slots that freed.
     pub fn reclaim_expired(&mut self, now: Instant) -> Vec<Slot> {
-        let expired: Vec<u64> = self
-            .live
-            .values()
-            .filter(|s| s.expires.is_some_and(|e| e <= now))
-            .map(|s| s.id)
-            .collect();
-        expired
-            .into_iter()
-            .map(|id| {
-                let slot = self.live.remove(&id).expect("present");
-                self.give_back(slot);
-                slot
-            })
-            .collect()
+        let mut freed = Vec::new();
+        for live in self.live.values_mut() {
+            let before = live.handouts.len();
+            live.handouts.retain(|&(_, end)| end > now);
+            if live.handouts.len() < before && !live.is_held() {
+                freed.push(live.slot.id);
+            }
+        }
+        freed.into_iter().map(|id| self.free(id)).collect()
+    }
+
+    fn free(&mut self, id: u64) -> Slot {
+        let live = self.live.remove(&id).expect("present");
+        debug_assert!(live.pinned.is_none());
+        self.give_back(live.slot);
+        live.slot
     }
 
     fn give_back(&mut self, slot: Slot) {
@@ -301,5 +461,107 @@ mod tests {
         assert!(p.allocate(200).is_some());
         assert!(p.release(held.id, held.generation));
         assert_eq!(p.empty_regions().len(), 1);
+    }
+
+    fn published(p: &mut Pool, len: usize, expires: Instant) -> Slot {
+        let slot = p.allocate(len).unwrap();
+        assert!(p.start_lease(slot.id, slot.generation, expires));
+        slot
+    }
+
+    #[test]
+    fn each_handout_ends_once_and_the_slot_is_freed_once_nothing_holds_it() {
+        let mut p = Pool::new();
+        p.add_region(4096);
+        let later = Instant::now() + Duration::from_secs(3600);
+        let s = published(&mut p, 64, later);
+        assert_eq!(
+            p.hand_out(s.id, s.generation, later),
+            None,
+            "only a pinned slot is handed out again"
+        );
+        let mut evicted = Vec::new();
+        assert!(p.pin(s.id, s.generation, 4096, &mut evicted));
+        assert!(
+            !p.pin(s.id, s.generation, 4096, &mut evicted),
+            "pinned once"
+        );
+        assert_eq!(p.hand_out(s.id, s.generation, later), Some(1));
+        assert_eq!(p.hand_out(s.id, s.generation, later), Some(2));
+        assert_eq!(p.end_handout(s.id, s.generation, 1), Ended::Held);
+        assert_eq!(
+            p.end_handout(s.id, s.generation, 1),
+            Ended::Stale,
+            "a repeated end (a second notification) ends nothing"
+        );
+        assert_eq!(p.end_handout(s.id, s.generation, 7), Ended::Stale);
+        assert_eq!(p.end_handout(s.id, s.generation, 0), Ended::Held);
+        assert_eq!(p.end_handout(s.id, s.generation, 2), Ended::Held, "pinned");
+        assert_eq!(p.slots_in_use(), 1);
+        assert!(matches!(p.unpin(s.id, s.generation), Ended::Freed(f) if f == s));
+        assert_eq!(p.unpin(s.id, s.generation), Ended::Stale);
+        assert_eq!(
+            (p.slots_in_use(), p.bytes_in_use(), p.pinned_bytes()),
+            (0, 0, 0)
+        );
+        assert!(evicted.is_empty());
+    }
+
+    #[test]
+    fn an_evicted_slot_lives_until_its_last_handout_ends() {
+        let mut p = Pool::new();
+        p.add_region(4096);
+        let now = Instant::now();
+        let s = published(&mut p, 64, now + Duration::from_secs(10));
+        let mut evicted = Vec::new();
+        assert!(p.pin(s.id, s.generation, 4096, &mut evicted));
+        assert_eq!(
+            p.hand_out(s.id, s.generation, now + Duration::from_secs(20)),
+            Some(1)
+        );
+        assert_eq!(p.evict_oldest(), Some((s, false)), "still read: not freed");
+        assert_eq!(
+            p.hand_out(s.id, s.generation, now),
+            None,
+            "no hand-out once evicted"
+        );
+        assert!(p.reclaim_expired(now + Duration::from_secs(15)).is_empty());
+        assert_eq!(p.reclaim_expired(now + Duration::from_secs(25)), vec![s]);
+        assert_eq!(p.end_handout(s.id, s.generation, 1), Ended::Stale);
+        assert_eq!(p.slots_in_use(), 0);
+    }
+
+    #[test]
+    fn a_pinned_idle_slot_outlives_its_leases_and_pins_stay_within_the_budget() {
+        let mut p = Pool::new();
+        p.add_region(4096);
+        let now = Instant::now();
+        let a = published(&mut p, 64, now);
+        let b = published(&mut p, 64, now);
+        let c = published(&mut p, 64, now);
+        let mut evicted = Vec::new();
+        assert!(p.pin(a.id, a.generation, 128, &mut evicted));
+        assert!(p.pin(b.id, b.generation, 128, &mut evicted));
+        assert!(
+            p.reclaim_expired(now + Duration::from_secs(1)).len() == 1,
+            "c only"
+        );
+        assert_eq!(p.slots_in_use(), 2, "pinned slots stay without a lease");
+        // A use moves `a` to the back of the order: pinning `c` evicts `b`.
+        assert_eq!(
+            p.hand_out(a.id, a.generation, now + Duration::from_secs(9)),
+            Some(1)
+        );
+        let c2 = published(&mut p, 64, now + Duration::from_secs(9));
+        assert!(p.pin(c2.id, c2.generation, 128, &mut evicted));
+        assert_eq!(evicted, vec![(b, true)]);
+        assert_eq!(p.pinned_bytes(), 128);
+        assert!(!p.pin(c.id, c.generation, 128, &mut evicted), "c was freed");
+        let big = published(&mut p, 256, now);
+        assert!(
+            !p.pin(big.id, big.generation, 128, &mut evicted),
+            "over the budget alone"
+        );
+        assert_eq!(evicted.len(), 1);
     }
 }

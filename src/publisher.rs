@@ -1,10 +1,13 @@
 //! Frontend side: decode straight into registered memory and describe it.
 //!
 //! A slot's life: taken (no lease yet) → decoded into → published (header
-//! written, lease started) → freed exactly once, by the reader's
-//! notification, by its owner, or by the reaper when the lease ends. Every
-//! free marks the slot header free under the pool lock before the range can
-//! be taken again, so a READ still in flight on it fails the reader's check.
+//! written, hand-out 0 and its lease started) → optionally pinned by a cache,
+//! which hands it out again (each hand-out its own number, lease and
+//! notification) → freed exactly once, when its pin is gone (evicted) and
+//! every hand-out has ended: by its reader's notification, by its owner, or
+//! by the reaper when its lease ends. Every free marks the slot header free
+//! under the pool lock before the range can be taken again, so a READ still
+//! in flight on it fails the reader's check.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -18,7 +21,7 @@ use crate::agent::{Agent, AgentOptions};
 use crate::decode::{self, DecodeOptions, ImageInfo, Mode, OutputShape};
 use crate::errors::{Error, Result};
 use crate::fair::FairPool;
-use crate::pool::Slot;
+use crate::pool::{Ended, Slot};
 use crate::region::{RegisteredPool, SlotPool};
 use crate::wire::{self, SlotHeader, SLOT_HEADER_BYTES};
 
@@ -70,6 +73,8 @@ pub struct PublishedSlot {
     pub addr: usize,
     pub len: usize,
     pub content_hash: String,
+    /// Which hand-out of the slot this is (0: the publish's own).
+    pub handout: u64,
     /// Unix time after which readers must not start a READ: the lease's end
     /// less [`read_margin`], so never later than the reclaim.
     pub expires_at: f64,
@@ -113,9 +118,25 @@ impl BatchControl {
     }
 }
 
+/// One more hand-out of a pinned slot: what its descriptor needs anew.
+#[derive(Clone, Debug)]
+pub struct HandOut {
+    pub handout: u64,
+    pub expires_at: f64,
+    pub metadata: String,
+    pub metadata_version: u64,
+    pub metadata_pruned: u64,
+}
+
 #[derive(Default)]
 pub struct Counters {
     pub published: AtomicU64,
+    /// Hand-outs of a pinned slot after its publish (cache hits).
+    pub handed_out: AtomicU64,
+    /// Pins taken off to keep the pinned bytes within budget or to make room.
+    pub evicted: AtomicU64,
+    /// Slots freed when their pin was taken off (no hand-out outstanding).
+    pub freed_by_eviction: AtomicU64,
     pub freed_by_notification: AtomicU64,
     pub reclaimed_by_lease: AtomicU64,
     pub returned: AtomicU64,
@@ -138,6 +159,8 @@ struct Shared {
     /// The agent metadata, replaced only by a newer version.
     metadata: RwLock<Metadata>,
     counters: Counters,
+    /// (slot, generation) of pins taken off since the cache last asked.
+    evicted: Mutex<Vec<(u64, u64)>>,
     stop: AtomicBool,
     config: PublisherConfig,
     agent: Agent,
@@ -174,6 +197,7 @@ impl Publisher {
                 packed: metadata,
             }),
             counters: Counters::default(),
+            evicted: Mutex::new(Vec::new()),
             stop: AtomicBool::new(false),
             config,
             agent,
@@ -212,6 +236,95 @@ impl Publisher {
             state.pool.region_bytes(),
             state.pool.region_count(),
         )
+    }
+
+    /// (pinned slots, their bytes, hand-outs not yet ended).
+    pub fn holds(&self) -> (usize, usize, usize) {
+        let state = self.shared.slots.lock();
+        (
+            state.pool.pinned_slots(),
+            state.pool.pinned_bytes(),
+            state.pool.outstanding_handouts(),
+        )
+    }
+
+    /// Pins a published slot for a cache (see [`crate::pool::Pool::pin`]):
+    /// the least recently used pins go to keep the pinned bytes within
+    /// `budget`, and a publish that finds the pool full takes pins off
+    /// before it waits. False when the slot cannot be pinned (gone, pinned
+    /// already, or larger than `budget`).
+    pub fn pin(&self, slot: u64, generation: u64, budget: usize) -> bool {
+        let mut evicted = Vec::new();
+        let pinned = {
+            let mut state = self.shared.slots.lock();
+            let pinned = state.pool.pin(slot, generation, budget, &mut evicted);
+            for (gone, freed) in &evicted {
+                if *freed {
+                    // SAFETY: the pool lock is held, so no new owner has the range.
+                    unsafe { state.region(gone.region).clear_slot_header(gone.offset) };
+                }
+            }
+            pinned
+        };
+        self.shared.evicted_now(&evicted);
+        if evicted.iter().any(|(_, freed)| *freed) {
+            self.shared.slots.notify_freed();
+        }
+        pinned
+    }
+
+    /// Takes the cache's pin off a slot; true when it was pinned.
+    pub fn unpin(&self, slot: u64, generation: u64) -> bool {
+        let ended = {
+            let mut state = self.shared.slots.lock();
+            let ended = state.pool.unpin(slot, generation);
+            clear_if_freed(&state, ended);
+            ended
+        };
+        if let Ended::Freed(_) = ended {
+            self.shared
+                .counters
+                .freed_by_eviction
+                .fetch_add(1, Ordering::Relaxed);
+            self.shared.slots.notify_freed();
+        }
+        ended != Ended::Stale
+    }
+
+    /// Hands a pinned slot out again: a new hand-out with its own lease,
+    /// from now. `None` when the slot is no longer pinned at `generation`.
+    pub fn hand_out(&self, slot: u64, generation: u64) -> Option<HandOut> {
+        let lease = self.shared.config.lease;
+        let (now, unix) = (Instant::now(), unix_now());
+        let handout = self
+            .shared
+            .slots
+            .lock()
+            .pool
+            .hand_out(slot, generation, now + lease)?;
+        self.shared
+            .counters
+            .handed_out
+            .fetch_add(1, Ordering::Relaxed);
+        // Current metadata: it describes at least the slot's region, which
+        // stays registered while the slot lives.
+        let Metadata {
+            version,
+            pruned,
+            packed,
+        } = self.shared.metadata.read().clone();
+        Some(HandOut {
+            handout,
+            expires_at: unix + (lease - read_margin(lease)).as_secs_f64(),
+            metadata: packed,
+            metadata_version: version,
+            metadata_pruned: pruned,
+        })
+    }
+
+    /// (slot, generation) of every pin taken off since the last call.
+    pub fn take_evicted(&self) -> Vec<(u64, u64)> {
+        std::mem::take(&mut *self.shared.evicted.lock())
     }
 
     /// Decodes `data` into a pool slot and publishes it. Blocks (GIL-free)
@@ -322,6 +435,7 @@ impl Publisher {
             addr: region.addr() + pixels_at,
             len,
             content_hash,
+            handout: 0,
             expires_at: unix + (lease - read_margin(lease)).as_secs_f64(),
             metadata,
             metadata_version: version,
@@ -372,7 +486,7 @@ impl Publisher {
             if state.cancelled {
                 // Published after its owner gave it up: nobody will read it.
                 drop(state);
-                self.release(published.slot.slot, published.slot.generation);
+                self.release(published.slot.slot, published.slot.generation, 0);
                 return Err(cancelled());
             }
             state
@@ -384,7 +498,7 @@ impl Publisher {
 
     /// Gives up a [`Publisher::publish_many`] batch (its request went away):
     /// frees what it published, and makes the rest of it stop as soon as it
-    /// can. Returns how many slots this freed.
+    /// can. Returns how many of its hand-outs this ended.
     pub fn cancel(&self, control: &BatchControl) -> usize {
         let published = {
             let mut state = control.state.lock();
@@ -395,20 +509,26 @@ impl Publisher {
         self.shared.slots.notify_freed();
         published
             .into_iter()
-            .filter(|&(slot, generation)| self.release(slot, generation))
+            .filter(|&(slot, generation)| self.release(slot, generation, 0))
             .count()
     }
 
-    /// Frees a slot the caller no longer wants published.
-    pub fn release(&self, slot: u64, generation: u64) -> bool {
-        let freed = self.shared.free(slot, generation);
-        if freed {
+    /// Ends hand-out `handout` of a slot (its request is over); the slot
+    /// is freed if nothing else holds it. False when that hand-out had
+    /// ended already (a notification, its lease, an earlier release).
+    pub fn release(&self, slot: u64, generation: u64, handout: u64) -> bool {
+        let ended = {
+            let mut state = self.shared.slots.lock();
+            ended_locked(&mut state, slot, generation, handout)
+        };
+        if let Ended::Freed(_) = ended {
             self.shared
                 .counters
                 .returned
                 .fetch_add(1, Ordering::Relaxed);
+            self.shared.slots.notify_freed();
         }
-        freed
+        ended != Ended::Stale
     }
 
     /// Stops the notification thread. Registered memory goes with the last
@@ -487,7 +607,7 @@ struct TakenSlot<'a> {
 impl Drop for TakenSlot<'_> {
     fn drop(&mut self) {
         if !self.leased {
-            self.shared.free(self.slot.id, self.slot.generation);
+            self.shared.end(self.slot.id, self.slot.generation, 0);
             self.shared
                 .counters
                 .returned
@@ -520,10 +640,16 @@ impl Shared {
                 return Err(cancelled());
             }
             let step = deadline.min(Instant::now() + CANCEL_CHECK);
-            if let Some(a) = self.slots.acquire(&self.agent, need, step, |_| {})? {
+            // A full pool takes cache pins off before it waits: cached
+            // images never keep a new one out.
+            let make_room = |state: &mut RegisteredPool| self.evict_one(state);
+            if let Some(a) = self
+                .slots
+                .acquire_making_room(&self.agent, need, step, make_room)?
+            {
                 if gave_up() {
                     // Woken by its own cancel: the slot goes to the next caller.
-                    self.free(a.slot.id, a.slot.generation);
+                    self.end(a.slot.id, a.slot.generation, 0);
                     return Err(cancelled());
                 }
                 break a;
@@ -540,7 +666,7 @@ impl Shared {
             let packed = match self.agent.local_metadata() {
                 Ok(raw) => wire::pack_metadata(&raw),
                 Err(e) => {
-                    self.free(a.slot.id, a.slot.generation);
+                    self.end(a.slot.id, a.slot.generation, 0);
                     return Err(e);
                 }
             };
@@ -560,17 +686,49 @@ impl Shared {
         Ok((a.slot, a.region, a.version))
     }
 
-    /// Frees slot `id` if it is still at `generation`, marking its header
-    /// free first; false for a stale or repeated free.
-    fn free(&self, id: u64, generation: u64) -> bool {
+    /// Ends hand-out `handout` of slot `id` if it is still at
+    /// `generation` (gives back a slot never published, for 0); true when
+    /// that freed the slot, whose header is marked free under the same lock.
+    fn end(&self, id: u64, generation: u64, handout: u64) -> bool {
         let freed = {
             let mut state = self.slots.lock();
-            free_locked(&mut state, id, generation)
+            end_locked(&mut state, id, generation, handout)
         };
         if freed {
             self.slots.notify_freed();
         }
         freed
+    }
+
+    /// Takes the least recently used pin off (under the pool lock, as the
+    /// pool's `acquire` calls it); false when nothing is pinned.
+    fn evict_one(&self, state: &mut RegisteredPool) -> bool {
+        let Some((slot, freed)) = state.pool.evict_oldest() else {
+            return false;
+        };
+        if freed {
+            // SAFETY: the pool lock is held, so no new owner has the range.
+            unsafe { state.region(slot.region).clear_slot_header(slot.offset) };
+        }
+        self.evicted_now(&[(slot, freed)]);
+        true
+    }
+
+    /// Records pins taken off, for the cache to forget them.
+    fn evicted_now(&self, evicted: &[(Slot, bool)]) {
+        if evicted.is_empty() {
+            return;
+        }
+        self.counters
+            .evicted
+            .fetch_add(evicted.len() as u64, Ordering::Relaxed);
+        let freed = evicted.iter().filter(|(_, freed)| *freed).count();
+        self.counters
+            .freed_by_eviction
+            .fetch_add(freed as u64, Ordering::Relaxed);
+        self.evicted
+            .lock()
+            .extend(evicted.iter().map(|(slot, _)| (slot.id, slot.generation)));
     }
 
     /// Frees slots whose lease ended.
@@ -591,8 +749,8 @@ impl Shared {
                 if !messages.is_empty() {
                     let (freed, stale) = {
                         let mut state = self.slots.lock();
-                        apply_notifications(&messages, |slot, generation| {
-                            free_locked(&mut state, slot, generation)
+                        apply_notifications(&messages, |slot, generation, handout| {
+                            ended_locked(&mut state, slot, generation, handout)
                         })
                     };
                     self.counters
@@ -621,25 +779,47 @@ impl Shared {
     }
 }
 
-fn free_locked(state: &mut RegisteredPool, id: u64, generation: u64) -> bool {
-    match state.pool.get(id) {
-        Some(slot) if slot.generation == generation => {
-            // SAFETY: the pool lock is held (`state` is its guard's).
-            unsafe { state.region(slot.region).clear_slot_header(slot.offset) };
-            state.pool.release(id, generation)
-        }
-        _ => false,
+/// Ends a hand-out with the pool lock held; a slot that frees has its
+/// header marked free before the lock is let go.
+fn ended_locked(state: &mut RegisteredPool, id: u64, generation: u64, handout: u64) -> Ended {
+    let ended = state.pool.end_handout(id, generation, handout);
+    clear_if_freed(state, ended);
+    ended
+}
+
+fn end_locked(state: &mut RegisteredPool, id: u64, generation: u64, handout: u64) -> bool {
+    matches!(
+        ended_locked(state, id, generation, handout),
+        Ended::Freed(_)
+    )
+}
+
+fn clear_if_freed(state: &RegisteredPool, ended: Ended) {
+    if let Ended::Freed(slot) = ended {
+        // SAFETY: the pool lock is held (`state` is its guard's) and the
+        // range was given back under it: nobody has taken it yet.
+        unsafe { state.region(slot.region).clear_slot_header(slot.offset) };
     }
 }
 
-/// Frees the slot each notification names; (freed, not understood or stale).
-/// Each message stands alone: a malformed one is counted and skipped.
-fn apply_notifications(messages: &[Vec<u8>], mut free: impl FnMut(u64, u64) -> bool) -> (u64, u64) {
+/// Ends the hand-out each notification names: one notification per READ, so
+/// a slot read by many is freed by the last of them (if not pinned).
+/// (slots freed, not understood or stale); each message stands alone: a
+/// malformed or repeated one is counted and skipped.
+fn apply_notifications(
+    messages: &[Vec<u8>],
+    mut end: impl FnMut(u64, u64, u64) -> Ended,
+) -> (u64, u64) {
     let (mut freed, mut stale) = (0, 0);
     for message in messages {
-        match wire::parse_notification(message) {
-            Some((slot, generation)) if free(slot, generation) => freed += 1,
-            _ => stale += 1,
+        let ended = wire::parse_notification(message)
+            .map_or(Ended::Stale, |(slot, generation, handout)| {
+                end(slot, generation, handout)
+            });
+        match ended {
+            Ended::Freed(_) => freed += 1,
+            Ended::Held => {}
+            Ended::Stale => stale += 1,
         }
     }
     (freed, stale)
@@ -695,13 +875,14 @@ mod tests {
         let a = pool.allocate(64).unwrap();
         let b = pool.allocate(64).unwrap();
         let messages = vec![
-            wire::notification_for(a.id, a.generation).into_bytes(),
+            wire::notification_for(a.id, a.generation, 0).into_bytes(),
             vec![0xff, 0xfe, b'p', b'w'],
-            wire::notification_for(a.id, a.generation).into_bytes(),
-            wire::notification_for(b.id, b.generation).into_bytes(),
+            wire::notification_for(a.id, a.generation, 0).into_bytes(),
+            wire::notification_for(b.id, b.generation, 0).into_bytes(),
         ];
-        let (freed, stale) =
-            apply_notifications(&messages, |slot, generation| pool.release(slot, generation));
+        let (freed, stale) = apply_notifications(&messages, |slot, generation, handout| {
+            pool.end_handout(slot, generation, handout)
+        });
         assert_eq!((freed, stale), (2, 2), "the non-UTF-8 one and the repeat");
         assert_eq!(pool.slots_in_use(), 0);
     }

@@ -368,7 +368,32 @@ impl SlotPool {
         deadline: Instant,
         tidy: impl FnMut(&mut RegisteredPool),
     ) -> Result<Option<Allocation>> {
-        self.acquire_with(len, deadline, tidy, |size| Registered::new(agent, size))
+        self.acquire_with(
+            len,
+            deadline,
+            tidy,
+            |_| false,
+            |size| Registered::new(agent, size),
+        )
+    }
+
+    /// [`SlotPool::acquire`] where `make_room` runs under the lock whenever
+    /// nothing fits, before any wait: true when it gave something up (a
+    /// cache pin), and the pool looks again at once.
+    pub fn acquire_making_room(
+        &self,
+        agent: &Agent,
+        len: usize,
+        deadline: Instant,
+        make_room: impl FnMut(&mut RegisteredPool) -> bool,
+    ) -> Result<Option<Allocation>> {
+        self.acquire_with(
+            len,
+            deadline,
+            |_| {},
+            make_room,
+            |size| Registered::new(agent, size),
+        )
     }
 
     fn acquire_with(
@@ -376,6 +401,7 @@ impl SlotPool {
         len: usize,
         deadline: Instant,
         mut tidy: impl FnMut(&mut RegisteredPool),
+        mut make_room: impl FnMut(&mut RegisteredPool) -> bool,
         register: impl Fn(usize) -> Result<Registered>,
     ) -> Result<Option<Allocation>> {
         let mut retired = Vec::new();
@@ -402,6 +428,9 @@ impl SlotPool {
                     }
                 }
                 Step::Wait => {
+                    if make_room(&mut state) {
+                        continue;
+                    }
                     if !retired.is_empty() {
                         MutexGuard::unlocked(&mut state, || retired.clear());
                         continue;
@@ -437,6 +466,7 @@ mod tests {
                     1000,
                     deadline,
                     |_| {},
+                    |_| false,
                     |size| {
                         entered.send(()).unwrap();
                         go_on.recv().unwrap();
@@ -465,14 +495,14 @@ mod tests {
         let register = |size| Registered::unregistered(size);
         let held: Vec<_> = (0..4)
             .map(|_| {
-                pool.acquire_with(40 << 10, soon(), |_| {}, register)
+                pool.acquire_with(40 << 10, soon(), |_| {}, |_| false, register)
                     .unwrap()
                     .unwrap()
             })
             .collect();
         assert_eq!(pool.lock().pool.region_count(), 4);
         assert!(
-            pool.acquire_with(200 << 10, soon(), |_| {}, register)
+            pool.acquire_with(200 << 10, soon(), |_| {}, |_| false, register)
                 .unwrap()
                 .is_none(),
             "no room while every region holds a slot"
@@ -481,7 +511,7 @@ mod tests {
             assert!(pool.lock().pool.release(a.slot.id, a.slot.generation));
         }
         let large = pool
-            .acquire_with(200 << 10, soon(), |_| {}, register)
+            .acquire_with(200 << 10, soon(), |_| {}, |_| false, register)
             .unwrap()
             .unwrap();
         let state = pool.lock();

@@ -139,21 +139,32 @@ impl SlotHeader {
     }
 }
 
-/// The notification a reader attaches to its READ so the frontend frees the
-/// slot: `pw1:<slot>:<generation>`.
-pub fn notification_for(slot: u64, generation: u64) -> String {
-    format!("pw1:{slot}:{generation}")
+/// The notification a reader attaches to its READ so the frontend ends its
+/// hand-out of the slot: `pw1:<slot>:<generation>` for the first hand-out
+/// (the publish's), `pw1:<slot>:<generation>:<handout>` for each later one
+/// (a cache hit's), so each hand-out is ended once, by its own reader.
+pub fn notification_for(slot: u64, generation: u64, handout: u64) -> String {
+    if handout == 0 {
+        format!("pw1:{slot}:{generation}")
+    } else {
+        format!("pw1:{slot}:{generation}:{handout}")
+    }
 }
 
-/// Inverse of [`notification_for`] on the raw bytes a peer sent; `None` for
-/// anything else (including bytes that are not UTF-8).
-pub fn parse_notification(msg: &[u8]) -> Option<(u64, u64)> {
+/// Inverse of [`notification_for`] on the raw bytes a peer sent: (slot,
+/// generation, hand-out); `None` for anything else (including bytes that are
+/// not UTF-8).
+pub fn parse_notification(msg: &[u8]) -> Option<(u64, u64, u64)> {
     let text = std::str::from_utf8(msg).ok()?;
     let mut parts = text.strip_prefix("pw1:")?.split(':');
     let slot = parts.next()?.parse().ok()?;
     let generation = parts.next()?.parse().ok()?;
+    let handout = match parts.next() {
+        None => 0,
+        Some(n) => n.parse().ok()?,
+    };
     match parts.next() {
-        None => Some((slot, generation)),
+        None => Some((slot, generation, handout)),
         Some(_) => None,
     }
 }
@@ -289,11 +300,17 @@ mod tests {
     #[test]
     fn notification_round_trip() {
         assert_eq!(
-            parse_notification(notification_for(7, 9).as_bytes()),
-            Some((7, 9))
+            parse_notification(notification_for(7, 9, 0).as_bytes()),
+            Some((7, 9, 0))
+        );
+        assert_eq!(notification_for(7, 9, 0), "pw1:7:9");
+        assert_eq!(
+            parse_notification(notification_for(7, 9, 4).as_bytes()),
+            Some((7, 9, 4))
         );
         assert_eq!(parse_notification(b"pw1:x:1"), None);
-        assert_eq!(parse_notification(b"pw1:1:2:3"), None);
+        assert_eq!(parse_notification(b"pw1:1:2:x"), None);
+        assert_eq!(parse_notification(b"pw1:1:2:3:4"), None);
         assert_eq!(parse_notification(b"hello"), None);
         assert_eq!(parse_notification(b"pw1:\xff:1"), None);
     }

@@ -55,3 +55,12 @@ def test_the_access_log_is_off_unless_asked_for(monkeypatch: pytest.MonkeyPatch)
     assert config.FrontendConfig.from_env("http://u", access_log=True).access_log is True
     monkeypatch.setenv("PIXELWIRE_ACCESS_LOG", "1")
     assert config.FrontendConfig.from_env("http://u").access_log is True
+
+
+def test_the_frontend_cache_is_on_by_default_and_takes_units(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--cache-bytes`` beats ``PIXELWIRE_CACHE_BYTES``, which beats the default; 0 is off."""
+    monkeypatch.delenv("PIXELWIRE_CACHE_BYTES", raising=False)
+    assert config.FrontendConfig.from_env("http://u").cache_bytes == config.CACHE_BYTES > 0
+    monkeypatch.setenv("PIXELWIRE_CACHE_BYTES", "32MiB")
+    assert config.FrontendConfig.from_env("http://u").cache_bytes == 32 << 20
+    assert config.FrontendConfig.from_env("http://u", cache_bytes=0).cache_bytes == 0

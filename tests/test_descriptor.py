@@ -59,11 +59,24 @@ def test_what_decoded_writes_parse_descriptor_reads_back() -> None:
 def test_the_notification_must_be_the_one_that_frees_this_slot() -> None:
     """A notification for another slot (or generation) would free an image
     some other request still needs; only the native rule's form is taken."""
-    for notification in ("pw1:4:7", "pw1:3:8", "pw1:3:7\n", "pw1:03:7", "pw1:3:7:1", "pw1:\u0663:7", 37):
+    for notification in (
+        "pw1:4:7",
+        "pw1:3:8",
+        "pw1:3:7\n",
+        "pw1:03:7",
+        "pw1:3:7:0",
+        "pw1:3:7:01",
+        "pw1:\u0663:7",
+        37,
+    ):
         desc = _decoded().to_dict()
         desc["pixelwire"]["notification"] = notification
         with pytest.raises(pixelwire.DescriptorError, match="notification"):
             parse_descriptor(desc)
+    # A later hand-out of the same slot (a cache hit) has a notification of its own.
+    desc = _decoded().to_dict()
+    desc["pixelwire"]["notification"] = "pw1:3:7:2"
+    assert parse_descriptor(desc).notification == "pw1:3:7:2"
 
 
 def test_a_content_hash_has_the_native_form() -> None:

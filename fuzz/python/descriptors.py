@@ -26,7 +26,7 @@ with atheris.instrument_imports():
     from pixelwire._native import DescriptorError
 
 _U64 = 1 << 64
-_RUST_NOTE = re.compile(r"pw1:[0-9]+:[0-9]+")
+_RUST_NOTE = re.compile(r"pw1:[0-9]+:[0-9]+(:[1-9][0-9]*)?")
 _RUST_HASH = re.compile(r"xxh3-256k:[0-9a-f]{16}")
 
 TEMPLATE = {

@@ -341,10 +341,12 @@ fn wire_inner(data: &[u8]) {
     let mut note = b"pw1:".to_vec();
     note.extend_from_slice(rest);
     for msg in [rest, &note[..]] {
-        if let Some((slot, generation)) = wire::parse_notification(msg) {
+        if let Some((slot, generation, handout)) = wire::parse_notification(msg) {
             assert_eq!(
-                wire::parse_notification(wire::notification_for(slot, generation).as_bytes()),
-                Some((slot, generation))
+                wire::parse_notification(
+                    wire::notification_for(slot, generation, handout).as_bytes()
+                ),
+                Some((slot, generation, handout))
             );
         }
     }

@@ -268,9 +268,13 @@ def content_hash(data: Buffer) -> str:
 def is_content_hash(text: str) -> bool:
     """Whether ``text`` has the form of a ``content_hash`` (``xxh3-256k:`` and 16 lowercase hex digits)."""
 
-def notification_for(slot: int, generation: int) -> str:
-    """The notification that frees a published slot: the frontend mints it, a
-    reader sends it back after its READ."""
+def notification_for(slot: int, generation: int, handout: int = 0) -> str:
+    """The notification that ends hand-out ``handout`` of a published slot
+    (``pw1:<slot>:<generation>``, and ``:<handout>`` for any but the first):
+    the frontend mints it, a reader sends it back after its READ."""
+
+def parse_notification(text: str) -> tuple[int, int, int] | None:
+    """(slot, generation, hand-out) of a notification in its one written form, else None."""
 
 def load_nixl(path: str) -> None:
     """Loads NIXL's C API from ``path`` (once per process)."""
@@ -291,7 +295,18 @@ class PublishedSlot(TypedDict):
     slot: int
     generation: int
     expires_at: float
+    handout: int
     notification: str
+
+class HandOut(TypedDict):
+    """What ``NativePublisher.hand_out`` returns: a new hand-out's fields."""
+
+    handout: int
+    notification: str
+    expires_at: float
+    metadata: str
+    metadata_version: int
+    metadata_pruned: int
 
 class Published(PublishedSlot):
     """What ``NativePublisher.publish`` returns; the descriptor is built from it."""
@@ -373,7 +388,24 @@ class NativePublisher:
         ``resize`` when given, straight into one slot and starts its lease
         (GIL released). ``shape`` is (T, H, W, 3), ``indices`` the frames
         decoded. Reads (and closes) the capture."""
-    def release(self, slot: int, generation: int) -> bool: ...
+    def release(self, slot: int, generation: int, handout: int = 0) -> bool:
+        """Ends hand-out ``handout`` of a slot, which is freed when nothing
+        else holds it (no other hand-out, no cache pin); False when that
+        hand-out had ended already."""
+    def pin(self, slot: int, generation: int, budget: int) -> bool:
+        """Pins a published slot for a cache: it stays, with no hand-out
+        outstanding, until evicted; the least recently used pins are taken
+        off to keep the pinned bytes within ``budget``, and by a publish that
+        finds the pool full. False when it cannot be pinned (gone, pinned
+        already, or larger than ``budget``)."""
+    def unpin(self, slot: int, generation: int) -> bool:
+        """Takes the pin off; the slot is freed once its hand-outs end."""
+    def hand_out(self, slot: int, generation: int) -> HandOut | None:
+        """A new hand-out of a pinned slot, with its own lease and
+        notification (a use, for the eviction order); None when the slot is
+        no longer pinned at ``generation``."""
+    def take_evicted(self) -> list[tuple[int, int]]:
+        """(slot, generation) of every pin taken off since the last call."""
     def cancel(self, control: BatchControl) -> int:
         """Gives up the batch ``control`` was passed to: frees every slot it
         published, stops its waits for a slot and skips what it has not

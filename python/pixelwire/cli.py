@@ -138,6 +138,7 @@ def _frontend(args: argparse.Namespace) -> int:
         args.upstream,
         decode_at=args.decode_at,
         pool_bytes=args.pool_bytes,
+        cache_bytes=args.cache_bytes,
         region_bytes=args.region_bytes,
         lease_seconds=args.lease_seconds,
         image_kwargs=image_kwargs,
@@ -249,6 +250,14 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
         default=None,
         help="registered pixel pool, in bytes or with a unit (512MiB, 1GiB, 2G) (default: "
         f"PIXELWIRE_POOL_BYTES, else {config.POOL_BYTES >> 20}MiB)",
+    )
+    front.add_argument(
+        "--cache-bytes",
+        type=_size,
+        default=None,
+        help="pool bytes of published images kept to serve a repeated image without decoding it again, "
+        "within --pool-bytes (evicted first when the pool is full); 0 turns it off (default: "
+        f"PIXELWIRE_CACHE_BYTES, else {config.CACHE_BYTES >> 20}MiB)",
     )
     front.add_argument(
         "--region-bytes",

@@ -44,6 +44,16 @@ POOL_BYTES = 256 * MiB
 REGION_BYTES = 64 * MiB
 # How long a published image waits for its reader before the slot is reclaimed.
 LEASE_SECONDS = 60.0
+# Published images `pixelwire frontend` keeps to hand out again to a request
+# that sends the same image (decoded once, not once per turn), in pool bytes:
+# counted inside its pool (a publish that finds the pool full evicts them
+# before it waits); 0 turns the cache off. A Publisher made in code keeps
+# none unless given cache_bytes.
+CACHE_BYTES = 128 * MiB
+# Images the vLLM plug-in keeps (as copies, in its own memory) to serve a
+# repeated reference without a READ, or a repeated URL's same bytes without
+# decoding them again (PIXELWIRE_WORKER_CACHE_BYTES); 0 turns it off.
+WORKER_CACHE_BYTES = 0
 # How long a publish waits for a free slot in a full pool.
 ACQUIRE_TIMEOUT = 10.0
 # How long a worker's READ may take.
@@ -516,6 +526,8 @@ class FrontendConfig:
     region_bytes: int = REGION_BYTES
     lease_seconds: float = LEASE_SECONDS
     publish_threads: int = PUBLISH_THREADS
+    # Pool bytes of published images kept for repeats (0: off).
+    cache_bytes: int = CACHE_BYTES
     secret: bytes | None = None
     # Server-wide defaults for images, as vLLM's --media-io-kwargs '{"image": {...}}'.
     image_kwargs: dict[str, Any] = field(default_factory=dict)
@@ -573,7 +585,7 @@ class FrontendConfig:
         """``settings`` as given (None means "not given"); the rest from
         ``PIXELWIRE_DECODE_AT``, ``PIXELWIRE_POOL_BYTES``,
         ``PIXELWIRE_REGION_BYTES``, ``PIXELWIRE_LEASE_SECONDS``,
-        ``PIXELWIRE_PUBLISH_THREADS``, ``PIXELWIRE_ALLOW_PRIVATE``,
+        ``PIXELWIRE_PUBLISH_THREADS``, ``PIXELWIRE_CACHE_BYTES``, ``PIXELWIRE_ALLOW_PRIVATE``,
         ``PIXELWIRE_SECRET``, ``VLLM_API_KEY`` and ``PIXELWIRE_ACCESS_LOG``,
         else the defaults."""
         given = {name: value for name, value in settings.items() if value is not None}
@@ -583,6 +595,7 @@ class FrontendConfig:
         given.setdefault("region_bytes", publisher.region_bytes)
         given.setdefault("lease_seconds", publisher.lease_seconds)
         given.setdefault("publish_threads", publisher.publish_threads)
+        given.setdefault("cache_bytes", env_bytes("PIXELWIRE_CACHE_BYTES", CACHE_BYTES))
         given["allow_private"] = bool(given.get("allow_private")) or allow_private_from_env()
         given.setdefault("secret", secret_from_env())
         given["api_keys"] = list(given.get("api_keys") or api_keys_from_env())

@@ -6,7 +6,7 @@ A descriptor is a JSON-able dict with dynamo's decoded-media field names
 builds it (``to_dict``), :func:`parse_descriptor` is the only reader of it
 (also of dynamo's ``RdmaMetadata``), and :class:`RemoteImage` is what a
 parsed descriptor names. Rules the native side owns are asked of it, not
-repeated: the notification a slot is freed by (``notification_for``), the
+repeated: the notification a hand-out of a slot ends by (``parse_notification``), the
 content hash's form (``is_content_hash``), the metadata's packing (checked
 when the reader unpacks it).
 """
@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from pixelwire._native import DescriptorError, is_content_hash, notification_for
+from pixelwire._native import DescriptorError, is_content_hash, parse_notification
 from pixelwire.config import BACKGROUND, Layout
 
 # What the native reader takes: u64 addresses, slots, generations and
@@ -465,7 +465,8 @@ def parse_descriptor(desc: Decoded | dict[str, Any], shape: Any | None = None) -
         raise DescriptorError("content_hash must be 'xxh3-256k:' and 16 lowercase hex digits")
     slot, generation = (_int(own.get(key), f"pixelwire.{key}") for key in ("slot", "generation"))
     notification = own.get("notification")
-    if notification != notification_for(slot, generation):
+    named = parse_notification(notification) if isinstance(notification, str) else None
+    if not isinstance(notification, str) or named is None or named[:2] != (slot, generation):
         raise DescriptorError("pixelwire.notification is malformed or names another slot")
     agent = own.get("agent")
     if not isinstance(agent, str) or not agent:

@@ -9,6 +9,8 @@ from collections.abc import Callable, Iterator
 from time import perf_counter
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 _SECONDS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
@@ -162,3 +164,39 @@ class ImageMetrics:
         start = perf_counter()
         yield
         self.observe(path, perf_counter() - start)
+
+
+class CacheMetrics(Collector):
+    """The frontend's cache of published images, read from the publisher's
+    stats at each scrape: ``pixelwire_frontend_cache_hits_total`` (images
+    handed out again, not decoded), ``..._misses_total`` (images decoded to
+    be kept), ``..._evictions_total`` (kept images given up: over
+    ``--cache-bytes``, or to make room in a full pool) and ``..._bytes``
+    (pool bytes the kept images hold)."""
+
+    def __init__(self, registry: CollectorRegistry, stats: Callable[[], dict[str, int]]) -> None:
+        self.stats = stats
+        registry.register(self)
+
+    def collect(self) -> Iterator[Metric]:
+        stats = self.stats()
+        prefix = "pixelwire_frontend_cache"
+        for name, key, help_text in (
+            ("hits", "cache_hits", "Images handed out again from the cache, not decoded"),
+            (
+                "misses",
+                "cache_misses",
+                "Images decoded to be kept in the cache (in-flight repeats wait for them)",
+            ),
+            (
+                "evictions",
+                "evicted",
+                "Cached images given up: over --cache-bytes, or to make room in a full pool",
+            ),
+        ):
+            yield CounterMetricFamily(f"{prefix}_{name}", help_text, value=stats.get(key, 0))
+        yield GaugeMetricFamily(
+            f"{prefix}_bytes",
+            "Pool bytes the cached images hold (within --cache-bytes)",
+            value=stats.get("pinned_bytes", 0),
+        )

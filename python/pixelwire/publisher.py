@@ -34,6 +34,7 @@ from pixelwire.config import (
 )
 from pixelwire.descriptor import Decoded, DecodedVideo, PassThrough
 from pixelwire.nixl import ensure_nixl
+from pixelwire.publish_cache import CacheKey, Outcome, PublishCache
 from pixelwire.video.decode import loader_metadata, sample_video
 from pixelwire.video.sampling import VideoSampling
 
@@ -113,11 +114,13 @@ def _publish_many(
     resize: ResizePolicy | None,
     control: _native.BatchControl,
     threads: int,
+    digests: Sequence[str] | None = None,
 ) -> list[tuple[_native.Published, str] | Exception]:
     """Decode-and-publish of every source (each resized as `resize` says),
-    side by side on native threads, plus each published source's SHA-256, in
-    one trip off the event loop (hashlib releases the GIL on large inputs).
-    One result per source, in order; a source that fails costs only itself."""
+    side by side on native threads, plus each published source's SHA-256
+    (`digests` when given), in one trip off the event loop (hashlib releases
+    the GIL on large inputs). One result per source, in order; a source that
+    fails costs only itself."""
     targets = [_resize_target(data, resize) for data in sources]
     to_publish = [index for index, target in enumerate(targets) if not isinstance(target, Exception)]
     options: dict[str, Any] = {}
@@ -138,12 +141,24 @@ def _publish_many(
         else []
     )
     outcomes: list[tuple[_native.Published, str] | Exception] = []
-    for data, target in zip(sources, targets, strict=True):
+    for index, (data, target) in enumerate(zip(sources, targets, strict=True)):
         fields = target if isinstance(target, Exception) else next(published)
-        outcomes.append(
-            fields if isinstance(fields, Exception) else (fields, hashlib.sha256(data).hexdigest())
-        )
+        if isinstance(fields, Exception):
+            outcomes.append(fields)
+        else:
+            outcomes.append((fields, hashlib.sha256(data).hexdigest() if digests is None else digests[index]))
     return outcomes
+
+
+def _sha256s(sources: Sequence[bytes | bytearray]) -> list[str]:
+    """Each source's SHA-256 (off the event loop: hashlib releases the GIL on large inputs)."""
+    return [hashlib.sha256(data).hexdigest() for data in sources]
+
+
+def _handout(decoded: Decoded | DecodedVideo) -> int:
+    """Which hand-out of its slot a descriptor is, from its notification."""
+    named = _native.parse_notification(decoded.notification)
+    return 0 if named is None else named[2]
 
 
 def _release_when_published(native: _native.NativePublisher) -> Any:
@@ -157,7 +172,7 @@ def _release_when_published(native: _native.NativePublisher) -> Any:
         for outcome in work.result():
             if not isinstance(outcome, Exception):
                 fields, _ = outcome
-                native.release(fields["slot"], fields["generation"])
+                native.release(fields["slot"], fields["generation"], fields["handout"])
 
     return release
 
@@ -168,7 +183,7 @@ def _release_video_when_published(native: _native.NativePublisher) -> Any:
     def release(work: asyncio.Future[_PublishedVideo]) -> None:
         if not work.cancelled() and work.exception() is None:
             fields = work.result().fields
-            native.release(fields["slot"], fields["generation"])
+            native.release(fields["slot"], fields["generation"], fields["handout"])
 
     return release
 
@@ -288,7 +303,9 @@ class Publisher:
     publish) and ends with :meth:`close`; :attr:`is_open` says which.
     ``decode_at="worker"`` (or PIXELWIRE_DECODE_AT=worker) turns it into a
     pass-through: no agent, no fetching, no decoding, the worker gets the
-    encoded image.
+    encoded image. ``cache_bytes`` (0: off) keeps published images, within
+    that many of the pool's bytes, to hand out again for the same image
+    (see :mod:`pixelwire.publish_cache`).
     """
 
     def __init__(
@@ -302,6 +319,7 @@ class Publisher:
         decode_at: DecodeAt | None = None,
         fetcher: Fetcher | None = None,
         publish_threads: int = PUBLISH_THREADS,
+        cache_bytes: int = 0,
     ) -> None:
         self.decode_at = config.decode_at(decode_at)
         if not lease_seconds >= _native.MIN_LEASE_SECONDS:
@@ -317,6 +335,7 @@ class Publisher:
         self.acquire_timeout = acquire_timeout
         self.region_bytes = min(region_bytes, pool_bytes)
         self.publish_threads = publish_threads
+        self.cache = PublishCache(max(0, min(cache_bytes, pool_bytes)))
         self._native: _native.NativePublisher | None = None
 
     # -- lifecycle -------------------------------------------------------------
@@ -345,6 +364,7 @@ class Publisher:
         """Deregisters the pool, ends the agent and closes a fetcher this
         publisher made. Outstanding descriptors can no longer be read."""
         native, self._native = self._native, None
+        self.cache.clear()
         if native is not None:
             await asyncio.to_thread(native.close)
         if self._own_fetcher and self._fetcher is not None:
@@ -391,6 +411,7 @@ class Publisher:
         background: tuple[int, int, int] = BACKGROUND,
         layout: Layout = "HWC",
         resize: ResizePolicy | None = None,
+        cache_salt: str | None = None,
     ) -> Decoded | PassThrough:
         """Fetches `source` (encoded bytes, or a `data:`/`http(s)` URL through
         the publisher's Fetcher), decodes it into a pool slot off the event
@@ -401,6 +422,8 @@ class Publisher:
         image maps it without a copy. `resize` (a :class:`ResizePolicy`, RGB
         only) resizes to the size the model's processor would, with its
         arithmetic, right after decoding; the descriptor records it.
+        With the cache on, an image published before with the same options
+        and `cache_salt` is handed out again, not decoded.
         With ``decode_at="worker"`` it does neither and returns a
         :class:`PassThrough`."""
         if self.decode_at == "worker":
@@ -408,7 +431,7 @@ class Publisher:
         native = self._opened()
         _check_resize(mode, resize)
         data = await self.fetcher.fetch(source) if isinstance(source, str) else _encoded(source)
-        (outcome,) = await self._publish_off_loop(native, [data], mode, background, layout, resize)
+        (outcome,) = await self._publish(native, [data], mode, background, layout, resize, cache_salt)
         if isinstance(outcome, Exception):
             raise outcome
         return outcome
@@ -421,6 +444,7 @@ class Publisher:
         background: tuple[int, int, int] = BACKGROUND,
         layout: Layout = "HWC",
         resize: ResizePolicy | None = None,
+        cache_salt: str | None = None,
     ) -> list[Decoded | PassThrough | Exception]:
         """:meth:`decode_and_publish` for every source, with the same options:
         URLs fetched concurrently, then every image decoded side by side on
@@ -431,7 +455,9 @@ class Publisher:
         :class:`pixelwire.FetchError`, :class:`pixelwire.PoolExhausted`, ...),
         returned, not raised: the others are published all the same, and the
         caller owns them (a reader's notification, :meth:`release` or the
-        lease frees each). Cancelled, it frees whatever the batch publishes."""
+        lease frees each). Cancelled, it frees whatever the batch publishes.
+        With the cache on, each image is decoded once however often it
+        comes, here or in requests running beside this one."""
         if self.decode_at == "worker":
             return [_pass_through(source) for source in sources]
         native = self._opened()
@@ -442,16 +468,126 @@ class Publisher:
             next(fetched) if isinstance(source, str) else _encoded(source) for source in sources
         ]
         published = iter(
-            await self._publish_off_loop(
+            await self._publish(
                 native,
                 [data for data in encoded if not isinstance(data, Exception)],
                 mode,
                 background,
                 layout,
                 resize,
+                cache_salt,
             )
         )
         return [data if isinstance(data, Exception) else next(published) for data in encoded]
+
+    async def _publish(
+        self,
+        native: _native.NativePublisher,
+        sources: list[bytes | bytearray],
+        mode: Mode,
+        background: tuple[int, int, int],
+        layout: Layout,
+        resize: ResizePolicy | None,
+        salt: str | None,
+    ) -> list[Decoded | Exception]:
+        """Every source published, through the cache when it is on."""
+        if not self.cache.enabled or not sources:
+            return await self._publish_off_loop(native, sources, mode, background, layout, resize)
+        loop = asyncio.get_running_loop()
+        digests = await loop.run_in_executor(_publish_executor(), _sha256s, sources)
+        identity = None if resize is None else resize.identity
+        keys = [
+            CacheKey(digest, len(data), mode, background, layout, identity, salt)
+            for digest, data in zip(digests, sources, strict=True)
+        ]
+        results: list[Decoded | Exception | None] = [None] * len(sources)
+        try:
+            await self._publish_cached(
+                native, sources, digests, keys, results, mode, background, layout, resize
+            )
+        except BaseException:
+            # The caller went away: every hand-out it got is ended now.
+            for result in results:
+                if isinstance(result, Decoded):
+                    self.release(result)
+            raise
+        return [RuntimeError("an image was left unpublished (a bug)") if r is None else r for r in results]
+
+    async def _publish_cached(
+        self,
+        native: _native.NativePublisher,
+        sources: list[bytes | bytearray],
+        digests: list[str],
+        keys: list[CacheKey],
+        results: list[Decoded | Exception | None],
+        mode: Mode,
+        background: tuple[int, int, int],
+        layout: Layout,
+        resize: ResizePolicy | None,
+    ) -> None:
+        """Fills `results`: a hit is handed out; the first of each missing key
+        (here or in no other request) is decoded, once, and kept; a repeat
+        here, or a key another request is decoding, gets a hand-out of that
+        decode (or its error). What none of that served (a decode abandoned
+        by its request, an image too large to keep) is decoded uncached."""
+        cache = self.cache
+        leaders: dict[CacheKey, int] = {}
+        repeats: list[tuple[int, CacheKey]] = []
+        waits: list[tuple[int, CacheKey, asyncio.Future[Outcome]]] = []
+        for index, key in enumerate(keys):
+            hit = cache.hand_out(native, key)
+            future = cache.waiting_on(key)
+            if hit is not None:
+                results[index] = hit
+            elif key in leaders:
+                repeats.append((index, key))
+            elif future is not None:
+                waits.append((index, key, future))
+            else:
+                leaders[key] = index
+                cache.begin(key)
+        try:
+            firsts = list(leaders.values())
+            outcomes = (
+                await self._publish_off_loop(
+                    native,
+                    [sources[index] for index in firsts],
+                    mode,
+                    background,
+                    layout,
+                    resize,
+                    [digests[index] for index in firsts],
+                )
+                if firsts
+                else []
+            )
+        except BaseException:
+            for key in leaders:
+                cache.finish_abandoned(key)
+            raise
+        for (key, index), outcome in zip(leaders.items(), outcomes, strict=True):
+            results[index] = outcome
+            cache.finish(native, key, outcome)
+        for index, key in repeats:
+            results[index] = self._again(native, key, results[leaders[key]])
+        for index, key, future in waits:
+            results[index] = self._again(native, key, await asyncio.shield(future))
+        rest = [index for index, result in enumerate(results) if result is None]
+        if rest:
+            again = await self._publish_off_loop(
+                native, [sources[index] for index in rest], mode, background, layout, resize
+            )
+            for index, outcome in zip(rest, again, strict=True):
+                results[index] = outcome
+
+    def _again(
+        self, native: _native.NativePublisher, key: CacheKey, outcome: Outcome
+    ) -> Decoded | Exception | None:
+        """What a request waiting on a decode of `key` gets: the decode's
+        error, or a hand-out of what it published (None: decode it anew)."""
+        if isinstance(outcome, Exception):
+            return outcome
+        return None if outcome is None else self.cache.hand_out(native, key)
 
     async def _publish_off_loop(
         self,
@@ -461,11 +597,21 @@ class Publisher:
         background: tuple[int, int, int],
         layout: Layout,
         resize: ResizePolicy | None,
+        digests: Sequence[str] | None = None,
     ) -> list[Decoded | Exception]:
         """:func:`_publish_many` in a worker thread, each result as its descriptor."""
         control = _native.BatchControl()
         call = functools.partial(
-            _publish_many, native, sources, mode, background, layout, resize, control, self.publish_threads
+            _publish_many,
+            native,
+            sources,
+            mode,
+            background,
+            layout,
+            resize,
+            control,
+            self.publish_threads,
+            digests,
         )
         work = asyncio.get_running_loop().run_in_executor(_publish_executor(), call)
         try:
@@ -535,12 +681,19 @@ class Publisher:
         )
 
     def release(self, decoded: Decoded | DecodedVideo) -> bool:
-        """Frees a published image before its reader's notification or its
-        lease (its request is over). False when it was already freed, by a
-        notification, an expired lease or an earlier release."""
+        """Ends a descriptor's hand-out of its slot before its reader's
+        notification or its lease (its request is over): the slot is freed
+        unless the cache keeps it or another hand-out is outstanding. False
+        when that hand-out had ended already, by a notification, an expired
+        lease or an earlier release."""
         native = self._native
-        return native is not None and native.release(decoded.slot, decoded.generation)
+        return native is not None and native.release(decoded.slot, decoded.generation, _handout(decoded))
 
     def stats(self) -> dict[str, int]:
-        """Pool and slot counters (the publisher must be open)."""
-        return dict(self._open_native("stats()").stats())
+        """Pool and slot counters, and the cache's (the publisher must be open):
+        ``cache_hits``, ``cache_misses``, ``cache_entries``; the pool's
+        ``pinned_slots``, ``pinned_bytes``, ``outstanding_handouts``, ``handed_out``
+        and ``evicted``."""
+        stats = dict(self._open_native("stats()").stats())
+        stats.update({f"cache_{name}": value for name, value in self.cache.stats().items()})
+        return stats

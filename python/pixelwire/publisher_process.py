@@ -88,12 +88,18 @@ def _answers_channel() -> Any:
     return replies
 
 
-async def serve(pool_bytes: int, lease: float, acquire: float, region_bytes: int) -> None:
+async def serve(
+    pool_bytes: int, lease: float, acquire: float, region_bytes: int, cache_bytes: int = 0
+) -> None:
     replies = _answers_channel()
     loop = asyncio.get_running_loop()
     naive: _Naive | None = None
     publisher = pixelwire.Publisher(
-        pool_bytes=pool_bytes, lease_seconds=lease, acquire_timeout=acquire, region_bytes=region_bytes
+        pool_bytes=pool_bytes,
+        lease_seconds=lease,
+        acquire_timeout=acquire,
+        region_bytes=region_bytes,
+        cache_bytes=cache_bytes,
     )
     async with publisher as pub:
         ready = pub.agent_name if pub.decode_at == "frontend" else "pass-through"
@@ -164,6 +170,7 @@ class PublisherProcess:
         env: dict[str, str] | None = None,
         region_bytes: int = config.REGION_BYTES,
         answer_timeout: float | None = None,
+        cache_bytes: int = 0,
     ) -> None:
         env = {**os.environ, "NIXL_LOG_LEVEL": os.environ.get("NIXL_LOG_LEVEL", "FATAL"), **(env or {})}
         self.answer_timeout = answer_timeout
@@ -176,6 +183,7 @@ class PublisherProcess:
                 str(lease),
                 str(acquire),
                 str(region_bytes),
+                str(cache_bytes),
             ],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -256,4 +264,6 @@ class PublisherProcess:
 
 
 if __name__ == "__main__":
-    asyncio.run(serve(int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])))
+    asyncio.run(
+        serve(int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))
+    )

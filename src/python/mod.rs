@@ -237,11 +237,22 @@ fn load_nixl(path: &str) -> PyResult<()> {
     Ok(crate::agent::load_library(path)?)
 }
 
-/// The notification that frees a published slot (`pw1:<slot>:<generation>`):
-/// the frontend mints it, a reader sends it back after its READ.
+/// The notification that ends a hand-out of a published slot
+/// (`pw1:<slot>:<generation>`, `:<handout>` after it for a hand-out other
+/// than the first): the frontend mints it, a reader sends it back after its
+/// READ.
 #[pyfunction]
-fn notification_for(slot: u64, generation: u64) -> String {
-    crate::wire::notification_for(slot, generation)
+#[pyo3(signature = (slot, generation, handout = 0))]
+fn notification_for(slot: u64, generation: u64, handout: u64) -> String {
+    crate::wire::notification_for(slot, generation, handout)
+}
+
+/// (slot, generation, hand-out) a notification names, if it is one in its
+/// one written form.
+#[pyfunction]
+fn parse_notification(text: &str) -> Option<(u64, u64, u64)> {
+    crate::wire::parse_notification(text.as_bytes())
+        .filter(|&(s, g, h)| crate::wire::notification_for(s, g, h) == text)
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -255,6 +266,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(content_hash, m)?)?;
     m.add_function(wrap_pyfunction!(is_content_hash, m)?)?;
     m.add_function(wrap_pyfunction!(notification_for, m)?)?;
+    m.add_function(wrap_pyfunction!(parse_notification, m)?)?;
     m.add_class::<PyLimits>()?;
     m.add_function(wrap_pyfunction!(decode_image, m)?)?;
     m.add_function(wrap_pyfunction!(batch::decode_many, m)?)?;

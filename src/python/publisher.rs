@@ -43,7 +43,7 @@ impl NativePublisher {
     ) -> PyResult<T> {
         to_python().inspect_err(|_| {
             for p in published {
-                self.inner.release(p.slot, p.generation);
+                self.inner.release(p.slot, p.generation, p.handout);
             }
         })
     }
@@ -58,7 +58,11 @@ fn slot_fields<'py>(py: Python<'py>, p: &PublishedSlot) -> PyResult<Bound<'py, P
     d.set_item("slot", p.slot)?;
     d.set_item("generation", p.generation)?;
     d.set_item("expires_at", p.expires_at)?;
-    d.set_item("notification", notification_for(p.slot, p.generation))?;
+    d.set_item("handout", p.handout)?;
+    d.set_item(
+        "notification",
+        notification_for(p.slot, p.generation, p.handout),
+    )?;
     d.set_item("metadata", &p.metadata)?;
     d.set_item("metadata_version", p.metadata_version)?;
     d.set_item("metadata_pruned", p.metadata_pruned)?;
@@ -228,12 +232,59 @@ impl NativePublisher {
         })
     }
 
-    fn release(&self, slot: u64, generation: u64) -> bool {
-        self.inner.release(slot, generation)
+    /// Ends hand-out `handout` of a slot; true when that freed it.
+    #[pyo3(signature = (slot, generation, handout = 0))]
+    fn release(&self, slot: u64, generation: u64, handout: u64) -> bool {
+        self.inner.release(slot, generation, handout)
+    }
+
+    /// Pins a published slot for a cache, within `budget` pinned bytes.
+    fn pin(&self, slot: u64, generation: u64, budget: usize) -> bool {
+        self.inner.pin(slot, generation, budget)
+    }
+
+    /// Takes a cache's pin off a slot; true when it was pinned.
+    fn unpin(&self, slot: u64, generation: u64) -> bool {
+        self.inner.unpin(slot, generation)
+    }
+
+    /// A new hand-out of a pinned slot: the fields its descriptor gets
+    /// anew, or None when the slot is no longer pinned at `generation`.
+    fn hand_out<'py>(
+        &self,
+        py: Python<'py>,
+        slot: u64,
+        generation: u64,
+    ) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let Some(h) = self.inner.hand_out(slot, generation) else {
+            return Ok(None);
+        };
+        let fields = (|| {
+            let d = PyDict::new(py);
+            d.set_item("handout", h.handout)?;
+            d.set_item(
+                "notification",
+                notification_for(slot, generation, h.handout),
+            )?;
+            d.set_item("expires_at", h.expires_at)?;
+            d.set_item("metadata", &h.metadata)?;
+            d.set_item("metadata_version", h.metadata_version)?;
+            d.set_item("metadata_pruned", h.metadata_pruned)?;
+            Ok(d)
+        })();
+        if fields.is_err() {
+            self.inner.release(slot, generation, h.handout);
+        }
+        fields.map(Some)
+    }
+
+    /// (slot, generation) of every pin taken off since the last call.
+    fn take_evicted(&self) -> Vec<(u64, u64)> {
+        self.inner.take_evicted()
     }
 
     /// Gives up the batch `control` was passed to: frees what it published
-    /// and stops the rest; the number of slots freed.
+    /// and stops the rest; the number of its hand-outs ended.
     fn cancel(&self, control: &NativeBatchControl) -> usize {
         self.inner.cancel(&control.inner)
     }
@@ -252,6 +303,13 @@ impl NativePublisher {
         d.set_item("reclaimed_by_lease", load(&c.reclaimed_by_lease))?;
         d.set_item("returned", load(&c.returned))?;
         d.set_item("stale_notifications", load(&c.stale_notifications))?;
+        let (pinned_slots, pinned_bytes, handouts) = self.inner.holds();
+        d.set_item("pinned_slots", pinned_slots)?;
+        d.set_item("pinned_bytes", pinned_bytes)?;
+        d.set_item("outstanding_handouts", handouts)?;
+        d.set_item("handed_out", load(&c.handed_out))?;
+        d.set_item("evicted", load(&c.evicted))?;
+        d.set_item("freed_by_eviction", load(&c.freed_by_eviction))?;
         Ok(d)
     }
 

@@ -105,8 +105,10 @@ def start_frontend(
         *launcher, sys.executable, "-m", "pixelwire.cli", "frontend",
         "--upstream", upstream, "--host", host, "--port", str(port), *args,
     ]  # fmt: skip
-    environ = {**os.environ, "NIXL_LOG_LEVEL": "WARN", **(env or {})}
-    return Service(name, argv, environ, port, log_dir, host)
+    # Tests see a pool that empties when its images are read: the cache of
+    # published images is off unless a test turns it on (--cache-bytes).
+    quiet = {"NIXL_LOG_LEVEL": "WARN", "PIXELWIRE_CACHE_BYTES": "0"}
+    return Service(name, argv, {**os.environ, **quiet, **(env or {})}, port, log_dir, host)
 
 
 def image_server(root: Path) -> contextlib.AbstractContextManager[str]:

@@ -539,3 +539,70 @@ def test_a_video_reference_must_be_sampled_as_this_vllm_samples(
         asyncio.run(ours_cls(media_io_kwargs={"video": {"num_frames": 2}}).fetch_video_async(resized))
     with pytest.raises(ValueError, match="names an image, sent as a video"):
         asyncio.run(ours_cls().fetch_video_async(encode_reference(OTHER_MODE)))
+
+
+@pytest.fixture
+def worker_cache(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The plug-in's image cache on (PIXELWIRE_WORKER_CACHE_BYTES), fresh for the test."""
+    from pixelwire.vllm.image_cache import reset_worker_image_cache
+
+    monkeypatch.setenv("PIXELWIRE_WORKER_CACHE_BYTES", "16MiB")
+    reset_worker_image_cache()
+    yield
+    reset_worker_image_cache()
+
+
+def test_a_repeated_reference_is_checked_and_served_without_a_read(
+    connectors: tuple[Any, Any], unsigned_allowed: None, worker_cache: None
+) -> None:
+    """With the worker's cache on, a second reference to the same image (a
+    frontend cache hit: the same slot, another hand-out) gives the same
+    pixels and the same vLLM cache key without a READ (its hand-out stays
+    outstanding until the frontend's request ends); an expired one is still
+    refused."""
+    import copy
+
+    from pixelwire.signing import encode_reference
+
+    data = (stack.CORPUS / "hopper.png").read_bytes()
+    ours_cls, _ = connectors
+
+    async def main() -> tuple[Any, Any, dict[str, int]]:
+        async with pixelwire.Publisher(cache_bytes=16 * 1024 * 1024) as publisher:
+            first = await publisher.decode_and_publish(data)
+            again = await publisher.decode_and_publish(data)
+            assert isinstance(first, pixelwire.Decoded) and isinstance(again, pixelwire.Decoded)
+            read = await ours_cls().fetch_image_async(encode_reference(first.to_dict()))
+            kept = await ours_cls().fetch_image_async(encode_reference(again.to_dict()))
+            expired = copy.deepcopy(again.to_dict())
+            expired["pixelwire"]["expires_at"] = time.time() - 1
+            with pytest.raises(Exception, match="lease has expired"):
+                await ours_cls().fetch_image_async(encode_reference(expired))
+            deadline = time.monotonic() + 10
+            while publisher.stats()["outstanding_handouts"] > 1 and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
+            stats = publisher.stats()
+            assert publisher.release(again), "never READ: its hand-out was still outstanding"
+            return read, kept, stats
+
+    read, kept, stats = asyncio.run(main())
+    np.testing.assert_array_equal(_pixels(kept), _pixels(read))
+    np.testing.assert_array_equal(_pixels(read), pixelwire.decode_image(data))
+    assert kept.original_bytes == read.original_bytes, "the same vLLM cache key"
+    assert stats["outstanding_handouts"] == 1
+
+
+def test_a_repeated_data_url_is_decoded_once_in_worker_mode(
+    connectors: tuple[Any, Any], worker_cache: None
+) -> None:
+    """The same bytes twice (a conversation resending its image as a data:
+    URL) are decoded once and give the same pixels and cache key."""
+    from pixelwire.vllm.image_cache import worker_image_cache
+
+    ours_cls, _ = connectors
+    url = stack.data_url("hopper.png")
+    first = asyncio.run(ours_cls().fetch_image_async(url))
+    second = asyncio.run(ours_cls().fetch_image_async(url))
+    np.testing.assert_array_equal(_pixels(first), _pixels(second))
+    assert first.original_bytes == second.original_bytes
+    assert (worker_image_cache().hits, worker_image_cache().misses) == (1, 1)

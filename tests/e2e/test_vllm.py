@@ -91,6 +91,11 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
                 "frontend-resize", logs, pixelwire_vllm.url, *guard, "--model", model, env=secret
             )
             services.append(resizing)
+            cached_flags = ["--model", model, "--cache-bytes", "64MiB"]
+            cached = stack.start_frontend(
+                "frontend-cached", logs, pixelwire_vllm.url, *guard, *cached_flags, env=secret
+            )
+            services.append(cached)
             mismatched = stack.start_frontend(
                 "frontend-resize-mismatch",
                 logs,
@@ -114,6 +119,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
                 "frontend": frontend,
                 "worker_mode": worker_mode,
                 "resizing": resizing,
+                "cached": cached,
                 "mismatched": mismatched,
                 "model": model,
                 "misconfigured": misconfigured,
@@ -536,3 +542,23 @@ def test_a_frontend_with_another_max_pixels_is_refused(served: dict[str, Any]) -
     assert refused.value.status_code == 502
     message = str(refused.value)
     assert f"max={OTHER_MAX_PIXELS}" in message and "--mm-processor-kwargs" in message, message
+
+
+def test_a_conversation_resending_its_images_gets_vllms_tokens_each_turn(served: dict[str, Any]) -> None:
+    """Through a frontend with its cache on, turn k resends the earlier
+    turns' images: each turn gets vLLM's own loader's tokens and logprobs,
+    every image still reaches vLLM over NIXL (a hit is a new hand-out of the
+    same slot, with its own notification), and each image is decoded once."""
+    a, b = stack.data_url(PNG), stack.data_url(OTHER_PNG)
+    before = _metrics(served["pixelwire_vllm"])
+    for turn in ([a], [a, b], [a, b, a]):
+        assert _complete(served["cached"], turn) == _complete(served["reference_vllm"], turn)
+    after = _metrics(served["pixelwire_vllm"])
+    read = stack.metric(after, "pixelwire_worker_images_total", path="nixl") - stack.metric(
+        before, "pixelwire_worker_images_total", path="nixl"
+    )
+    assert read == 6
+    text = _metrics(served["cached"])
+    hits = stack.metric(text, "pixelwire_frontend_cache_hits_total")
+    misses = stack.metric(text, "pixelwire_frontend_cache_misses_total")
+    assert (hits, misses) == (4, 2)

@@ -514,3 +514,33 @@ def test_videos_pixelwire_does_not_decode_go_on_as_their_bytes(
     status, answer = post(video_frontend, body)
     assert status == 201, answer
     assert upstream.bodies[-1]["messages"][0]["content"][0] == part
+
+
+def test_repeated_images_are_decoded_once_per_salt(upstream: Upstream, tmp_path: Path) -> None:
+    """A conversation resending its earlier images (``--cache-bytes`` on):
+    each image is decoded once, every turn still gets vLLM's pixels, a
+    request with another ``cache_salt`` decodes for itself, and a
+    ``cache_salt`` that is not a string is refused. Once every image is
+    read, the pool holds what the cache keeps, nothing more."""
+    service = started_frontend(tmp_path, upstream.url, "--cache-bytes", "64MiB")
+    try:
+        a, b = stack.data_url("hopper.png"), stack.data_url("flower2.jpg")
+        for turn in ([a], [a, b], [a, b, a]):
+            status, raw = post(service, chat(*turn, cache_salt="tenant-1"))
+            assert status == 201, raw
+            want = {a: expected("hopper.png"), b: expected("flower2.jpg")}
+            assert json.loads(raw)["images"] == [want[url] for url in turn]
+        status, raw = post(service, chat(a, cache_salt="tenant-2"))
+        assert status == 201 and json.loads(raw)["images"] == [expected("hopper.png")]
+        code, body = post(service, chat(a, cache_salt=7))
+        assert code == 400 and body["error"]["param"] == "cache_salt", body
+        text = service.get("/metrics")
+        hits = stack.metric(text, "pixelwire_frontend_cache_hits_total")
+        misses = stack.metric(text, "pixelwire_frontend_cache_misses_total")
+        assert (hits, misses) == (4, 3)
+        deadline = time.monotonic() + 5
+        while in_use(service) != stack.metric(service.get("/metrics"), "pixelwire_frontend_cache_bytes"):
+            assert time.monotonic() < deadline, "the pool holds more than the cache keeps"
+            time.sleep(0.1)
+    finally:
+        service.stop()

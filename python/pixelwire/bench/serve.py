@@ -228,7 +228,9 @@ class Stack:
                 *network.frontend_prefix(), *placement.prefix("frontend"), sys.executable, "-m",
                 "pixelwire.cli", "frontend", "--upstream", upstream.url, "--host", address,
                 "--port", str(port), "--pool-bytes", str(settings.frontend_pool_bytes),
-                "--allowed-domains", image_host, "--allow-private", *extra,
+                "--allowed-domains", image_host, "--allow-private",
+                # The image workloads measure each image's full path, as vLLM's caches are off there.
+                "--cache-bytes", "0", *extra,
             ]  # fmt: skip
             env = {
                 **os.environ,

@@ -50,7 +50,7 @@ from pixelwire.frontend.inspect import (
 )
 from pixelwire.frontend.pipeline import MediaPipeline
 from pixelwire.frontend.upstream_watch import UpstreamWatch
-from pixelwire.metrics import ImageMetrics
+from pixelwire.metrics import CacheMetrics, ImageMetrics
 from pixelwire.publisher import Publisher
 from pixelwire.resend import is_read_failure
 
@@ -96,7 +96,9 @@ class Frontend:
             decode_at=config.decode_at,
             publish_threads=config.publish_threads,
             fetcher=self.fetcher,
+            cache_bytes=config.cache_bytes,
         )
+        self.cache_metrics = CacheMetrics(self.registry, self._pool_stats)
         self.metrics = ImageMetrics(
             "frontend", self.registry, self._pool_bytes_in_use, lambda: float(config.pool_bytes)
         )

@@ -149,6 +149,11 @@ class MediaPipeline:
         self.video_resize = config.video_resize if "mm_processor_kwargs" not in body else None
         # Every image and video published for the request, to be released at its end.
         self.published: list[Decoded | DecodedVideo] = []
+        # vLLM's tenant salt: requests with different salts (or one with
+        # and one without) never share a cached image.
+        self.cache_salt = body.get("cache_salt")
+        if self.cache_salt is not None and not (isinstance(self.cache_salt, str) and self.cache_salt):
+            raise OpenAIError(400, "cache_salt must be a non-empty string", param="cache_salt")
 
     async def run(self) -> None:
         """Puts each part's new URL in its place in the body, or raises the
@@ -300,6 +305,7 @@ class MediaPipeline:
             background=self.background,
             layout=self.layout,
             resize=self.resize,
+            cache_salt=self.cache_salt,
         )
         done = perf_counter()
         self.published.extend(outcome for outcome in outcomes if isinstance(outcome, Decoded))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import hashlib
 import logging
 import sys
 import threading
@@ -49,6 +50,7 @@ from pixelwire.vllm import CONNECTOR_NAME
 from pixelwire.vllm.data_urls import decode_data_url_async
 from pixelwire.vllm.errors import as_vllm_error, local_files_refused
 from pixelwire.vllm.identity import keyed_identity
+from pixelwire.vllm.image_cache import worker_image_cache
 from pixelwire.vllm.image_info import vllm_image_metadata
 from pixelwire.vllm.served_model import from_command_line as served_model_from_command_line
 from pixelwire.vllm.served_model import same_model, served_model
@@ -451,12 +453,6 @@ class PixelwireMediaConnector(MediaConnector):
         remote = parse_descriptor(descriptor)
         policy = _check_resize(remote) if remote.resize is not None else ""
         reader: Reader = default_reader()
-        with metrics.timed("nixl"):
-            image: Image.Image = await reader.read_remote(remote, output="pil")
-        latency = metrics.publish_to_read_seconds
-        if latency is not None and remote.published_at is not None:
-            latency.observe(max(0.0, time.time() - remote.published_at))
-        metrics.handled_image("nixl", remote.shape, remote.source_size)
         # vLLM's hasher keys a MediaWithBytes image on its bytes (it neither
         # re-normalises it nor hashes its pixels): here the signed identity,
         # which no client can choose (the frontend takes out their uuids)
@@ -464,12 +460,32 @@ class PixelwireMediaConnector(MediaConnector):
         # covered by the signature too, stands in; with neither, vLLM hashes
         # the pixels themselves.
         if remote.source_sha256:
-            source = remote.source_sha256
+            identity: bytes | None = cache_identity(remote.source_sha256, mode, background, policy)
         elif remote.content_hash:
-            source = f"content:{remote.content_hash}"
+            identity = cache_identity(f"content:{remote.content_hash}", mode, background, policy)
         else:
-            return image
-        return MediaWithBytes(image, cache_identity(source, mode, background, policy))
+            identity = None
+        # A repeat (same signed identity, same signed pixels' hash and shape)
+        # is checked as a read would be, then served without a READ: the
+        # frontend ends its hand-out when the request ends.
+        cache = worker_image_cache()
+        key = ("nixl", identity, remote.content_hash, remote.shape, remote.layout)
+        kept = None
+        if cache.enabled and identity is not None and remote.content_hash:
+            remote.check(reader.settings.max_pixels, time.time())
+            kept = cache.get(key)
+        if kept is not None:
+            image: Image.Image = kept[0]
+        else:
+            with metrics.timed("nixl"):
+                image = await reader.read_remote(remote, output="pil")
+            latency = metrics.publish_to_read_seconds
+            if latency is not None and remote.published_at is not None:
+                latency.observe(max(0.0, time.time() - remote.published_at))
+            if cache.enabled and identity is not None and remote.content_hash:
+                cache.put(key, image, remote.size)
+        metrics.handled_image("nixl", remote.shape, remote.source_size)
+        return image if identity is None else MediaWithBytes(image, identity)
 
     async def _load_url(
         self, url: str, mode: str | None, background: tuple[int, int, int], metrics: ImageMetrics
@@ -484,6 +500,16 @@ class PixelwireMediaConnector(MediaConnector):
             # A mode pixelwire does not decode (P, None = the file's own, ...).
             return await self._vllm_load(data, mode, metrics)
         policy = worker_resize_policy() if mode == "RGB" else None
+        # The same bytes decoded the same way: served from the worker's cache.
+        cache = worker_image_cache()
+        key = None
+        if cache.enabled:
+            digest = await asyncio.to_thread(lambda: hashlib.sha256(data).hexdigest())
+            key = ("url", digest, len(data), mode, background, None if policy is None else policy.identity)
+            kept = cache.get(key)
+            if kept is not None:
+                metrics.handled("url", 0)
+                return MediaWithBytes(kept[0], data, kept[1])
         try:
             with metrics.timed("url"):
                 pixels, source_bytes, info, io_config = await asyncio.to_thread(
@@ -501,6 +527,8 @@ class PixelwireMediaConnector(MediaConnector):
         image.info.update(info)
         # With the encoded bytes, vLLM's processor cache hashes them as it
         # does for its own loader.
+        if key is not None:
+            cache.put(key, image, int(pixels.nbytes), io_config)
         return MediaWithBytes(image, data, io_config)
 
     async def _vllm_load(self, data: bytes, mode: str | None, metrics: ImageMetrics) -> MediaWithBytes:
