@@ -1,12 +1,12 @@
 """Builds tiny, randomly initialised vision-language model directories,
-offline: Qwen2-VL (the default), and Gemma 3 and GLM-4.1V for the
-model-aware resize's other families.
+offline: Qwen2-VL (the default), and Gemma 3, GLM-4.1V and Mistral 3 for
+the model-aware resize's other families.
 
 The weights are drawn under a fixed seed (initializer_range 0.02), so the
 same image gives the same logprobs on every start and different images give
 different ones; vLLM's ``load_format="dummy"`` would not (its logits are flat).
 
-    python tests/e2e/tiny_model.py OUTPUT_DIR [qwen2-vl|gemma3|glm4v]
+    python tests/e2e/tiny_model.py OUTPUT_DIR [qwen2-vl|gemma3|glm4v|mistral3]
 """
 
 from __future__ import annotations
@@ -359,7 +359,85 @@ def build_glm4v(out: Path) -> None:
     _save(out, model, processor, tokenizer, ids["<|user|>"], ids["<|endoftext|>"])
 
 
+# Mistral 3's image: its longest edge fitted to 112 on a grid of 28 (patch
+# 14, spatial merge 2): at most 4x4 image tokens, with a break per row.
+MISTRAL3_LONGEST_EDGE = 112
+MISTRAL3_SPECIAL_TOKENS = ["<unk>", "<s>", "</s>", "[INST]", "[/INST]", "[IMG]", "[IMG_BREAK]", "[IMG_END]"]
+MISTRAL3_CHAT_TEMPLATE = (
+    "{{ bos_token }}{% for message in messages %}"
+    "{% if message['role'] == 'user' %}[INST]"
+    "{% if message['content'] is string %}{{ message['content'] }}"
+    "{% else %}{% for part in message['content'] %}"
+    "{% if part['type'] in ['image', 'image_url'] %}[IMG]"
+    "{% elif part['type'] == 'text' %}{{ part['text'] }}{% endif %}"
+    "{% endfor %}{% endif %}[/INST]"
+    "{% else %}{{ message['content'] }}{{ eos_token }}{% endif %}{% endfor %}"
+)
+
+
+def build_mistral3(out: Path) -> None:
+    """A tiny Mistral 3: a Pixtral tower (patch 14) whose patches are merged
+    2x2, PixtralProcessor's longest edge 112."""
+    import torch
+    from transformers import (
+        Mistral3Config,
+        Mistral3ForConditionalGeneration,
+        PixtralImageProcessor,
+        PixtralProcessor,
+    )
+
+    out.mkdir(parents=True, exist_ok=True)
+    tokenizer = _tokenizer(
+        MISTRAL3_SPECIAL_TOKENS,
+        MISTRAL3_CHAT_TEMPLATE,
+        unk_token="<unk>",
+        bos_token="<s>",
+        eos_token="</s>",
+        pad_token="<unk>",
+        additional_special_tokens=MISTRAL3_SPECIAL_TOKENS[3:],
+    )
+    ids = {t: tokenizer.convert_tokens_to_ids(t) for t in MISTRAL3_SPECIAL_TOKENS}
+    config = Mistral3Config(
+        text_config={
+            **TEXT,
+            "model_type": "mistral",
+            "vocab_size": len(tokenizer),
+            "head_dim": 64,
+            "bos_token_id": ids["<s>"],
+            "eos_token_id": ids["</s>"],
+            "pad_token_id": ids["<unk>"],
+        },
+        vision_config={
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_hidden_layers": 1,
+            "num_attention_heads": 1,
+            "head_dim": 64,
+            "image_size": MISTRAL3_LONGEST_EDGE,
+            "patch_size": 14,
+        },
+        image_token_index=ids["[IMG]"],
+        spatial_merge_size=2,
+        tie_word_embeddings=False,
+    )
+    config.architectures = ["Mistral3ForConditionalGeneration"]
+    torch.manual_seed(1234)
+    model = Mistral3ForConditionalGeneration(config).to(torch.float32).eval()
+    image_processor = PixtralImageProcessor(
+        size={"longest_edge": MISTRAL3_LONGEST_EDGE}, patch_size={"height": 14, "width": 14}
+    )
+    processor = PixtralProcessor(
+        image_processor=image_processor,
+        tokenizer=tokenizer,
+        patch_size=14,
+        spatial_merge_size=2,
+        chat_template=MISTRAL3_CHAT_TEMPLATE,
+    )
+    _save(out, model, processor, tokenizer, ids["</s>"], ids["<unk>"])
+
+
 BUILDERS: dict[str, Callable[[Path], None]] = {
+    "mistral3": build_mistral3,
     "qwen2-vl": build,
     "gemma3": build_gemma3,
     "glm4v": build_glm4v,
