@@ -130,6 +130,31 @@ def test_glm4v_counts_the_temporal_patch_in_its_pixel_budget() -> None:
     assert ResizePolicy.from_processor_config(glm, {"max_pixels": 2007040}) is None
 
 
+PIXTRAL = {"image_processor_type": "PixtralImageProcessorFast", "size": {"longest_edge": 1540}, "resample": 3}
+
+
+def test_pixtral_fits_the_longest_edge_on_the_processors_patch_grid() -> None:
+    """PixtralImageProcessor, as PixtralProcessor calls it: scaled down to
+    the longest edge, sides rounded up to the processor's patch_size x
+    spatial_merge_size (the image processor's own patch_size is not used);
+    never scaled up beyond the grid."""
+    mistral3 = {"patch_size": 14, "spatial_merge_size": 2}
+    config = {**PIXTRAL, "patch_size": {"height": 14, "width": 14}}
+    policy = ResizePolicy.from_processor_config(config, processor_config=mistral3)
+    assert policy is not None and policy.family == "longest_edge" and policy.patch_size == 28
+    assert policy.identity == "longest_edge:1540x1540:patch=28:torchvision:bicubic"
+    assert policy.target(1080, 1920) == (868, 1540)  # 1080 / (1920 / 1540) = 866.25, up to 31 x 28
+    assert policy.target(479, 853) == (504, 868)  # within the bound: only the grid
+    assert policy.target(1, 5000) == (1, 5000)  # floors to 0 rows: the processor fails on it anyway
+    default = ResizePolicy.from_processor_config(config)  # PixtralProcessor's defaults: 16, 1
+    assert default is not None and default.patch_size == 16
+    smaller = ResizePolicy.from_processor_config(
+        config, {"size": {"longest_edge": 1024}}, processor_config=mistral3
+    )
+    assert smaller is not None and smaller.target(2160, 3840) == (588, 1036)
+    assert ResizePolicy.from_processor_config(config, processor_config={"spatial_merge_size": 0}) is None
+
+
 def test_a_size_the_processor_would_resize_again_is_not_shipped() -> None:
     """At an extreme aspect ratio GLM's smart_resize clamps a side to the
     factor and leaves the image over its budget, so the processor would
@@ -170,6 +195,13 @@ def test_policies_come_from_a_model_folder(tmp_path: Path) -> None:
     b = ResizePolicy.from_pretrained(tmp_path / "b", {"max_pixels": 1003520})
     assert a is not None and a.max_pixels == 12544
     assert b is not None and b.max_pixels == 1003520
+    (tmp_path / "pixtral").mkdir()
+    (tmp_path / "pixtral" / "preprocessor_config.json").write_text(json.dumps(PIXTRAL))
+    (tmp_path / "pixtral" / "processor_config.json").write_text(
+        json.dumps({"processor_class": "PixtralProcessor", "patch_size": 14, "spatial_merge_size": 2})
+    )
+    pixtral = ResizePolicy.from_pretrained(tmp_path / "pixtral")
+    assert pixtral is not None and pixtral.patch_size == 28
     (tmp_path / "c").mkdir()
     with pytest.raises(FileNotFoundError):
         ResizePolicy.from_pretrained(tmp_path / "c")

@@ -24,6 +24,12 @@ Families (what transformers 5.19 does for each):
   its binary search; its ``size`` is not used.
 - ``shortest_edge``: ``size: {shortest_edge}`` (CLIP, LLaVA-1.5; the worker
   still does its centre crop).
+- ``longest_edge``: Pixtral and Mistral 3 (``PixtralImageProcessor`` called
+  by ``PixtralProcessor``): scaled down to fit ``size.longest_edge`` (or
+  ``size.height`` x ``size.width``), each side then rounded up to the patch
+  grid, whose side is the *processor's* ``patch_size`` x
+  ``spatial_merge_size`` (``processor_config.json``; it overrides the image
+  processor's own ``patch_size``).
 
 Anything else (tiling, pan-and-scan, unknown processors) gets no policy and
 one log line saying why.
@@ -42,7 +48,7 @@ from typing import Any, Literal
 
 log = logging.getLogger("pixelwire.resize")
 
-Family = Literal["smart", "fixed", "shortest_edge", "max_num_patches"]
+Family = Literal["smart", "fixed", "shortest_edge", "max_num_patches", "longest_edge"]
 Kernel = Literal["torchvision", "pillow"]
 Filter = Literal["bicubic", "bilinear"]
 
@@ -55,6 +61,9 @@ _SMART_GLM = ("Glm4vImageProcessor",)
 _FIXED = ("SiglipImageProcessor", "Gemma3ImageProcessor", "GotOcr2ImageProcessor")
 _MAX_NUM_PATCHES = ("Siglip2ImageProcessor",)
 _SHORTEST = ("CLIPImageProcessor",)
+_LONGEST = ("PixtralImageProcessor",)
+# PixtralProcessor's defaults for its patch grid.
+_PIXTRAL_PATCH, _PIXTRAL_MERGE = 16, 1
 
 
 def _processor_name(config: Mapping[str, Any]) -> str:
@@ -76,12 +85,12 @@ class ResizePolicy:
     min_pixels: int = 0
     max_pixels: int = 0
     temporal_factor: int = 0  # GLM's smart_resize; 0 for Qwen's
-    # fixed
+    # fixed; longest_edge's bounds
     height: int = 0
     width: int = 0
     # shortest_edge
     shortest_edge: int = 0
-    # max_num_patches (and its patch side)
+    # max_num_patches (and its patch side; longest_edge's patch grid)
     max_num_patches: int = 0
     patch_size: int = 0
 
@@ -96,6 +105,8 @@ class ResizePolicy:
             shape = f"fixed:{self.height}x{self.width}"
         elif self.family == "max_num_patches":
             shape = f"max_num_patches:{self.max_num_patches}:patch={self.patch_size}"
+        elif self.family == "longest_edge":
+            shape = f"longest_edge:{self.height}x{self.width}:patch={self.patch_size}"
         else:
             shape = f"shortest_edge:{self.shortest_edge}"
         return f"{shape}:{self.kernel}:{self.filter}"
@@ -107,6 +118,10 @@ class ResizePolicy:
         aspect ratio leaves it over the pixel budget): only a size the
         processor leaves alone gives its outputs exactly."""
         resized = self.processor_target(height, width)
+        if min(resized) < 1:
+            # Pixtral's floor at an extreme aspect ratio: the processor
+            # fails on the image, as it will on vLLM's own.
+            return height, width
         if resized != (height, width) and self.processor_target(*resized) != resized:
             return height, width
         return resized
@@ -117,6 +132,8 @@ class ResizePolicy:
             return self.height, self.width
         if self.family == "max_num_patches":
             return size_for_max_num_patches(height, width, self.patch_size, self.max_num_patches)
+        if self.family == "longest_edge":
+            return fit_to_patch_grid(height, width, self.height, self.width, self.patch_size)
         if self.family == "shortest_edge":
             # transformers' get_resize_output_image_size(default_to_square=False)
             short, long = (width, height) if width <= height else (height, width)
@@ -135,11 +152,14 @@ class ResizePolicy:
         mm_processor_kwargs: Mapping[str, Any] | None = None,
         *,
         kernel: Kernel = "torchvision",
+        processor_config: Mapping[str, Any] | None = None,
     ) -> ResizePolicy | None:
         """The policy of a ``preprocessor_config.json`` with vLLM's
         ``--mm-processor-kwargs`` applied the way vLLM applies them (``size``
         first, then ``min_pixels``/``max_pixels``); None, logged, when
-        pixelwire cannot reproduce the processor's resize."""
+        pixelwire cannot reproduce the processor's resize.
+        ``processor_config``: the processor's own settings (the top level of
+        ``processor_config.json``), which Pixtral's resize depends on."""
         kwargs = dict(mm_processor_kwargs or {})
         name = _processor_name(config)
         settings = {**config, **{k: v for k, v in kwargs.items() if k not in ("size",)}}
@@ -186,6 +206,8 @@ class ResizePolicy:
                 min_pixels=int(low),
                 max_pixels=int(high),
             )
+        if name in _LONGEST:
+            return cls._longest_edge(name, config, kwargs, filter_, kernel, processor_config or {})
         if name in _MAX_NUM_PATCHES:
             patch, most = settings.get("patch_size", 16), settings.get("max_num_patches", 256)
             if not (_positive(patch) and _positive(most)):
@@ -209,6 +231,38 @@ class ResizePolicy:
         return _none(f"{name or 'an unnamed image processor'} is not a family pixelwire resizes for")
 
     @classmethod
+    def _longest_edge(
+        cls,
+        name: str,
+        config: Mapping[str, Any],
+        kwargs: Mapping[str, Any],
+        filter_: Filter,
+        kernel: Kernel,
+        processor: Mapping[str, Any],
+    ) -> ResizePolicy | None:
+        # vLLM hands --mm-processor-kwargs to the processor (its patch_size
+        # and spatial_merge_size) and to the call (size).
+        size = {**dict(config.get("size") or {}), **dict(kwargs.get("size") or {})}
+        patch = kwargs.get("patch_size", processor.get("patch_size", _PIXTRAL_PATCH))
+        merge = kwargs.get("spatial_merge_size", processor.get("spatial_merge_size", _PIXTRAL_MERGE))
+        if not (_positive(patch) and _positive(merge)):
+            return _none(
+                f"{name}: the processor's patch_size and spatial_merge_size must be positive integers"
+            )
+        longest = size.get("longest_edge")
+        bounds = (longest, longest) if longest else (size.get("height"), size.get("width"))
+        if not all(_positive(side) for side in bounds):
+            return _none(f"{name}: size {size} is not {{longest_edge}} or {{height, width}}")
+        return cls(
+            "longest_edge",
+            filter_,
+            kernel,
+            height=int(bounds[0] or 0),
+            width=int(bounds[1] or 0),
+            patch_size=int(patch) * int(merge),
+        )
+
+    @classmethod
     def from_pretrained(
         cls,
         model: str | os.PathLike[str],
@@ -221,7 +275,9 @@ class ResizePolicy:
         read: ``preprocessor_config.json``, or the ``image_processor`` part of
         ``processor_config.json`` (where transformers 5 saves it)."""
         config = _image_processor_config(str(model))
-        return cls.from_processor_config(config, mm_processor_kwargs, kernel=kernel)
+        return cls.from_processor_config(
+            config, mm_processor_kwargs, kernel=kernel, processor_config=_processor_settings(str(model))
+        )
 
 
 # The video processors whose per-frame resize is the image family's:
@@ -335,6 +391,19 @@ def size_for_max_num_patches(height: int, width: int, patch: int, max_num_patche
     return scaled(low, height), scaled(low, width)
 
 
+def fit_to_patch_grid(
+    height: int, width: int, max_height: int, max_width: int, patch: int
+) -> tuple[int, int]:
+    """Pixtral's target size, as transformers 5.19 computes it
+    (``get_resize_output_image_size``): scaled down (never up) to fit the
+    bounds, floored, then each side rounded up to the patch grid."""
+    ratio = max(height / max_height, width / max_width)
+    if ratio > 1:
+        height = math.floor(height / ratio)
+        width = math.floor(width / ratio)
+    return ((height - 1) // patch + 1) * patch, ((width - 1) // patch + 1) * patch
+
+
 def _positive(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
@@ -378,6 +447,17 @@ def _image_processor_config(model: str) -> dict[str, Any]:
         f"huggingface_hub installed): check the id, or download it first with `huggingface-cli download "
         f"{model} preprocessor_config.json` (unset HF_HUB_OFFLINE for that), or give the model's folder"
     )
+
+
+def _processor_settings(model: str) -> dict[str, Any]:
+    """The processor's own settings: the top level of
+    ``processor_config.json`` without its processors' parts; empty without
+    that file."""
+    path = find_model_file(model, "processor_config.json")
+    config = json.loads(path.read_text()) if path is not None else {}
+    if not isinstance(config, dict):
+        return {}
+    return {key: value for key, value in config.items() if not isinstance(value, dict)}
 
 
 def find_model_file(model: str, name: str) -> Path | None:

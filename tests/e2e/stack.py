@@ -8,6 +8,7 @@ import base64
 import contextlib
 import hashlib
 import http.server
+import json
 import os
 import sys
 import threading
@@ -24,10 +25,11 @@ CACHE = Path(os.environ.get("PIXELWIRE_E2E_CACHE", Path.home() / ".cache" / "pix
 SECRET = "e2e-test-secret"
 
 
-def model_dir() -> Path:
-    """The tiny model, built once per version of its recipe."""
+def model_dir(family: str = "qwen2-vl") -> Path:
+    """The tiny model of ``family`` (``tiny_model.BUILDERS``), built once per
+    version of its recipe."""
     recipe = hashlib.sha256((HERE / "tiny_model.py").read_bytes()).hexdigest()[:12]
-    return tiny_model.ensure(CACHE / f"tiny-qwen2-vl-{recipe}")
+    return tiny_model.ensure(CACHE / f"tiny-{family}-{recipe}", family)
 
 
 def data_url(name: str) -> str:
@@ -66,12 +68,15 @@ def start_vllm(
     extra_args: tuple[str, ...] = (),
     host: str = "127.0.0.1",
     launcher: tuple[str, ...] = (),
+    family: str = "qwen2-vl",
 ) -> Service:
-    """vLLM's OpenAI server on the tiny model; ``connector`` is
-    VLLM_MEDIA_CONNECTOR ("http" is vLLM's own loader). ``launcher``
+    """vLLM's OpenAI server on the tiny model of ``family``; ``connector``
+    is VLLM_MEDIA_CONNECTOR ("http" is vLLM's own loader). ``launcher``
     prefixes the command (e.g. ``ip netns exec NS``: a host of its own,
     where it listens on ``host``, port 8000)."""
     port = 8000 if launcher else free_port()
+    # Videos are tested on the tiny Qwen2-VL only.
+    limits = {"image": 4, "video": 1} if family == "qwen2-vl" else {"image": 4}
     env = {
         **os.environ,
         "VLLM_CPU_KVCACHE_SPACE": "1",
@@ -82,10 +87,10 @@ def start_vllm(
     }
     argv = [
         *launcher, sys.executable, "-m", "vllm.entrypoints.openai.api_server",
-        "--model", str(model_dir()), "--served-model-name", "tiny",
+        "--model", str(model_dir(family)), "--served-model-name", "tiny",
         "--host", host, "--port", str(port),
         "--dtype", "float32", "--max-model-len", "1024", "--max-num-seqs", "4",
-        "--enforce-eager", "--limit-mm-per-prompt", '{"image": 4, "video": 1}', "--seed", "0", *extra_args,
+        "--enforce-eager", "--limit-mm-per-prompt", json.dumps(limits), "--seed", "0", *extra_args,
     ]  # fmt: skip
     return Service(name, argv, env, port, log_dir, host)
 
@@ -175,3 +180,24 @@ def recording_server(
     finally:
         server.shutdown()
         server.server_close()
+
+
+def chat(url: str, image_urls: list[str], *, max_tokens: int = 8) -> list[tuple[str, float]]:
+    """(token, logprob) of a greedy chat completion of ``max_tokens`` about
+    ``image_urls``, from the OpenAI server at ``url`` (its model "tiny")."""
+    import openai
+
+    parts: list[dict[str, object]] = [{"type": "image_url", "image_url": {"url": u}} for u in image_urls]
+    parts.append({"type": "text", "text": "Describe the image."})
+    # Closed after each completion: an open client's sockets would be
+    # reported (as errors, with filterwarnings=error) when collected.
+    with openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=120) as client:
+        response = client.chat.completions.create(
+            model="tiny",
+            messages=[{"role": "user", "content": parts}],  # type: ignore[list-item,misc]
+            temperature=0,
+            max_tokens=max_tokens,
+            logprobs=True,
+            seed=0,
+        )
+    return [(t.token, t.logprob) for t in response.choices[0].logprobs.content]

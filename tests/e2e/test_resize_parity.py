@@ -44,6 +44,18 @@ class Setting:
     cls: str  # transformers class name (torchvision backend; "...Pil" for the PIL backend)
     kwargs: dict[str, Any] = field(hash=False)
     family: str
+    # The processor's own settings (processor_config.json's top level)
+    processor_config: dict[str, Any] = field(default_factory=dict, hash=False)
+
+    def policy(self) -> ResizePolicy | None:
+        """The policy of this setting's processor config (as its
+        preprocessor_config.json would hold it) and processor settings."""
+        config = json.loads(_processor(self).to_json_string())
+        return ResizePolicy.from_processor_config(
+            config,
+            kernel=self.kernel,  # type: ignore[arg-type]
+            processor_config=self.processor_config,
+        )
 
     @property
     def kernel(self) -> str:
@@ -128,6 +140,21 @@ def _got_ocr2(side: int) -> Setting:
     )
 
 
+def _pixtral(longest_edge: int, patch: int, merge: int, backend: str = "") -> Setting:
+    """Pixtral (patch 16) and Mistral 3 (patch 14, spatial merge 2): the
+    longest edge fitted, then the patch grid. vLLM calls the image processor
+    through PixtralProcessor, which passes its own patch_size x
+    spatial_merge_size as the image processor's patch_size; so does this."""
+    grid = patch * merge
+    return Setting(
+        f"pixtral-{longest_edge}-patch{patch}x{merge}{'-pil' if backend else ''}",
+        "PixtralImageProcessor" + backend,
+        {"size": {"longest_edge": longest_edge}, "patch_size": {"height": grid, "width": grid}},
+        "longest_edge",
+        {"patch_size": patch, "spatial_merge_size": merge},
+    )
+
+
 SETTINGS = [
     _qwen(50176),
     _qwen(1003520),
@@ -154,6 +181,9 @@ SETTINGS = [
     _glm4v(2007040),
     _glm4v(100352, "Pil"),
     _got_ocr2(384),
+    _pixtral(1024, 16, 1),  # Pixtral-12B
+    _pixtral(1540, 14, 2),  # Mistral Small 3.1
+    _pixtral(1024, 16, 1, "Pil"),
 ]
 
 
@@ -277,8 +307,7 @@ def test_processor_configs_give_policies() -> None:
     filter (the parity test below depends on it)."""
     for setting in SETTINGS:
         processor = _processor(setting)
-        config = json.loads(processor.to_json_string())
-        policy = ResizePolicy.from_processor_config(config, kernel=setting.kernel)  # type: ignore[arg-type]
+        policy = setting.policy()
         assert policy is not None, setting.id
         assert policy.family == setting.family and policy.kernel == setting.kernel, (setting, policy)
         assert policy.filter == {2: "bilinear", 3: "bicubic"}[int(processor.resample)], (setting, policy)
@@ -290,8 +319,7 @@ def test_processor_outputs_equal_on_resized_images(
 ) -> None:
     cases, _ = corpus
     processor = _processor(setting)
-    config = json.loads(processor.to_json_string())
-    policy = ResizePolicy.from_processor_config(config, kernel=setting.kernel)  # type: ignore[arg-type]
+    policy = setting.policy()
     assert policy is not None and policy.family == setting.family, (setting, policy)
 
     started = time.monotonic()
@@ -348,6 +376,12 @@ WRONG = [
     (_siglip2(256), _siglip2(1024)),
     (_siglip2(256), _siglip2(256, "Pil")),  # the torchvision kernel for the PIL backend
     (_qwen(100352), _glm4v(100352)),  # Qwen's smart_resize for GLM's
+    (_pixtral(1024, 16, 1), _pixtral(1540, 14, 2)),
+    # the image processor's patch_size without the processor's spatial
+    # merge, at a longest edge where the two grids part for 16:9 photos
+    # (at 1540 both give 868x1540)
+    (_pixtral(1000, 14, 1), _pixtral(1000, 14, 2)),
+    (_pixtral(1024, 16, 1), _pixtral(1024, 16, 1, "Pil")),
 ]  # fmt: skip
 
 
@@ -356,11 +390,10 @@ def test_a_wrong_setting_changes_the_outputs(
     corpus: tuple[list[Case], dict[str, int]], policy_of: Setting, processor_of: Setting
 ) -> None:
     """The parity test can fail: a policy read from another setting (another
-    size or patch budget, pan-and-scan left out, another backend's kernel)
-    gives other outputs on the 1080p and 4K photos."""
+    size, patch budget or patch grid, pan-and-scan left out, another
+    backend's kernel) gives other outputs on the 1080p and 4K photos."""
     cases, _ = corpus
-    config = json.loads(_processor(policy_of).to_json_string())
-    policy = ResizePolicy.from_processor_config(config, kernel=policy_of.kernel)  # type: ignore[arg-type]
+    policy = policy_of.policy()
     assert policy is not None
     processor = _processor(processor_of)
     photos = [case for case in cases if "@" in case.name and case.name.endswith(".png")]
