@@ -88,6 +88,18 @@ def _answers_channel() -> Any:
     return replies
 
 
+def arguments(
+    pool_bytes: int, lease: float, acquire: float, region_bytes: int, cache_bytes: int = 0
+) -> list[str]:
+    """The Python arguments that run :func:`serve` with these settings in a
+    process of its own (after the interpreter; launchers put theirs first)."""
+    return [
+        "-m",
+        "pixelwire.publisher_process",
+        *map(str, (pool_bytes, lease, acquire, region_bytes, cache_bytes)),
+    ]
+
+
 async def serve(
     pool_bytes: int, lease: float, acquire: float, region_bytes: int, cache_bytes: int = 0
 ) -> None:
@@ -175,16 +187,7 @@ class PublisherProcess:
         env = {**os.environ, "NIXL_LOG_LEVEL": os.environ.get("NIXL_LOG_LEVEL", "FATAL"), **(env or {})}
         self.answer_timeout = answer_timeout
         self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "pixelwire.publisher_process",
-                str(pool_bytes),
-                str(lease),
-                str(acquire),
-                str(region_bytes),
-                str(cache_bytes),
-            ],
+            [sys.executable, *arguments(pool_bytes, lease, acquire, region_bytes, cache_bytes)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,

@@ -11,7 +11,6 @@ nftables table in them) whatever happened before.
 from __future__ import annotations
 
 import hashlib
-import inspect
 import io
 import json
 import os
@@ -282,15 +281,11 @@ class Child:
 
 
 def publisher_argv(pool_bytes: int, lease: float, acquire: float, region_bytes: int) -> list[str]:
-    """`python -m pixelwire.publisher_process` with the arguments its
-    `serve` takes (region_bytes is a newer, optional fourth)."""
+    """`python -m pixelwire.publisher_process` with these settings (its
+    cache of published images off)."""
     from pixelwire import publisher_process
 
-    params = list(inspect.signature(publisher_process.serve).parameters)
-    argv = ["-m", "pixelwire.publisher_process", str(pool_bytes), str(lease), str(acquire)]
-    if len(params) >= 4:
-        argv.append(str(region_bytes))
-    return argv
+    return publisher_process.arguments(pool_bytes, lease, acquire, region_bytes)
 
 
 class Frontend(Child):
