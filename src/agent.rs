@@ -428,10 +428,12 @@ impl PostedRead {
         }
     }
 
-    /// The error for a READ still running at its deadline.
+    /// The error for a READ still running at its read's deadline. The time
+    /// is this READ's own: the read's limit also covers connecting and the
+    /// chunks before it, so it can be short.
     fn timed_out(&self) -> ReadError {
         self.failed(Error::Transfer(format!(
-            "READ of {} bytes from {} timed out after {:?}",
+            "READ of {} bytes from {} timed out: the read's time limit ran out {:?} after this READ was posted (connecting and earlier chunks took the rest)",
             self.len,
             self.remote,
             self.started.elapsed()
