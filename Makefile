@@ -100,7 +100,7 @@ lint: $(VENV)/.wheel
 
 # After pytest failed: its status, and the test it was running (written by
 # tests/conftest.py), which a process that died outright does not print.
-NAME_RUNNING_TEST = { rc=$$?; echo "pytest exited with $$rc; the test running then: $$(cat target/pytest-running-test 2>/dev/null)"; exit $$rc; }
+NAME_RUNNING_TEST = { rc=$$?; echo "pytest exited with $$rc; the test running then: $$(cat target/pytest-running-test 2>/dev/null || echo 'none (pytest ended on its own: FAILED lines above)')"; exit $$rc; }
 
 # Everything CI runs: the core suite, then the vLLM end-to-end group.
 test: test-core test-vllm

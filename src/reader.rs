@@ -33,6 +33,8 @@ pub struct ReaderConfig {
     pub pool_bytes: usize,
     pub region_bytes: usize,
     pub timeout: Duration,
+    /// A frontend no read has used for this long is forgotten.
+    pub frontend_idle: Duration,
     pub verify: bool,
     /// NIXL's progress thread on the reader's agent (the reader polls its
     /// own READs; the thread only contends for the worker's lock).
@@ -162,7 +164,7 @@ impl Reader {
         Ok(Reader {
             slots: SlotPool::new(config.pool_bytes, config.region_bytes),
             quarantine: Quarantine::new(config.timeout),
-            remotes: Remotes::new(),
+            remotes: Remotes::new(config.frontend_idle),
             foreign: ForeignMemory::new(config.timeout),
             config,
             background: Background::new("pixelwire-read", MAX_READ_THREADS),
@@ -213,8 +215,10 @@ impl Reader {
         self.remotes.load_counts()
     }
 
-    /// Frontends whose metadata is loaded right now.
+    /// Frontends whose metadata is loaded right now, once those idle past
+    /// the limit are forgotten.
     pub fn remote_count(&self) -> usize {
+        self.remotes.forget_idle(&self.agent);
         self.remotes.loaded_count()
     }
 

@@ -12,6 +12,12 @@
 //! After a region was dropped, or a failed transfer, the reader reconnects:
 //! a merge would keep the dropped region's registration, which a new
 //! region at the same address must not inherit.
+//!
+//! A frontend no read has used for the reader's idle limit is forgotten
+//! (its metadata and UCX endpoints let go): a frontend that died or was
+//! taken out of its load balancer sends no more descriptors, and its
+//! entry would otherwise stay until 256 others pushed it out. A later
+//! descriptor from it connects again.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -67,6 +73,8 @@ impl RemoteState {
 pub struct Remote {
     gate: RwLock<()>,
     state: Mutex<RemoteState>,
+    /// When a read last took this entry, in nanoseconds after the
+    /// [`Remotes`] were made.
     last_used: AtomicU64,
 }
 
@@ -84,24 +92,47 @@ impl Remote {
     }
 }
 
-#[derive(Default)]
-struct Entries {
-    by_name: HashMap<String, Arc<Remote>>,
-    clock: u64,
-}
-
 /// The frontends one reader's agent knows, by agent name.
-#[derive(Default)]
 pub struct Remotes {
-    entries: Mutex<Entries>,
+    /// Each entry's `Arc` is cloned only under this lock, so an entry whose
+    /// only holder is the map has no read in flight and none about to start.
+    entries: Mutex<HashMap<String, Arc<Remote>>>,
+    /// A frontend unused for this long is forgotten.
+    idle: Duration,
+    made: Instant,
     /// Loads of a frontend's metadata, by kind (for `stats()`).
     connects: AtomicU64,
     merges: AtomicU64,
 }
 
 impl Remotes {
-    pub fn new() -> Remotes {
-        Remotes::default()
+    pub fn new(idle: Duration) -> Remotes {
+        Remotes {
+            entries: Mutex::new(HashMap::new()),
+            idle,
+            made: Instant::now(),
+            connects: AtomicU64::new(0),
+            merges: AtomicU64::new(0),
+        }
+    }
+
+    fn now(&self) -> u64 {
+        u64::try_from(self.made.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// Forgets the frontends no read has used for the idle limit.
+    pub fn forget_idle(&self, agent: &Agent) {
+        let idle = u64::try_from(self.idle.as_nanos()).unwrap_or(u64::MAX);
+        let cutoff = self.now().saturating_sub(idle);
+        let mut entries = self.entries.lock();
+        let stale: Vec<String> = entries
+            .iter()
+            .filter(|(_, r)| r.last_used.load(Ordering::Relaxed) < cutoff)
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in stale {
+            forget_unheld(agent, &mut entries, &name);
+        }
     }
 
     /// (connects: loads that made the connection, first or again; merges:
@@ -117,7 +148,6 @@ impl Remotes {
     pub fn loaded_count(&self) -> usize {
         self.entries
             .lock()
-            .by_name
             .values()
             .filter(|r| r.state.lock().loaded)
             .count()
@@ -189,37 +219,28 @@ impl Remotes {
         }
     }
 
-    /// The entry for frontend `name`, made if new; past [`MAX_REMOTES`] the
-    /// least recently used frontends with no read in flight are forgotten.
+    /// The entry for frontend `name`, made if new, after forgetting the
+    /// idle frontends; past [`MAX_REMOTES`] the least recently used
+    /// frontends with no read in flight are forgotten too.
     fn entry(&self, agent: &Agent, name: &str) -> Arc<Remote> {
-        let mut remotes = self.entries.lock();
-        remotes.clock += 1;
-        let now = remotes.clock;
-        if let Some(remote) = remotes.by_name.get(name) {
+        self.forget_idle(agent);
+        let now = self.now();
+        let mut entries = self.entries.lock();
+        if let Some(remote) = entries.get(name) {
             remote.last_used.store(now, Ordering::Relaxed);
             return Arc::clone(remote);
         }
-        if remotes.by_name.len() >= MAX_REMOTES {
-            let mut idle: Vec<(u64, String)> = remotes
-                .by_name
+        if entries.len() >= MAX_REMOTES {
+            let mut by_age: Vec<(u64, String)> = entries
                 .iter()
                 .map(|(n, r)| (r.last_used.load(Ordering::Relaxed), n.clone()))
                 .collect();
-            idle.sort();
-            for (_, old) in idle {
-                if remotes.by_name.len() < MAX_REMOTES {
+            by_age.sort();
+            for (_, old) in by_age {
+                if entries.len() < MAX_REMOTES {
                     break;
                 }
-                let remote = Arc::clone(&remotes.by_name[&old]);
-                let idle = remote.gate.try_write().is_some_and(|_exclusive| {
-                    if std::mem::take(&mut remote.state.lock().loaded) {
-                        agent.forget_remote(&old);
-                    }
-                    true
-                });
-                if idle {
-                    remotes.by_name.remove(&old);
-                }
+                forget_unheld(agent, &mut entries, &old);
             }
         }
         let remote = Arc::new(Remote {
@@ -227,11 +248,23 @@ impl Remotes {
             state: Mutex::new(RemoteState::default()),
             last_used: AtomicU64::new(now),
         });
-        remotes
-            .by_name
-            .insert(name.to_string(), Arc::clone(&remote));
+        entries.insert(name.to_string(), Arc::clone(&remote));
         remote
     }
+}
+
+/// Forgets frontend `name` unless a read holds its entry.
+fn forget_unheld(agent: &Agent, entries: &mut HashMap<String, Arc<Remote>>, name: &str) {
+    let Some(remote) = entries.get(name) else {
+        return;
+    };
+    if Arc::strong_count(remote) > 1 {
+        return;
+    }
+    if remote.state.lock().loaded {
+        agent.forget_remote(name);
+    }
+    entries.remove(name);
 }
 
 /// Loads a frontend's metadata (connects to it). A reload after a

@@ -27,6 +27,11 @@ def pytest_runtest_logstart(nodeid: str, location: tuple[str, int | None, str]) 
     _RUNNING_TEST.write_text(nodeid + "\n")
 
 
+def pytest_runtest_logfinish(nodeid: str, location: tuple[str, int | None, str]) -> None:
+    # A test that ended is not the one a dead process was running.
+    _RUNNING_TEST.unlink(missing_ok=True)
+
+
 def _random_png(width: int, height: int, seed: int = 0, *, noise: bool = True) -> bytes:
     from PIL import Image  # only where a test asks for one: the vLLM group's venv loads this file too
 

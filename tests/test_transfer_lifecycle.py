@@ -310,3 +310,38 @@ def test_a_read_that_fails_before_its_transfer_locks_no_receive_memory(
             np.testing.assert_array_equal(await reader.read_decoded(again, output="numpy"), expected)
 
     asyncio.run(main())
+
+
+def test_a_frontend_no_read_uses_is_forgotten_and_connected_again(
+    start_publisher_process: Callable[..., PublisherProcess], random_png: Callable[..., bytes]
+) -> None:
+    """A frontend that died (and so sends no more descriptors) is forgotten
+    once no read has used it for the reader's idle limit, while a frontend
+    in use stays loaded; an idle one forgotten connects again on its next
+    descriptor and gives its own pixels."""
+    live, dead = start_publisher_process(), start_publisher_process()
+    data = random_png(64, 48, seed=21)
+    expected = pixelwire.decode_image(data)
+
+    async def read(reader: pixelwire.Reader, publisher: PublisherProcess) -> None:
+        got = await reader.read_decoded(publisher.publish(data)["desc"], output="numpy")
+        np.testing.assert_array_equal(got, expected)
+
+    async def main() -> None:
+        async with pixelwire.Reader(timeout=5, frontend_idle=1.0) as reader:
+            await read(reader, live)
+            await read(reader, dead)
+            assert reader.remote_count == 2
+            dead.kill()
+            until = time.monotonic() + 1.6
+            while time.monotonic() < until:
+                await read(reader, live)
+                await asyncio.sleep(0.2)
+            assert reader.remote_count == 1, "the dead frontend is forgotten, the live one kept"
+            await asyncio.sleep(1.2)
+            assert reader.remote_count == 0, "an idle frontend is forgotten too"
+            await read(reader, live)
+            assert reader.remote_count == 1
+            assert reader.stats()["remote_connects"] == 3, "the live frontend connected again"
+
+    asyncio.run(main())

@@ -58,6 +58,10 @@ WORKER_CACHE_BYTES = 0
 ACQUIRE_TIMEOUT = 10.0
 # How long a worker's READ may take.
 READ_TIMEOUT = 30.0
+# A frontend no READ has used for this long is forgotten by the reader (its
+# metadata and connections let go; a later descriptor connects again): a
+# frontend that died or left its load balancer sends nothing more.
+READER_FRONTEND_IDLE = 60.0
 # The largest image a reader accepts, in pixels: the decoder's own limit.
 MAX_PIXELS = Limits().max_pixels
 # Frames a video is sampled to when the caller names no number: vLLM's
@@ -451,6 +455,7 @@ class ReaderSettings:
     ``ValueError``."""
 
     timeout: float = READ_TIMEOUT
+    frontend_idle: float = READER_FRONTEND_IDLE
     verify: bool = True
     max_pixels: int = MAX_PIXELS
     pool_bytes: int = POOL_BYTES
@@ -466,6 +471,10 @@ class ReaderSettings:
     cuda_chunk_bytes: int = CUDA_CHUNK_BYTES
 
     def __post_init__(self) -> None:
+        if not self.frontend_idle >= 0:
+            raise ValueError(
+                f"frontend_idle must be a non-negative number of seconds, not {self.frontend_idle!r}"
+            )
         if not self.inline_wait >= 0:
             raise ValueError(
                 f"inline_wait must be a non-negative number of seconds, not {self.inline_wait!r}"
@@ -484,7 +493,7 @@ class ReaderSettings:
 
     @classmethod
     def from_env(cls) -> ReaderSettings:
-        """``PIXELWIRE_READ_TIMEOUT``, ``PIXELWIRE_VERIFY``,
+        """``PIXELWIRE_READ_TIMEOUT``, ``PIXELWIRE_READER_FRONTEND_IDLE``, ``PIXELWIRE_VERIFY``,
         ``PIXELWIRE_READER_POOL_BYTES``, ``PIXELWIRE_READER_REGION_BYTES``,
         ``PIXELWIRE_READER_PROGRESS_THREAD``, ``PIXELWIRE_READ_THREADS``,
         ``PIXELWIRE_READ_SPLIT_MIN_BYTES``, ``PIXELWIRE_READ_CHUNK_BYTES``,
@@ -493,6 +502,7 @@ class ReaderSettings:
         ``PIXELWIRE_CUDA_CHUNK_BYTES``."""
         return cls(
             timeout=env_float("PIXELWIRE_READ_TIMEOUT", READ_TIMEOUT),
+            frontend_idle=env_float("PIXELWIRE_READER_FRONTEND_IDLE", READER_FRONTEND_IDLE),
             verify=env_flag("PIXELWIRE_VERIFY", True),
             pool_bytes=env_bytes("PIXELWIRE_READER_POOL_BYTES", POOL_BYTES),
             region_bytes=env_bytes("PIXELWIRE_READER_REGION_BYTES", REGION_BYTES),

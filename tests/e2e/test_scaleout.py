@@ -100,7 +100,12 @@ class Topology:
             role,
             self.logs,
             connector="pixelwire",
-            extra_env=_ucx_env({"PIXELWIRE_READ_TIMEOUT": str(READ_TIMEOUT)}),
+            extra_env=_ucx_env(
+                {
+                    "PIXELWIRE_READ_TIMEOUT": str(READ_TIMEOUT),
+                    "PIXELWIRE_READER_FRONTEND_IDLE": str(FRONTEND_IDLE),
+                }
+            ),
             host=self.net.address(role),
             launcher=tuple(self.net.exec_prefix(role)),
         )
@@ -365,6 +370,11 @@ READ_TIMEOUT = 5.0
 FAULT_AT = 3.0  # seconds into the load
 AFTER_SECONDS = 6.0
 PARTITION_SECONDS = 10.0
+# The replicas forget a frontend no READ used for this long: less than a
+# killed frontend's silence before the fault's row is taken (the rest of the
+# load and the load after), more than the gap between the load after and
+# the row, so a frontend in use stays counted.
+FRONTEND_IDLE = 8.0
 TABLE: list[dict[str, Any]] = []
 
 
@@ -444,6 +454,9 @@ def record(
         for role, now in resent(top).items()
     )
     recovered = max((o.started + o.seconds for o in failed), default=fault_at) - fault_at
+    # Counted before the wait for the pools to empty, within FRONTEND_IDLE
+    # of the load after.
+    frontends = worker_frontends(top)
     row = {
         "fault": fault,
         "requests": len(during),
@@ -456,7 +469,7 @@ def record(
         "p99 after s": round(p99([o.seconds for o in after]), 2),
         "recover s": round(recovered, 1),
         "leaked bytes": leaked(top),
-        "worker frontends": worker_frontends(top),
+        "worker frontends": frontends,
         "worker rss MiB before/after": (rss_before >> 20, replica_rss(top) >> 20),
     }
     TABLE.append(row)
@@ -475,7 +488,8 @@ def run_after(top: Topology) -> list[Outcome]:
 def test_fault_sigkill_a_frontend(topology: Topology) -> None:
     """fe1 SIGKILLed under load: HAProxy takes it out; at most its requests
     in flight fail (one a client); then every request succeeds on fe2, no
-    answer is ever another image's, and nothing stays held."""
+    answer is ever another image's, nothing stays held, and the replicas
+    forget fe1's metadata (FRONTEND_IDLE after its last READ)."""
     top = topology
     rss = replica_rss(top)
     load = Background(top, LOAD_SECONDS)
@@ -491,6 +505,7 @@ def test_fault_sigkill_a_frontend(topology: Topology) -> None:
     assert row["failed"] <= CLIENTS, "only requests in flight at fe1 may fail"
     assert row["after failed"] == 0
     assert row["leaked bytes"] == 0
+    assert row["worker frontends"] == [1.0] * len(REPLICAS), "the replicas forgot the dead fe1, kept fe2"
 
 
 def test_fault_frontend_restarts_with_a_new_agent(topology: Topology) -> None:
@@ -512,6 +527,7 @@ def test_fault_frontend_restarts_with_a_new_agent(topology: Topology) -> None:
     assert row["failed"] == 0
     assert row["after failed"] == 0
     assert row["leaked bytes"] == 0
+    assert row["worker frontends"] == [2.0] * len(REPLICAS), "the new fe1 and fe2; no stale fe1 kept"
     fe1_images = stack.metric(
         top.get(top.frontends["fe1"], "/metrics"), "pixelwire_frontend_images_total", path="nixl"
     )
