@@ -64,6 +64,17 @@ NO_CACHES = ["--mm-processor-cache-gb", "0", "--no-enable-prefix-caching"]
 MiB = 1 << 20
 
 
+def positive_count(text: str) -> int:
+    """A whole number of at least 1 (turns, conversations, rounds)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is less than 1")
+    return value
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from pixelwire.bench.inputs import WORKLOAD_KEYS
 
@@ -139,20 +150,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--turns",
-        type=int,
+        type=positive_count,
         default=8,
         help="multi-turn: turns a conversation (turn k sends k screenshots; default 8)",
     )
     parser.add_argument(
         "--conversations",
         nargs="+",
-        type=int,
+        type=positive_count,
         default=[1, 4],
         help="multi-turn: conversations at once, per cell (default 1 4)",
     )
     parser.add_argument(
         "--rounds",
-        type=int,
+        type=positive_count,
         default=None,
         help="multi-turn: sets of conversations a cell, one after the other (default 3; --quick 1)",
     )
