@@ -149,7 +149,8 @@ bench-vllm: vllm-setup
 
 # `pixelwire bench serve` on the tiny model (built once, as for make
 # test-vllm): vLLM's loader, frontend + NIXL (with and without the resize)
-# and worker mode under 1/4/16 streaming clients; report.json, report.md and
+# and worker mode under 1/4/16 streaming clients, then the multi-turn
+# workload on servers of its own (caches on); report.json, report.md and
 # charts in target/bench-serve/<time>. BENCH_SERVE_ARGS=--quick for a short run.
 BENCH_PHOTO ?= $(CORPUS)/exif_gps_typeerror.jpg
 bench-serve: vllm-setup

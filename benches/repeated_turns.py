@@ -19,13 +19,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import io
 import time
 
-import numpy as np
-from PIL import Image
-
 import pixelwire
+from pixelwire.bench.inputs import screenshot
 from pixelwire.config import parse_bytes
 from pixelwire.resize import ResizePolicy
 
@@ -39,21 +36,6 @@ POLICY = ResizePolicy.from_processor_config(
         "max_pixels": 1003520,
     }
 )
-
-
-def screenshot(seed: int) -> bytes:
-    """A 1920x1080 PNG that compresses like a screenshot: flat windows, some texture."""
-    rng = np.random.default_rng(seed)
-    pixels = np.full((1080, 1920, 3), 235, np.uint8)
-    for _ in range(60):
-        y, x = rng.integers(0, 1000), rng.integers(0, 1800)
-        height, width = rng.integers(10, 300), rng.integers(20, 600)
-        pixels[y : y + height, x : x + width] = rng.integers(0, 255, 3)
-    texture = pixels[::7, ::3]
-    texture ^= rng.integers(0, 40, texture.shape, dtype=np.uint8)
-    out = io.BytesIO()
-    Image.fromarray(pixels).save(out, "PNG")
-    return out.getvalue()
 
 
 Turns = list[tuple[float, float]]

@@ -2,8 +2,10 @@
 runs it: the console command in vLLM's environment, on the tiny model.
 
 The report must hold a cell for every path, workload and concurrency, with
-every metric; report.md must exist and the charts must be valid PNGs.
-Nothing here asserts on timings.
+every metric, and for the multi-turn workload (2 turns, on the same
+servers with every cache off: no second set of vLLM servers) a cell for
+every path, number of conversations and turn; report.md must exist and the
+charts must be valid PNGs. Nothing here asserts on timings.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -23,7 +26,8 @@ pytestmark = [pytest.mark.vllm, pytest.mark.timeout(600)]
 PATHS = ["loader", "frontend", "frontend-resize", "worker"]
 WORKLOADS = ["jpeg-4k-http", "mixed", "video-data"]
 CONCURRENCY = [1, 2]
-CHARTS = ["latency.png", "cpu.png", "bytes.png", "summary.png"]
+TURNS = [1, 2]
+CHARTS = ["latency.png", "cpu.png", "bytes.png", "summary.png", "turns.png"]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
@@ -40,8 +44,9 @@ def test_quick_run_writes_every_path_metric_and_chart(tmp_path: Path, video_clip
     argv = [
         sys.executable, "-m", "pixelwire.cli", "bench", "serve", "--quick",
         "--model", str(stack.model_dir()), "--photo", str(stack.CORPUS / "exif_gps_typeerror.jpg"),
-        "--results", str(results), "--workloads", *WORKLOADS, "--video", str(video),
+        "--results", str(results), "--workloads", *WORKLOADS, "multi-turn", "--video", str(video),
         "--concurrency", *map(str, CONCURRENCY), "--duration", "1", "--max-requests", "3", "--warm-up", "1",
+        "--turns", str(TURNS[-1]), "--conversations", *map(str, CONCURRENCY), "--multi-turn-caches", "off",
         "--vllm-args", "--dtype float32 --max-model-len 1024 --enforce-eager --seed 0",
     ]  # fmt: skip
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1"}
@@ -78,10 +83,44 @@ def test_quick_run_writes_every_path_metric_and_chart(tmp_path: Path, video_clip
         assert 0 < resized < full, (workload, resized, full)
         assert cells[("worker", workload, 1)]["nixl_bytes_per_image"] == 0
 
+    _check_multi_turn(report)
+
     markdown = (results / "report.md").read_text()
     assert all(label in markdown for label in report["paths"].values())
+    assert f"## Multi-turn: {TURNS[-1]} turns" in markdown
     for name in CHARTS:
         data = (results / name).read_bytes()
         assert data.startswith(PNG_SIGNATURE), name
         with Image.open(results / name) as image:
             image.verify()
+
+
+def _check_multi_turn(report: dict[str, Any]) -> None:
+    """A cell per path, conversations and turn, every figure there; the
+    pixels are counts, not timings: turn k's request refers to k images,
+    and with every cache off each of them is READ again."""
+    cells = {(c["path"], c["concurrency"], c["turn"]): c for c in report["multi_turn"]["cells"]}
+    assert set(cells) == {(p, c, t) for p in PATHS for c in CONCURRENCY for t in TURNS}
+    for (path, conversations, turn), cell in cells.items():
+        where = f"multi-turn {path} c={conversations} turn {turn}"
+        assert cell["requests"] == conversations and cell["errors"] == 0, (where, cell["error_samples"])
+        assert cell["images_per_request"] == turn, where
+        for key in ("latency_ms", "ttft_ms"):
+            assert cell[key]["p50"] is not None and cell[key]["p50"] > 0, where
+        cpu = cell["cpu_ms_per_request"]
+        assert cpu["api_server"] is not None and cpu["vllm_all"] >= cpu["api_server"], where
+        if path == "loader":
+            assert cpu["frontend"] is None and cell["nixl_pixel_bytes_per_request"] is None, where
+        else:
+            assert cpu["frontend"] is not None, where
+            expected_reads = 0 if path == "worker" else turn
+            assert cell["nixl_reads_per_request"] == expected_reads, where
+    for path in ("frontend", "frontend-resize"):
+        one, two = (cells[(path, 1, t)]["nixl_pixel_bytes_per_request"] for t in TURNS)
+        assert one > 0 and two == 2 * one, (path, one, two)
+        assert cells[(path, 1, 2)]["nixl_read_bytes_per_request"] == two, path
+    resized = cells[("frontend-resize", 1, 1)]["nixl_pixel_bytes_per_request"]
+    assert 0 < resized < cells[("frontend", 1, 1)]["nixl_pixel_bytes_per_request"]
+    assert cells[("worker", 1, 2)]["nixl_pixel_bytes_per_request"] == 0
+    ratios = {(r["path"], r["concurrency"]) for r in report["multi_turn"]["ratios"]}
+    assert ratios == {(p, c) for p in PATHS for c in CONCURRENCY}

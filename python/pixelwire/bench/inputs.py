@@ -2,7 +2,8 @@
 to fill) to 1080p and 4K, encoded as JPEG (quality 90) and PNG (level 6),
 each as a ``data:`` URL and as an http URL of a local image server; and one
 video (``--video``, or a 10 s 1080p H.264 with B-frames and a 250-frame GOP
-made with the ``ffmpeg`` tool when it is installed), both ways too.
+made with the ``ffmpeg`` tool when it is installed), both ways too; and
+the screenshots of the multi-turn workload (1080p PNGs, one per seed).
 
 Without a photo, a generated stand-in is used (smooth colour fields with
 fine noise, so that JPEG and PNG sizes stay in a photo's range); the report
@@ -26,6 +27,8 @@ FORMATS: dict[str, tuple[str, dict[str, Any]]] = {
 }
 SOURCES = ("data:", "http")
 MIXED = "mixed"
+# Agent conversations that resend their screenshots (pixelwire.bench.multiturn).
+MULTI_TURN = "multi-turn"
 # The video workloads: the same video sent both ways.
 VIDEO_KEYS = ["video-data", "video-http"]
 VIDEO_FILE = "video.mp4"
@@ -62,6 +65,29 @@ def _stand_in_photo() -> Any:
     return Image.blend(base, grain, 0.12)
 
 
+def screenshot(seed: int) -> bytes:
+    """A 1920x1080 PNG (level 6) that compresses like a screenshot: flat
+    windows, some texture; each seed its own pixels."""
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    pixels = np.full((1080, 1920, 3), 235, np.uint8)
+    for _ in range(60):
+        y, x = rng.integers(0, 1000), rng.integers(0, 1800)
+        height, width = rng.integers(10, 300), rng.integers(20, 600)
+        pixels[y : y + height, x : x + width] = rng.integers(0, 255, 3)
+    texture = pixels[::7, ::3]
+    texture ^= rng.integers(0, 40, texture.shape, dtype=np.uint8)
+    out = io.BytesIO()
+    Image.fromarray(pixels).save(out, "PNG", compress_level=6)
+    return out.getvalue()
+
+
+def data_url(data: bytes, mime: str) -> str:
+    return f"data:{mime};base64,{base64.b64encode(data).decode()}"
+
+
 def make_inputs(photo: Path | None, folder: Path) -> tuple[list[Input], str]:
     """Writes the encoded images to ``folder`` (served over http) and
     returns the inputs (1080p before 4K, JPEG before PNG, data: before
@@ -88,9 +114,7 @@ def make_inputs(photo: Path | None, folder: Path) -> tuple[list[Input], str]:
             (folder / file_name).write_bytes(data)
             mime = "image/jpeg" if format_name == "JPEG" else "image/png"
             for source in SOURCES:
-                data_url = (
-                    f"data:{mime};base64,{base64.b64encode(data).decode()}" if source == "data:" else None
-                )
+                url = data_url(data, mime) if source == "data:" else None
                 inputs.append(
                     Input(
                         name=f"{format_name} {size_name} {source}",
@@ -99,7 +123,7 @@ def make_inputs(photo: Path | None, folder: Path) -> tuple[list[Input], str]:
                         encoded_bytes=len(data),
                         width=width,
                         height=height,
-                        data_url=data_url,
+                        data_url=url,
                         source=source,
                     )
                 )
@@ -127,7 +151,7 @@ def make_video_inputs(video: Path | None, folder: Path) -> list[Input]:
     from pixelwire.video import decode_video
 
     frame = decode_video(data, num_frames=1)[0]
-    data_url = f"data:video/mp4;base64,{base64.b64encode(data).decode()}"
+    video_url = data_url(data, "video/mp4")
     return [
         Input(
             name=f"video {frame.shape[2]}x{frame.shape[1]} {source}",
@@ -136,7 +160,7 @@ def make_video_inputs(video: Path | None, folder: Path) -> list[Input]:
             encoded_bytes=len(data),
             width=int(frame.shape[2]),
             height=int(frame.shape[1]),
-            data_url=data_url if source == "data:" else None,
+            data_url=video_url if source == "data:" else None,
             source=source,
             kind="video",
         )
@@ -150,7 +174,7 @@ IMAGE_KEYS = [
     for format_name in FORMATS
     for source in SOURCES
 ]
-WORKLOAD_KEYS = [*IMAGE_KEYS, MIXED, *VIDEO_KEYS]
+WORKLOAD_KEYS = [*IMAGE_KEYS, MIXED, *VIDEO_KEYS, MULTI_TURN]
 
 
 def workload_inputs(inputs: list[Input], workload: str) -> list[Input]:

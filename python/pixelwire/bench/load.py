@@ -1,7 +1,8 @@
 """The load generator: streaming chat completions with one image each, from
 ``concurrency`` clients of the official ``openai`` async client, until a
 time bound or a request count is reached (requests in flight at the time
-bound finish and count)."""
+bound finish and count); and one streamed chat of any messages (the
+multi-turn workload's turns)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import asyncio
 import importlib
 import itertools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +23,19 @@ class Outcome:
     # The first streamed chunk: vLLM sends it once the first token is out.
     ttft_s: float | None
     error: str | None  # None: a streamed answer with at least one chunk
+
+
+def percentiles(values: Sequence[float]) -> dict[str, float | None]:
+    """Nearest-rank p50/p90/p99 of seconds, in milliseconds; None without values."""
+    ordered = sorted(values)
+    out: dict[str, float | None] = {}
+    for name, q in (("p50", 0.50), ("p90", 0.90), ("p99", 0.99)):
+        if not ordered:
+            out[name] = None
+        else:
+            rank = max(1, -(-len(ordered) * q // 1))  # ceil(n * q)
+            out[name] = ordered[int(rank) - 1] * 1e3
+    return out
 
 
 def openai_module() -> Any:
@@ -41,34 +55,46 @@ def new_client(base_url: str) -> Any:
 
 async def one_request(client: Any, model: str, medium: tuple[str, str], max_tokens: int) -> Outcome:
     """One streamed completion about ``medium``: (kind, URL), kind "image" or "video"."""
-    openai = openai_module()
     kind, url = medium
     part = f"{kind}_url"
     content = [{"type": part, part: {"url": url}}, {"type": "text", "text": PROMPT}]
+    outcome, _reply = await stream_chat(client, model, [{"role": "user", "content": content}], max_tokens)
+    return outcome
+
+
+async def stream_chat(
+    client: Any, model: str, messages: list[dict[str, Any]], max_tokens: int
+) -> tuple[Outcome, str]:
+    """One streamed completion of ``messages``: its outcome and the text
+    it streamed (what a chat client appends as the assistant's turn)."""
+    openai = openai_module()
     started = time.perf_counter()
     first: float | None = None
+    reply: list[str] = []
     try:
         stream = await client.chat.completions.create(
             model=model,
-            messages=[{"role": "user", "content": content}],
+            messages=messages,
             max_tokens=max_tokens,
             temperature=0,
             stream=True,
             # Every request generates max_tokens tokens, whatever the model says.
             extra_body={"ignore_eos": True},
         )
-        async for _chunk in stream:
+        async for chunk in stream:
             if first is None:
                 first = time.perf_counter()
+            if chunk.choices and chunk.choices[0].delta.content:
+                reply.append(chunk.choices[0].delta.content)
     except openai.APIStatusError as error:
         body = error.body.get("message") if isinstance(error.body, dict) else None
-        return Outcome(time.perf_counter() - started, None, f"HTTP {error.status_code}: {body or error}")
+        return Outcome(time.perf_counter() - started, None, f"HTTP {error.status_code}: {body or error}"), ""
     except openai.APIError as error:
-        return Outcome(time.perf_counter() - started, None, f"{type(error).__name__}: {error}")
+        return Outcome(time.perf_counter() - started, None, f"{type(error).__name__}: {error}"), ""
     ended = time.perf_counter()
     if first is None:
-        return Outcome(ended - started, None, "empty stream")
-    return Outcome(ended - started, first - started, None)
+        return Outcome(ended - started, None, "empty stream"), ""
+    return Outcome(ended - started, first - started, None), "".join(reply)
 
 
 async def run_load(

@@ -1,4 +1,5 @@
-"""report.json, report.md and the PNG charts of `pixelwire bench serve`."""
+"""report.json, report.md and the PNG charts of `pixelwire bench serve`
+(the multi-turn workload's part: ``pixelwire.bench.turns_report``)."""
 
 from __future__ import annotations
 
@@ -29,17 +30,19 @@ class Report:
         paths: Mapping[str, str],
         inputs: list[dict[str, Any]],
         cells: list[dict[str, Any]],
+        turn_cells: list[dict[str, Any]] | None = None,
     ) -> None:
         self.environment = dict(environment)
         self.settings = dict(settings)
         self.paths = dict(paths)
         self.inputs = inputs
         self.cells = cells
+        self.turn_cells = turn_cells or []
         self.path_keys = [p for p in paths if any(c["path"] == p for c in cells)]
         self.workloads = list(dict.fromkeys(c["workload"] for c in cells))
         self.concurrency = sorted({c["concurrency"] for c in cells})
-        # The headline workload: mixed when it ran.
-        self.main_workload = MIXED if MIXED in self.workloads else self.workloads[0]
+        # The headline workload: mixed when it ran (none when only the multi-turn one did).
+        self.main_workload = MIXED if MIXED in self.workloads else next(iter(self.workloads), "")
 
     def title(self, workload: str) -> str:
         if workload == MIXED:
@@ -76,13 +79,18 @@ class Report:
         return out
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        from pixelwire.bench.conversation import turn_ratios
+
+        out = {
             "environment": self.environment,
             "settings": self.settings,
             "paths": self.paths,
             "inputs": self.inputs,
             "cells": self.cells,
         }
+        if self.turn_cells:
+            out["multi_turn"] = {"cells": self.turn_cells, "ratios": turn_ratios(self.turn_cells)}
+        return out
 
 
 def _ms(value: float | None) -> str:
@@ -143,13 +151,31 @@ def by_input_table(report: Report) -> list[str]:
 
 
 def markdown(report: Report) -> str:
+    from pixelwire.bench import turns_report
+
+    lines = _header(report)
+    if report.cells:
+        lines += _image_sections(report)
+    if report.turn_cells:
+        lines += ["", *turns_report.markdown(report.turn_cells, report.paths, report.settings)]
+    errors = sorted({e for c in report.cells + report.turn_cells for e in c["error_samples"]})
+    if errors:
+        lines += ["", "## Errors seen", "", *(f"- `{e[:300]}`" for e in errors[:20])]
+    return "\n".join(lines) + "\n"
+
+
+def _header(report: Report) -> list[str]:
     env, settings = report.environment, report.settings
-    top = report.concurrency[-1]
     gpus = env["gpus"] if isinstance(env["gpus"], str) else ", ".join(env["gpus"])
     kwargs = ""
     if settings["mm_processor_kwargs"]:
         kwargs = f", `--mm-processor-kwargs {json.dumps(settings['mm_processor_kwargs'])}`"
-    lines = [
+    ready = []
+    if "startup_s" in env:
+        ready.append(f"servers ready after {env['startup_s']:.0f} s")
+    if "multi_turn_startup_s" in env:
+        ready.append(f"the multi-turn servers after {env['multi_turn_startup_s']:.0f} s")
+    return [
         "# pixelwire bench serve",
         "",
         f"- Machine: {env['cpu']}, {env['cores']} cores, {env['memory_gib']} GiB, GPUs: {gpus}; "
@@ -157,8 +183,16 @@ def markdown(report: Report) -> str:
         f"{env.get('load_average_at_end', [0.0])[0]:.2f} at the end ({env['date']}).",
         f"- Network: {env['network_description']}.",
         f"- Placement: {env['placement']}.",
-        f"- vLLM {env['vllm']}, model `{settings['model']}`, flags `{' '.join(settings['vllm_flags'])}`"
-        f"{kwargs}.",
+        f"- vLLM {env['vllm']}, model `{settings['model']}`{kwargs}.",
+        f"- Run: {env.get('wall_s', 0):.0f} s in all{', ' if ready else ''}{', '.join(ready)}.",
+    ]
+
+
+def _image_sections(report: Report) -> list[str]:
+    env, settings = report.environment, report.settings
+    top = report.concurrency[-1]
+    lines = [
+        f"- Image and video workloads: vLLM flags `{' '.join(settings['vllm_flags'])}`.",
         f"- Inputs: {env['inputs']}; JPEG quality 90 and PNG level 6, at 1920x1080 and 3840x2160, "
         "as data: URLs and as http URLs of a local image server; the video workloads send one video "
         "the same two ways (its frames sampled by the model's video loader).",
@@ -174,7 +208,6 @@ def markdown(report: Report) -> str:
         "height x width x channels (RGB crosses NIXL at 4 bytes a pixel: a third more); for videos "
         "`pixelwire_frontend_video_frame_bytes_total` (3 bytes a pixel, as they cross). "
         "TTFT: until the first streamed chunk.",
-        f"- Run: {env.get('wall_s', 0):.0f} s in all, servers ready after {env.get('startup_s', 0):.0f} s.",
         "",
         f"## {report.title(report.main_workload)}",
         "",
@@ -188,10 +221,7 @@ def markdown(report: Report) -> str:
     for workload in report.workloads:
         if workload != report.main_workload:
             lines += ["", f"## {report.title(workload)}", "", *workload_table(report, workload)]
-    errors = sorted({e for c in report.cells for e in c["error_samples"]})
-    if errors:
-        lines += ["", "## Errors seen", "", *(f"- `{e[:300]}`" for e in errors[:20])]
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def _pyplot() -> Any:
@@ -271,10 +301,16 @@ def _bytes_axes(ax: Any, report: Report) -> None:
 
 
 def charts(report: Report, folder: Path) -> list[Path]:
+    from pixelwire.bench import turns_report
+
     plt = _pyplot()
     if plt is None:
         return []
     written = []
+    if report.turn_cells:
+        written.append(turns_report.chart(plt, report.turn_cells, report.paths, folder, COLOURS))
+    if not report.cells:
+        return written
     columns = min(3, len(report.workloads))
     rows = -(-len(report.workloads) // columns)
     fig, axes = plt.subplots(rows, columns, figsize=(5 * columns, 4 * rows), squeeze=False)
@@ -326,8 +362,9 @@ def write_all(
     paths: Mapping[str, str],
     inputs: list[dict[str, Any]],
     cells: list[dict[str, Any]],
+    turn_cells: list[dict[str, Any]] | None = None,
 ) -> list[Path]:
-    report = Report(environment, settings, paths, inputs, cells)
+    report = Report(environment, settings, paths, inputs, cells, turn_cells)
     written = [folder / "report.json", folder / "report.md"]
     written[0].write_text(json.dumps(report.to_json(), indent=2) + "\n")
     written[1].write_text(markdown(report))

@@ -21,6 +21,12 @@ images are loaded and preprocessed), of all vLLM processes and of the
 frontend, the pixel bytes per image that crossed NIXL, and errors; the
 results folder gets report.json, report.md and PNG charts.
 
+The multi-turn workload (``pixelwire.bench.multiturn``: agent
+conversations that resend their screenshots) runs afterwards on a second
+set of servers with every cache on, and is reported per turn; with
+``--multi-turn-caches off`` it runs on the first set, every cache off
+(what repeats cost without them), and no second set starts.
+
 Run it in vLLM's Python environment (it starts ``python -m
 vllm.entrypoints.openai.api_server`` and ``python -m pixelwire.cli
 frontend`` with the same interpreter); ``make bench-serve`` does.
@@ -55,8 +61,18 @@ QUICK_WORKLOADS = ["jpeg-4k-data", "png-4k-http", "mixed"]
 # Every request's image is loaded and processed again: the comparison is
 # about that work, not about vLLM's caches.
 NO_CACHES = ["--mm-processor-cache-gb", "0", "--no-enable-prefix-caching"]
-# One medium a request.
-LIMIT_MM = '{"image": 1, "video": 1}'
+MiB = 1 << 20
+
+
+def positive_count(text: str) -> int:
+    """A whole number of at least 1 (turns, conversations, rounds)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is less than 1")
+    return value
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -133,6 +149,45 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the frontends' --pool-bytes (default 1 GiB: 16 4K images in flight need ~530 MB)",
     )
     parser.add_argument(
+        "--turns",
+        type=positive_count,
+        default=8,
+        help="multi-turn: turns a conversation (turn k sends k screenshots; default 8)",
+    )
+    parser.add_argument(
+        "--conversations",
+        nargs="+",
+        type=positive_count,
+        default=[1, 4],
+        help="multi-turn: conversations at once, per cell (default 1 4)",
+    )
+    parser.add_argument(
+        "--rounds",
+        type=positive_count,
+        default=None,
+        help="multi-turn: sets of conversations a cell, one after the other (default 3; --quick 1)",
+    )
+    parser.add_argument(
+        "--frontend-cache-bytes",
+        type=parse_bytes,
+        default=512 * MiB,
+        help="multi-turn: the frontends' --cache-bytes (default 512 MiB: 4 conversations of 8 "
+        "full-size 1080p screenshots hold 265 MB)",
+    )
+    parser.add_argument(
+        "--worker-cache-bytes",
+        type=parse_bytes,
+        default=512 * MiB,
+        help="multi-turn: the plug-in's PIXELWIRE_WORKER_CACHE_BYTES (default 512 MiB)",
+    )
+    parser.add_argument(
+        "--multi-turn-caches",
+        choices=["on", "off"],
+        default="on",
+        help="multi-turn: on (default): servers of its own with vLLM's, the frontend's and the "
+        "worker's caches on; off: the image workloads' servers, every cache off",
+    )
+    parser.add_argument(
         "--network",
         choices=["auto", "netns", "loopback"],
         default="auto",
@@ -160,6 +215,12 @@ class Settings:
     max_num_seqs: int
     frontend_pool_bytes: int
     quick: bool
+    turns: int
+    conversations: list[int]
+    rounds: int
+    frontend_cache_bytes: int
+    worker_cache_bytes: int
+    multi_turn_caches: bool
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Settings:
@@ -179,6 +240,12 @@ class Settings:
             max_num_seqs=args.max_num_seqs,
             frontend_pool_bytes=args.frontend_pool_bytes,
             quick=args.quick,
+            turns=args.turns,
+            conversations=sorted(set(args.conversations)),
+            rounds=args.rounds if args.rounds is not None else (1 if args.quick else 3),
+            frontend_cache_bytes=args.frontend_cache_bytes,
+            worker_cache_bytes=args.worker_cache_bytes,
+            multi_turn_caches=args.multi_turn_caches == "on",
         )
 
 
@@ -187,17 +254,29 @@ def _all_workloads(video: Path | None) -> list[str]:
     send (``--video``, or the ffmpeg tool to make one)."""
     import shutil
 
-    from pixelwire.bench.inputs import IMAGE_KEYS, MIXED, VIDEO_KEYS
+    from pixelwire.bench.inputs import IMAGE_KEYS, MIXED, MULTI_TURN, VIDEO_KEYS
 
     videos = VIDEO_KEYS if video is not None or shutil.which("ffmpeg") else []
-    return [*IMAGE_KEYS, MIXED, *videos]
+    return [*IMAGE_KEYS, MIXED, *videos, MULTI_TURN]
 
 
 class Stack:
     """The vLLM servers and frontends of one run; ``servers[path]`` is
-    (vLLM, frontend or None) and ``base_url[path]`` where clients go."""
+    (vLLM, frontend or None) and ``base_url[path]`` where clients go.
+    ``caches``: vLLM's, the frontends' and the plug-in's caches on (the
+    multi-turn workload's servers) or off; ``images``: a request's most."""
 
-    def __init__(self, settings: Settings, network: Any, placement: Any, logs: Path, image_host: str) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        network: Any,
+        placement: Any,
+        logs: Path,
+        image_host: str,
+        *,
+        caches: bool = False,
+        images: int = 1,
+    ) -> None:
         from pixelwire.bench.services import Service, free_port
         from pixelwire.video.sampling import model_video_loader
 
@@ -207,6 +286,8 @@ class Stack:
         secret = secrets.token_hex(32)
         kwargs_json = json.dumps(settings.mm_processor_kwargs) if settings.mm_processor_kwargs else None
         host = network.host_address
+        flags = vllm_flags(caches=caches, images=images)
+        prefix = "turns-" if caches else ""
 
         def start_vllm(name: str, env: dict[str, str]) -> Service:
             port = free_port(host)
@@ -214,11 +295,11 @@ class Stack:
                 *placement.prefix("vllm"), sys.executable, "-m", "vllm.entrypoints.openai.api_server",
                 "--model", settings.model, "--served-model-name", SERVED_MODEL_NAME,
                 "--host", host, "--port", str(port), "--max-num-seqs", str(settings.max_num_seqs),
-                "--limit-mm-per-prompt", LIMIT_MM, *NO_CACHES, *settings.vllm_args,
+                *flags, *settings.vllm_args,
             ]  # fmt: skip
             if kwargs_json:
                 argv += ["--mm-processor-kwargs", kwargs_json]
-            service = Service(name, argv, {**os.environ, **env}, f"http://{host}:{port}", logs)
+            service = Service(prefix + name, argv, {**os.environ, **env}, f"http://{host}:{port}", logs)
             self.services.append(service)
             return service
 
@@ -230,7 +311,7 @@ class Stack:
                 "--port", str(port), "--pool-bytes", str(settings.frontend_pool_bytes),
                 "--allowed-domains", image_host, "--allow-private",
                 # The image workloads measure each image's full path, as vLLM's caches are off there.
-                "--cache-bytes", "0", *extra,
+                "--cache-bytes", str(settings.frontend_cache_bytes if caches else 0), *extra,
             ]  # fmt: skip
             env = {
                 **os.environ,
@@ -238,7 +319,7 @@ class Stack:
                 "NIXL_LOG_LEVEL": "WARN",
                 **network.frontend_env(),
             }
-            service = Service(name, argv, env, f"http://{address}:{port}", logs)
+            service = Service(prefix + name, argv, env, f"http://{address}:{port}", logs)
             self.services.append(service)
             return service
 
@@ -259,6 +340,8 @@ class Stack:
                 }
                 if kwargs_json:
                     plugin_env["PIXELWIRE_MM_PROCESSOR_KWARGS"] = kwargs_json
+                if caches:
+                    plugin_env["PIXELWIRE_WORKER_CACHE_BYTES"] = str(settings.worker_cache_bytes)
                 plugged = start_vllm("vllm-pixelwire", plugin_env)
                 video_loader = model_video_loader(settings.model)
                 # Inside the namespace nothing else listens: fixed ports are free;
@@ -292,19 +375,6 @@ class Stack:
             service.stop()
 
 
-def _percentiles(values: list[float]) -> dict[str, float | None]:
-    """Nearest-rank p50/p90/p99 in milliseconds; None without values."""
-    ordered = sorted(values)
-    out: dict[str, float | None] = {}
-    for name, q in (("p50", 0.50), ("p90", 0.90), ("p99", 0.99)):
-        if not ordered:
-            out[name] = None
-        else:
-            rank = max(1, -(-len(ordered) * q // 1))  # ceil(n * q)
-            out[name] = ordered[int(rank) - 1] * 1e3
-    return out
-
-
 class Counters:
     """CPU times and the frontend's byte counters, read before and after a cell."""
 
@@ -326,6 +396,15 @@ class Counters:
         )
 
 
+def vllm_flags(*, caches: bool, images: int) -> list[str]:
+    """``images`` images a request; without ``caches``, vLLM's processor
+    and prefix caches off, and a video allowed (the image and video
+    workloads' servers); with them, vLLM's caches as they come (on) and
+    no video (the multi-turn workload's)."""
+    limit = json.dumps({"image": images, "video": 0 if caches else 1})
+    return ["--limit-mm-per-prompt", limit, *([] if caches else NO_CACHES)]
+
+
 def _measure_cell(
     stack: Stack,
     settings: Settings,
@@ -336,7 +415,7 @@ def _measure_cell(
     encoded_bytes: float,
     progress: Any,
 ) -> dict[str, Any]:
-    from pixelwire.bench.load import run_load
+    from pixelwire.bench.load import percentiles, run_load
 
     vllm, frontend = stack.servers[path]
     before = Counters(vllm, frontend)
@@ -368,8 +447,8 @@ def _measure_cell(
         "errors": len(errors),
         "error_samples": sorted(set(errors))[:5],
         "wall_s": wall,
-        "latency_ms": _percentiles([o.latency_s for o in succeeded]),
-        "ttft_ms": _percentiles([o.ttft_s for o in succeeded if o.ttft_s is not None]),
+        "latency_ms": percentiles([o.latency_s for o in succeeded]),
+        "ttft_ms": percentiles([o.ttft_s for o in succeeded if o.ttft_s is not None]),
         "images_per_s": images / wall if wall > 0 else None,
         "cpu_ms_per_image": {
             "api_server": per_image(after.api_server - before.api_server, 1e3),
@@ -427,7 +506,7 @@ def _environment(network: Any, placement: Any, origin: str) -> dict[str, Any]:
 
 
 def _measure_all(
-    stack: Stack, settings: Settings, inputs: list[Any], image_base: str
+    stack: Stack, settings: Settings, workloads: list[str], inputs: list[Any], image_base: str
 ) -> list[dict[str, Any]]:
     """Every cell: workload by workload, concurrency by concurrency, the
     paths one after the other (so that they share the noise of the moment)."""
@@ -436,8 +515,8 @@ def _measure_all(
     from pixelwire.bench.progress import Progress
 
     cells: list[dict[str, Any]] = []
-    progress = Progress(len(settings.workloads) * len(settings.concurrency) * len(settings.paths))
-    for workload in settings.workloads:
+    progress = Progress(len(workloads) * len(settings.concurrency) * len(settings.paths))
+    for workload in workloads:
         chosen = workload_inputs(inputs, workload)
         media = [(i.kind, i.url(image_base)) for i in chosen]
         encoded = sum(i.encoded_bytes for i in chosen) / len(chosen)
@@ -474,7 +553,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"pixelwire bench serve: error: {missing}", file=sys.stderr)
         return 2
     from pixelwire.bench import report
-    from pixelwire.bench.inputs import VIDEO_KEYS, make_inputs, make_video_inputs
+    from pixelwire.bench.inputs import MULTI_TURN, VIDEO_KEYS, make_inputs, make_video_inputs
     from pixelwire.bench.placement import network_for_run, plan_placement
     from pixelwire.bench.services import image_server
 
@@ -494,15 +573,27 @@ def run(args: argparse.Namespace) -> int:
     with network_for_run(args.network) as network:
         environment = _environment(network, placement, origin)
         print(f"network: {network.description}\nplacement: {placement.description}", file=sys.stderr)
+        cells: list[dict[str, Any]] = []
+        turn_cells: list[dict[str, Any]] = []
+        workloads = [w for w in settings.workloads if w != MULTI_TURN]
+        shared = _multi_turn_shares_servers(settings)
         with image_server(results / "images", network.host_address) as image_base:
-            stack = Stack(settings, network, placement, results / "logs", network.host_address)
-            try:
-                print(f"starting {len(stack.services)} servers ...", file=sys.stderr, flush=True)
-                stack.wait_ready(args.startup_timeout)
-                environment["startup_s"] = round(time.monotonic() - started, 1)
-                cells = _measure_all(stack, settings, inputs, image_base)
-            finally:
-                stack.stop()
+            if workloads or shared:
+                stack = Stack(
+                    settings, network, placement, results / "logs", network.host_address,
+                    images=settings.turns if shared else 1,
+                )  # fmt: skip
+                try:
+                    print(f"starting {len(stack.services)} servers ...", file=sys.stderr, flush=True)
+                    stack.wait_ready(args.startup_timeout)
+                    environment["startup_s"] = round(time.monotonic() - started, 1)
+                    cells = _measure_all(stack, settings, workloads, inputs, image_base)
+                    if shared:
+                        turn_cells = _measure_turns(stack, settings)
+                finally:
+                    stack.stop()
+        if MULTI_TURN in settings.workloads and not shared:
+            turn_cells = _measure_turns_apart(settings, network, placement, args.startup_timeout, environment)
     environment["load_average_at_end"] = os.getloadavg()
     environment["wall_s"] = round(time.monotonic() - started, 1)
     written = report.write_all(
@@ -521,23 +612,64 @@ def run(args: argparse.Namespace) -> int:
             for i in inputs
         ],
         cells=cells,
+        turn_cells=turn_cells,
     )
     for path in written:
         print(f"wrote {path}", file=sys.stderr)
-    errors = sum(c["errors"] for c in cells)
-    requests = sum(c["requests"] for c in cells)
+    errors = sum(c["errors"] for c in cells + turn_cells)
+    requests = sum(c["requests"] for c in cells + turn_cells)
     print(
-        f"{len(cells)} cells, {requests} requests, {errors} errors, {environment['wall_s']:.0f} s",
+        f"{len(cells) + len(turn_cells)} cells, {requests} requests, {errors} errors, "
+        f"{environment['wall_s']:.0f} s",
         file=sys.stderr,
     )
     return 0
 
 
+def _multi_turn_shares_servers(settings: Settings) -> bool:
+    """The multi-turn workload with every cache off needs no servers of its own."""
+    from pixelwire.bench.inputs import MULTI_TURN
+
+    return MULTI_TURN in settings.workloads and not settings.multi_turn_caches
+
+
+def _measure_turns(stack: Stack, settings: Settings) -> list[dict[str, Any]]:
+    from pixelwire.bench.multiturn import measure_turns
+    from pixelwire.bench.progress import Progress
+
+    progress = Progress(len(settings.conversations) * len(settings.paths))
+    cells = measure_turns(stack, settings, SERVED_MODEL_NAME, progress)
+    progress.close()
+    return cells
+
+
+def _measure_turns_apart(
+    settings: Settings, network: Any, placement: Any, startup_timeout: float, environment: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """The multi-turn workload on servers of its own, every cache on,
+    started once the image workloads' have stopped (the two sets never
+    share the machine)."""
+    started = time.monotonic()
+    stack = Stack(
+        settings, network, placement, settings.results / "logs", network.host_address,
+        caches=True, images=settings.turns,
+    )  # fmt: skip
+    try:
+        print(f"multi-turn: starting {len(stack.services)} servers ...", file=sys.stderr, flush=True)
+        stack.wait_ready(startup_timeout)
+        environment["multi_turn_startup_s"] = round(time.monotonic() - started, 1)
+        return _measure_turns(stack, settings)
+    finally:
+        stack.stop()
+
+
 def _settings_json(settings: Settings) -> dict[str, Any]:
     out: dict[str, Any] = {k: v for k, v in vars(settings).items() if k != "results"}
     out["results"] = str(settings.results)
-    out["vllm_flags"] = [
-        "--max-num-seqs", str(settings.max_num_seqs), "--limit-mm-per-prompt", LIMIT_MM, *NO_CACHES,
-        *settings.vllm_args,
-    ]  # fmt: skip
+    shared = _multi_turn_shares_servers(settings)
+    common = ["--max-num-seqs", str(settings.max_num_seqs)]
+    image_flags = vllm_flags(caches=False, images=settings.turns if shared else 1)
+    out["vllm_flags"] = [*common, *image_flags, *settings.vllm_args]
+    turn_flags = image_flags if shared else vllm_flags(caches=True, images=settings.turns)
+    out["multi_turn_vllm_flags"] = [*common, *turn_flags, *settings.vllm_args]
     return out

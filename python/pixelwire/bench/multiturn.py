@@ -1,0 +1,170 @@
+"""The multi-turn workload of `pixelwire bench serve`: agent conversations
+whose turn k resends the k - 1 earlier screenshots with a new one
+(``pixelwire.bench.conversation``), on servers of their own with every
+cache on (vLLM's processor and prefix caches, the frontend's and the
+worker's), since repeats are what it measures.
+
+Per path and number of concurrent conversations, ``rounds`` sets of
+conversations run one after the other; within a set they advance a turn at
+a time, and the servers' CPU and counters are read at each turn's
+barriers. Each conversation has screenshots of its own (no cache is
+shared across conversations, rounds or paths: only a conversation's own
+repeats hit).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from pixelwire.bench.conversation import Conversation, turn_cell
+from pixelwire.bench.load import Outcome, new_client, stream_chat, warm_up
+
+# Seeds of the screenshots: far from the photos' and any test's.
+FIRST_SEED = 1_000_000
+
+
+class Screenshots:
+    """A fresh 1080p PNG screenshot as a ``data:`` URL on each call."""
+
+    def __init__(self) -> None:
+        self._seeds: Iterator[int] = itertools.count(FIRST_SEED)
+
+    def __call__(self) -> str:
+        from pixelwire.bench.inputs import data_url, screenshot
+
+        return data_url(screenshot(next(self._seeds)), "image/png")
+
+
+def usage(vllm: Any, frontend: Any, *, opening: bool) -> dict[str, float]:
+    """CPU seconds of the API server, of all vLLM and of the frontend; the
+    frontend's NIXL pixel bytes and the plug-in's READs so far. The
+    scrapes of /metrics stay outside the window (before the CPU times when
+    it opens, after them when it closes): their CPU is not a turn's."""
+    from pixelwire.bench.services import cpu_seconds, metric_sum
+
+    def scrape() -> dict[str, float]:
+        if frontend is None:
+            return {"pixel_bytes": 0.0, "nixl_reads": 0.0}
+        front, worker = frontend.get("/metrics"), vllm.get("/metrics")
+        return {
+            "pixel_bytes": metric_sum(front, "pixelwire_frontend_pixel_bytes_total", path="nixl"),
+            "nixl_reads": metric_sum(worker, "pixelwire_worker_decode_seconds_count", path="nixl"),
+        }
+
+    def cpu() -> dict[str, float]:
+        return {
+            "api_server": cpu_seconds(vllm.pid),
+            "vllm_all": cpu_seconds(vllm.pid, with_descendants=True),
+            "frontend": cpu_seconds(frontend.pid, with_descendants=True) if frontend else 0.0,
+        }
+
+    if opening:
+        counts = scrape()
+        return {**counts, **cpu()}
+    times = cpu()
+    return {**times, **scrape()}
+
+
+async def run_round(
+    base_url: str,
+    model: str,
+    conversations: list[Conversation],
+    *,
+    max_tokens: int,
+    measure: Callable[[bool], dict[str, float]],
+    on_turn: Callable[[int, list[Outcome], dict[str, float]], None],
+) -> None:
+    """The conversations, each with its own client, a turn at a time:
+    ``on_turn(turn, outcomes, usage)`` gets each turn's outcomes and what
+    ``measure`` saw change across it. A failed turn is answered with
+    nothing and the conversation goes on."""
+    clients = [new_client(base_url) for _ in conversations]
+    try:
+        for turn in range(1, conversations[0].turns + 1):
+            before = measure(True)
+            answers = await asyncio.gather(
+                *(
+                    stream_chat(client, model, conversation.messages(), max_tokens)
+                    for client, conversation in zip(clients, conversations, strict=True)
+                )
+            )
+            after = measure(False)
+            for conversation, (_, reply) in zip(conversations, answers, strict=True):
+                conversation.answered(reply)
+            on_turn(turn, [outcome for outcome, _ in answers], {k: after[k] - before[k] for k in after})
+    finally:
+        for client in clients:
+            await client.close()
+
+
+def measure_turns(stack: Any, settings: Any, model: str, progress: Any) -> list[dict[str, Any]]:
+    """Every path and number of conversations of the workload: a cell per
+    turn (``pixelwire.bench.conversation.turn_cell``)."""
+    screenshots = Screenshots()
+    cells: list[dict[str, Any]] = []
+    for concurrency in settings.conversations:
+        for path in settings.paths:
+            progress.start_cell(f"multi-turn ({settings.turns} turns) c={concurrency} {path}")
+            if concurrency == settings.conversations[0] and settings.warm_up:
+                media = [("image", screenshots()) for _ in range(settings.warm_up)]
+                asyncio.run(
+                    warm_up(stack.base_url[path], model, media, requests=settings.warm_up, within_s=120)
+                )
+            cells += _measure_path(stack, settings, model, path, concurrency, screenshots, progress)
+            progress.end_cell()
+    return cells
+
+
+def _measure_path(
+    stack: Any,
+    settings: Any,
+    model: str,
+    path: str,
+    concurrency: int,
+    screenshots: Screenshots,
+    progress: Any,
+) -> list[dict[str, Any]]:
+    vllm, frontend = stack.servers[path]
+    outcomes: dict[int, list[Outcome]] = {}
+    totals: dict[int, dict[str, float]] = {}
+
+    def on_turn(turn: int, done: list[Outcome], used: dict[str, float]) -> None:
+        outcomes.setdefault(turn, []).extend(done)
+        kept = totals.setdefault(turn, {})
+        for key, value in used.items():
+            kept[key] = kept.get(key, 0.0) + value
+        for outcome in done:
+            progress.request_done(outcome)
+
+    def measure(opening: bool) -> dict[str, float]:
+        return usage(vllm, frontend, opening=opening)
+
+    for _ in range(settings.rounds):
+        # Made before the round: not in any turn's window.
+        conversations = [
+            Conversation([screenshots() for _ in range(settings.turns)]) for _ in range(concurrency)
+        ]
+        asyncio.run(
+            run_round(
+                stack.base_url[path],
+                model,
+                conversations,
+                max_tokens=settings.max_tokens,
+                measure=measure,
+                on_turn=on_turn,
+            )
+        )
+    return [
+        turn_cell(
+            path=path,
+            concurrency=concurrency,
+            turn=turn,
+            outcomes=outcomes[turn],
+            usage=totals[turn],
+            has_frontend=frontend is not None,
+        )
+        for turn in sorted(outcomes)
+    ]

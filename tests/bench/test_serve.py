@@ -1,0 +1,49 @@
+"""`pixelwire bench serve`'s settings (`python/pixelwire/bench/serve.py`),
+as parsed from its command line: the multi-turn workload's defaults, what
+it refuses, and which vLLM flags each set of servers gets. No servers."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pixelwire import cli
+from pixelwire.bench.serve import Settings, vllm_flags
+
+
+def _settings(*argv: str) -> Settings:
+    args = cli.build_parser(["bench", "serve"]).parse_args(["bench", "serve", "--model", "m", *argv])
+    return Settings.from_args(args)
+
+
+def test_the_multi_turn_defaults_are_8_turns_1_and_4_conversations_3_rounds_caches_on() -> None:
+    """As the issue asks; --quick runs one round."""
+    settings = _settings()
+    assert (settings.turns, settings.conversations, settings.rounds) == (8, [1, 4], 3)
+    assert settings.multi_turn_caches
+    assert _settings("--quick").rounds == 1
+    assert _settings("--conversations", "4", "1", "4", "--multi-turn-caches", "off").conversations == [1, 4]
+    assert not _settings("--multi-turn-caches", "off").multi_turn_caches
+
+
+@pytest.mark.parametrize("argv", [["--turns", "0"], ["--rounds", "-1"], ["--conversations", "1", "x"]])
+def test_a_count_below_one_is_a_usage_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """Not a conversation of no turns (which would fail once the servers are up): exit 2 at once."""
+    with pytest.raises(SystemExit) as exited:
+        _settings(*argv)
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert argv[0] in err and ("less than 1" in err or "not a whole number" in err), err
+
+
+def test_the_image_servers_turn_vllms_caches_off_and_the_multi_turn_ones_leave_them_on() -> None:
+    """The image workloads: one image (and a video) a request, processor and
+    prefix caches off; the multi-turn servers: as many images as turns, no
+    video, vLLM's caches as they come."""
+    off = vllm_flags(caches=False, images=1)
+    assert json.loads(off[off.index("--limit-mm-per-prompt") + 1]) == {"image": 1, "video": 1}
+    assert "--no-enable-prefix-caching" in off and off[off.index("--mm-processor-cache-gb") + 1] == "0"
+    on = vllm_flags(caches=True, images=8)
+    assert json.loads(on[on.index("--limit-mm-per-prompt") + 1]) == {"image": 8, "video": 0}
+    assert not any("cach" in flag for flag in on)
