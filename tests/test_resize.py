@@ -285,21 +285,31 @@ def test_temporal_smart_resize_counts_the_frames_in_its_budget() -> None:
 def test_qwen3_video_policy_is_per_video() -> None:
     """Qwen3VLVideoProcessor's policy: its class defaults where the config
     is silent, an identity of its own, a size that depends on the frame
-    count; one frame (under the temporal patch) and all of a video's frames
-    (which vLLM lets the processor sample again, with settings of its own)
-    keep their size."""
+    count; one frame (under the temporal patch) keeps its size; all of a
+    video's frames (which vLLM lets the processor sample again) are sized
+    for the count its sampling keeps (fps 2, at least 4), or keep their
+    size where that is not known (no source fps, or a fixed num_frames,
+    which the processor refuses beside its fps)."""
     policy = qwen3_video_policy(QWEN3_VIDEO)
     assert policy is not None
     assert (policy.factor, policy.min_pixels, policy.max_pixels) == (32, 131072, 786432)
     assert policy.temporal_factor == 2 and policy.video_frames and policy.filter == "bicubic"
-    assert policy.identity == "smart:factor=32:min=131072:max=786432:temporal=2:per_video:torchvision:bicubic"
+    identity = "smart:factor=32:min=131072:max=786432:temporal=2:per_video:sample=2fps/4-768"
+    identity += ":torchvision:bicubic"
+    assert policy.identity == identity
     assert policy.target(1080, 1920, 4) == (320, 576) != policy.target(1080, 1920, 32)
     assert policy.target(320, 576, 4) == (320, 576)  # a resized video is its own target
     assert policy.target(1080, 1920, 1) == (1080, 1920)
     with pytest.raises(ValueError, match="num_frames"):
         policy.target(1080, 1920)
     assert policy.video_target(1080, 1920, 4, 300) == (320, 576)
-    assert policy.video_target(1080, 1920, 4, 4) == (1080, 1920)
+    assert policy.processor_sampled_frames(24, 25.0) == 4  # int(24 / 25 * 2) = 1, at least 4
+    assert policy.processor_sampled_frames(300, 30.0) == 20 and policy.processor_sampled_frames(3, 30.0) == 3
+    assert policy.video_target(1080, 1920, 24, 24, 25.0) == (320, 576)
+    assert policy.video_target(1080, 1920, 4, 4) == (1080, 1920)  # no fps: the count is not known
+    fixed = qwen3_video_policy({**QWEN3_VIDEO, "num_frames": 8})
+    assert fixed is not None and fixed.processor_sampled_frames(24, 25.0) is None
+    assert fixed.video_target(1080, 1920, 24, 24, 25.0) == (1080, 1920) and fixed.identity != policy.identity
     qwen2 = ResizePolicy.from_processor_config({**QWEN, "min_pixels": 3136, "max_pixels": 12544})
     assert qwen2 is not None and qwen2.video_target(1080, 1920, 4, 4) == qwen2.target(1080, 1920)
 

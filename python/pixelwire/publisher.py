@@ -269,10 +269,9 @@ def _publish_video(
         capture, sampling.loader, sampling.num_frames, sampling.fps, sampling.loader_kwargs
     )
     size = (info["height"], info["width"])
-    total = source.total_frames_num
-    options = frame_resize(resize, size, len(set(wanted)), total)
+    options = frame_resize(resize, size, len(set(wanted)), source)
     fields = native.publish_video(capture, wanted, **options)
-    settled = frame_resize(resize, size, len(fields["indices"]), total)
+    settled = frame_resize(resize, size, len(fields["indices"]), source)
     if settled != options:
         # A frame that did not decode changed the count a per-video size
         # depends on: the decoded frames again, at the size for that count.

@@ -90,6 +90,11 @@ class ResizePolicy:
     # Qwen3-VL's video smart_resize: the pixel budget counts the video's
     # frames, not the temporal patch, so the size is per video.
     video_frames: bool = False
+    # How that processor samples a video given whole (vLLM's
+    # do_sample_frames): its fps (0: not reproduced) and frame bounds.
+    sample_fps: float = 0.0
+    min_frames: int = 0
+    max_frames: int = 0
     # fixed; longest_edge's bounds
     height: int = 0
     width: int = 0
@@ -106,7 +111,8 @@ class ResizePolicy:
         if self.family == "smart":
             shape = f"smart:factor={self.factor}:min={self.min_pixels}:max={self.max_pixels}"
             shape += f":temporal={self.temporal_factor}" if self.temporal_factor else ""
-            shape += ":per_video" if self.video_frames else ""
+            if self.video_frames:
+                shape += f":per_video:sample={self.sample_fps:g}fps/{self.min_frames}-{self.max_frames}"
         elif self.family == "fixed":
             shape = f"fixed:{self.height}x{self.width}"
         elif self.family == "max_num_patches":
@@ -137,16 +143,33 @@ class ResizePolicy:
             return height, width
         return resized
 
-    def video_target(self, height: int, width: int, frames: int, total_frames: int) -> tuple[int, int]:
+    def video_target(
+        self, height: int, width: int, frames: int, total_frames: int, fps: float = 0.0
+    ) -> tuple[int, int]:
         """The (height, width) to ship each of ``frames`` frames sampled
-        from a video of ``total_frames`` (vLLM's ``total_num_frames``) at.
-        A ``video_frames`` policy's size depends on the count the processor
-        resizes; when the frames are all of the video's, vLLM has the
-        processor sample them again (``do_sample_frames``) with settings of
-        its own, so that count is not known here and they keep their size."""
+        from a video of ``total_frames`` at (``total_frames`` and ``fps``:
+        vLLM's ``total_num_frames`` and ``fps`` metadata). A
+        ``video_frames`` policy's size depends on the count the processor
+        resizes: when the frames are all of the video's, vLLM has the
+        processor sample them again (``do_sample_frames``), so it is the
+        count that sampling keeps (:meth:`processor_sampled_frames`); where
+        that is not known they keep their size."""
         if self.video_frames and frames == total_frames:
-            return height, width
+            sampled = self.processor_sampled_frames(total_frames, fps)
+            if sampled is None:
+                return height, width
+            frames = sampled
         return self.target(height, width, frames)
+
+    def processor_sampled_frames(self, total_frames: int, fps: float) -> int | None:
+        """How many frames Qwen3VLVideoProcessor's ``sample_frames`` keeps of
+        a video of ``total_frames`` at ``fps`` (transformers 5.19's
+        arithmetic, in its order); None where it is not reproduced (no fps
+        of its own, or a source fps it would divide by zero with)."""
+        if self.sample_fps <= 0 or fps <= 0:
+            return None
+        count = int(total_frames / fps * self.sample_fps)
+        return min(max(count, self.min_frames), self.max_frames, total_frames)
 
     def processor_target(self, height: int, width: int, num_frames: int | None = None) -> tuple[int, int]:
         """The (height, width) the processor resizes a (height, width) image
@@ -322,6 +345,10 @@ _QWEN3_VIDEO_DEFAULTS: dict[str, Any] = {
     "merge_size": 2,
     "temporal_patch_size": 2,
     "resample": 3,
+    "fps": 2,
+    "min_frames": 4,
+    "max_frames": 768,
+    "num_frames": None,
 }
 
 
@@ -375,6 +402,12 @@ def qwen3_video_policy(config: Mapping[str, Any]) -> ResizePolicy | None:
             f"{_QWEN3_VIDEO}: patch, merge and temporal sizes and size's shortest/longest_edge must be "
             "positive integers"
         )
+    # Its sampling of a whole video: fps frames a second within
+    # [min_frames, max_frames]; not reproduced with a fixed num_frames
+    # (which it refuses beside fps) or without an fps.
+    fps, least, most = settings["fps"], settings["min_frames"], settings["max_frames"]
+    samples = settings["num_frames"] is None and _positive(least) and _positive(most)
+    samples = samples and isinstance(fps, (int, float)) and not isinstance(fps, bool) and fps > 0
     return ResizePolicy(
         "smart",
         filter_,
@@ -384,6 +417,9 @@ def qwen3_video_policy(config: Mapping[str, Any]) -> ResizePolicy | None:
         max_pixels=int(high),
         temporal_factor=int(temporal),
         video_frames=True,
+        sample_fps=float(fps) if samples else 0.0,
+        min_frames=int(least) if samples else 0,
+        max_frames=int(most) if samples else 0,
     )
 
 

@@ -9,8 +9,8 @@ loader's metadata; Qwen3-VL's ``do_sample_frames`` from it).
 Clips: a moving pattern, an odd 853x480, a portrait (rotated) one, a
 camera-like scene and two made here (tiny 30x18, portrait odd 181x321);
 frame counts from one (under the temporal patch: the processor fails on
-both) to every frame (vLLM has the processor sample again); budgets that
-scale up, keep and force a downscale. Each policy is read back from the
+both) to every frame (vLLM has the processor sample again, with its own
+fps and bounds); budgets that scale up, keep and force a downscale. Each policy is read back from the
 processor's saved config. Processor-level only: no vLLM server."""
 
 from __future__ import annotations
@@ -47,9 +47,16 @@ PROCESSORS = [
     ("qwen3-default", "Qwen3VLVideoProcessor", {}),
     ("qwen3-downscale", "Qwen3VLVideoProcessor", {"size": {"shortest_edge": 4096, "longest_edge": 200000}}),
     (
-        "qwen3-patch14-bilinear",
+        # Also its own sampling of a whole video: 4 fps, at least 2 frames.
+        "qwen3-patch14-bilinear-4fps",
         "Qwen3VLVideoProcessor",
-        {"patch_size": 14, "resample": 2, "size": {"shortest_edge": 3136, "longest_edge": 401408}},
+        {
+            "patch_size": 14,
+            "resample": 2,
+            "size": {"shortest_edge": 3136, "longest_edge": 401408},
+            "fps": 4,
+            "min_frames": 2,
+        },
     ),
 ]
 # (loader, kwargs): 4 frames (qwen3_vl at 2 fps), an odd count, five, one,

@@ -58,11 +58,11 @@ def decode_video(
     info = capture.info()
     size = (info["height"], info["width"])
     source, wanted = sample_video(capture, loader, num_frames, fps, loader_kwargs)
-    options = frame_resize(resize, size, len(set(wanted)), source.total_frames_num)
+    options = frame_resize(resize, size, len(set(wanted)), source)
     frames, valid = capture.read(wanted, **options)
     if not valid:
         raise VideoDecodeError(f"no frame of the video could be decoded ({info['codec']})")
-    settled = frame_resize(resize, size, len(valid), source.total_frames_num)
+    settled = frame_resize(resize, size, len(valid), source)
     if settled != options:
         # A frame that did not decode changed the count a per-video size
         # depends on: the decoded frames again, at the size for that count.
@@ -73,19 +73,20 @@ def decode_video(
 
 
 def frame_resize(
-    policy: ResizePolicy | None, size: tuple[int, int], frames: int, total_frames: int
+    policy: ResizePolicy | None, size: tuple[int, int], frames: int, source: SourceMetadata
 ) -> dict[str, Any]:
     """The resize options (``resize``, ``resize_kernel``, ``resize_filter``)
     that ``VideoCapture.read`` and ``NativePublisher.publish_video`` take
-    for ``frames`` frames of ``size`` sampled from a video of
-    ``total_frames``: ``policy``'s :meth:`~pixelwire.resize.ResizePolicy.video_target`,
+    for ``frames`` frames of ``size`` sampled from ``source`` (as the
+    loader sees it: its metadata's frame count and fps):
+    ``policy``'s :meth:`~pixelwire.resize.ResizePolicy.video_target`,
     none where the frames keep their size. The one place both paths get
     their frame size from; a caller whose decoded count differs from the
     one it asked with asks again, and redoes the frames if the answer
     changed."""
     if policy is None:
         return {}
-    target = policy.video_target(*size, frames, total_frames)
+    target = policy.video_target(*size, frames, source.total_frames_num, source.original_fps)
     if target == size:
         return {}
     return {"resize": target, "resize_kernel": policy.kernel, "resize_filter": policy.filter}

@@ -127,9 +127,10 @@ def _check_frame_resize(remote: RemoteImage) -> None:
             "--mm-processor-kwargs as vLLM"
         )
     assert remote.frames is not None and remote.video is not None
-    total = remote.video.loader_metadata["total_num_frames"]
+    metadata = remote.video.loader_metadata
+    total, fps = metadata["total_num_frames"], metadata["fps"]
     if policy != expected.identity or remote.shape[:2] != expected.video_target(
-        height, width, remote.frames, total
+        height, width, remote.frames, total, fps
     ):
         raise DescriptorError(
             f"the frontend resized this video's frames for {policy}, but this vLLM's video processor "
