@@ -315,17 +315,28 @@ def test_qwen3_video_policy_is_per_video() -> None:
 
 
 def test_qwen3_video_policy_reads_its_config_and_refuses_what_it_does_not_reproduce() -> None:
-    """size (replacing the default whole), patch, merge and temporal sizes
-    and resample from the config; no policy where the processor does not
-    resize, takes no min/max_pixels aliases, has an incomplete size, a
-    resample that is neither bicubic nor bilinear, or caps pixels per frame."""
+    """size (replacing the default whole), patch, merge and temporal sizes,
+    resample and the per-frame pixel cap from the config; no policy where
+    the processor does not resize, takes no min/max_pixels aliases, has an
+    incomplete size or a resample that is neither bicubic nor bilinear."""
     config = {**QWEN3_VIDEO, "size": {"shortest_edge": 4096, "longest_edge": 25165824}}
     config |= {"patch_size": 14, "merge_size": 2, "temporal_patch_size": 3, "resample": 2}
     policy = qwen3_video_policy(config)
     assert policy is not None and policy.filter == "bilinear"
     settings = (policy.factor, policy.min_pixels, policy.max_pixels, policy.temporal_factor)
     assert settings == (28, 4096, 25165824, 3)
+    # cap_pixels_per_frame (max_video_tokens 64, factor 32): a frame's share
+    # is max(min(65536, 786432 // 4), int(131072 * 1.05)) = 137625 pixels, so
+    # beta = sqrt(4 * 1080 * 1920 / 550500) = 3.8816: 8.69 and 15.46 factors.
+    capped = qwen3_video_policy({**QWEN3_VIDEO, "cap_pixels_per_frame": True, "max_video_tokens": 64})
+    assert (
+        capped is not None
+        and capped.frame_tokens == 64
+        and capped.identity.endswith(":cap=64:torchvision:bicubic")
+    )
+    assert capped.target(1080, 1920, 4) == (256, 480)
     for refused in (
+        {"cap_pixels_per_frame": True, "max_video_tokens": 0},
         {"do_resize": False},
         {"max_pixels": 100352},
         {"size": {"longest_edge": 786432}},
@@ -339,7 +350,7 @@ def test_video_resize_policy_reads_the_models_video_processor(tmp_path: Path, ca
     """From a model folder: Qwen2VLVideoProcessor's per-frame policy,
     Qwen3VLVideoProcessor's per-video one (also from processor_config.json's
     video_processor part); none, logged, for another processor, with
-    --mm-processor-kwargs or with cap_pixels_per_frame."""
+    --mm-processor-kwargs or with Qwen2-VL's cap_pixels_per_frame."""
 
     def model(name: str, config: dict[str, object], file: str = "video_preprocessor_config.json") -> Path:
         (tmp_path / name).mkdir()
@@ -356,7 +367,8 @@ def test_video_resize_policy_reads_the_models_video_processor(tmp_path: Path, ca
     assert nested == qwen3_video_policy(QWEN3_VIDEO)
     with caplog.at_level(logging.INFO, logger="pixelwire.resize"):
         assert video_resize_policy(tmp_path / "qwen3", {"fps": 1}) is None
-        assert video_resize_policy(model("capped", {**QWEN3_VIDEO, "cap_pixels_per_frame": True})) is None
+        capped = {"video_processor_type": "Qwen2VLVideoProcessor", "size": size, "cap_pixels_per_frame": True}
+        assert video_resize_policy(model("capped", capped)) is None
         llava = model("llava", {"video_processor_type": "LlavaOnevisionVideoProcessor"})
         assert video_resize_policy(llava) is None
     assert "not with --mm-processor-kwargs" in caplog.text and "caps the pixels per frame" in caplog.text

@@ -95,6 +95,9 @@ class ResizePolicy:
     sample_fps: float = 0.0
     min_frames: int = 0
     max_frames: int = 0
+    # Its cap_pixels_per_frame: the tokens a frame may take
+    # (max_video_tokens); 0 without the cap.
+    frame_tokens: int = 0
     # fixed; longest_edge's bounds
     height: int = 0
     width: int = 0
@@ -113,6 +116,7 @@ class ResizePolicy:
             shape += f":temporal={self.temporal_factor}" if self.temporal_factor else ""
             if self.video_frames:
                 shape += f":per_video:sample={self.sample_fps:g}fps/{self.min_frames}-{self.max_frames}"
+                shape += f":cap={self.frame_tokens}" if self.frame_tokens else ""
         elif self.family == "fixed":
             shape = f"fixed:{self.height}x{self.width}"
         elif self.family == "max_num_patches":
@@ -187,13 +191,19 @@ class ResizePolicy:
             new_short, new_long = self.shortest_edge, int(self.shortest_edge * long / short)
             return (new_long, new_short) if width <= height else (new_short, new_long)
         if self.temporal_factor:
-            frames = self.temporal_factor  # GLM's image: one temporal patch
+            frames, budget = self.temporal_factor, self.max_pixels  # GLM's image: one temporal patch
             if self.video_frames:
                 if num_frames is None:
                     raise ValueError(f"{self.identity} sizes a whole video: give its num_frames")
                 frames = num_frames
+                if self.frame_tokens:
+                    # cap_pixels_per_frame: a frame's share is the token cap
+                    # or an even share of the budget, at least 1.05 x the minimum.
+                    cap = self.frame_tokens * self.factor * self.factor
+                    per_frame = max(min(cap, self.max_pixels // frames), int(self.min_pixels * 1.05))
+                    budget = per_frame * frames
             return temporal_smart_resize(
-                frames, height, width, self.factor, self.temporal_factor, self.min_pixels, self.max_pixels
+                frames, height, width, self.factor, self.temporal_factor, self.min_pixels, budget
             )
         return smart_resize(height, width, self.factor, self.min_pixels, self.max_pixels)
 
@@ -349,6 +359,8 @@ _QWEN3_VIDEO_DEFAULTS: dict[str, Any] = {
     "min_frames": 4,
     "max_frames": 768,
     "num_frames": None,
+    "cap_pixels_per_frame": None,
+    "max_video_tokens": 768,
 }
 
 
@@ -361,9 +373,9 @@ def video_resize_policy(
     ``Qwen3VLVideoProcessor``'s per video (see
     :meth:`ResizePolicy.video_target`). None, logged, when pixelwire does
     not reproduce it: another video processor, ``--mm-processor-kwargs``
-    (vLLM passes them on to videos by rules of its own) or the per-frame
-    pixel cap (``cap_pixels_per_frame``, which divides a token budget among
-    frames)."""
+    (vLLM passes them on to videos by rules of its own) or Qwen2-VL's
+    per-frame pixel cap (``cap_pixels_per_frame``, which divides a token
+    budget among frames; Qwen3-VL's is reproduced)."""
     config = video_processor_config(str(model))
     if config is None:
         return _no_video_resize(f"{model}: no video processor config")
@@ -372,10 +384,10 @@ def video_resize_policy(
         return _no_video_resize(f"{name or 'an unnamed video processor'} is not one pixelwire resizes for")
     if mm_processor_kwargs:
         return _no_video_resize("not with --mm-processor-kwargs")
-    if config.get("cap_pixels_per_frame"):
-        return _no_video_resize(f"{name} caps the pixels per frame from a token budget")
     if name == _QWEN3_VIDEO:
         return qwen3_video_policy(config)
+    if config.get("cap_pixels_per_frame"):
+        return _no_video_resize(f"{name} caps the pixels per frame from a token budget")
     return ResizePolicy.from_processor_config({**config, "image_processor_type": "Qwen2VLImageProcessor"})
 
 
@@ -405,6 +417,9 @@ def qwen3_video_policy(config: Mapping[str, Any]) -> ResizePolicy | None:
     # Its sampling of a whole video: fps frames a second within
     # [min_frames, max_frames]; not reproduced with a fixed num_frames
     # (which it refuses beside fps) or without an fps.
+    tokens = settings["max_video_tokens"] if settings["cap_pixels_per_frame"] else 0
+    if settings["cap_pixels_per_frame"] and not _positive(tokens):
+        return _no_video_resize(f"{_QWEN3_VIDEO}: max_video_tokens {tokens!r} is not a positive integer")
     fps, least, most = settings["fps"], settings["min_frames"], settings["max_frames"]
     samples = settings["num_frames"] is None and _positive(least) and _positive(most)
     samples = samples and isinstance(fps, (int, float)) and not isinstance(fps, bool) and fps > 0
@@ -420,6 +435,7 @@ def qwen3_video_policy(config: Mapping[str, Any]) -> ResizePolicy | None:
         sample_fps=float(fps) if samples else 0.0,
         min_frames=int(least) if samples else 0,
         max_frames=int(most) if samples else 0,
+        frame_tokens=int(tokens),
     )
 
 

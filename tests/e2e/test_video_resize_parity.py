@@ -47,6 +47,16 @@ PROCESSORS = [
     ("qwen3-default", "Qwen3VLVideoProcessor", {}),
     ("qwen3-downscale", "Qwen3VLVideoProcessor", {"size": {"shortest_edge": 4096, "longest_edge": 200000}}),
     (
+        # The per-frame pixel cap binding: 64 tokens of 32 x 32 a frame.
+        "qwen3-capped",
+        "Qwen3VLVideoProcessor",
+        {
+            "size": {"shortest_edge": 4096, "longest_edge": 786432},
+            "cap_pixels_per_frame": True,
+            "max_video_tokens": 64,
+        },
+    ),
+    (
         # Also its own sampling of a whole video: 4 fps, at least 2 frames.
         "qwen3-patch14-bilinear-4fps",
         "Qwen3VLVideoProcessor",
