@@ -18,7 +18,7 @@ import pytest
 import pixelwire
 from pixelwire.config import Layout
 from pixelwire.publisher_process import PublisherProcess
-from pixelwire.resize import ResizePolicy
+from pixelwire.resize import ResizePolicy, qwen3_video_policy
 from pixelwire.video.sampling import VideoSampling
 
 from reference import CORPUS, corpus_files
@@ -279,38 +279,74 @@ def test_a_video_at_the_worker_passes_through() -> None:
 def test_video_frames_ship_at_the_size_the_video_processor_resizes_them_to(
     video_clips: dict[str, bytes],
 ) -> None:
-    """With a policy, each sampled frame (rotated first where the stream
-    says so) is resized with the processor's arithmetic, exactly as that
-    frame alone would be, and the descriptor records the policy and the
-    source size."""
+    """With a policy (per frame, Qwen2-VL's; per video, Qwen3-VL's), each
+    sampled frame (rotated first where the stream says so) is resized with
+    the processor's arithmetic, exactly as that frame alone would be, to
+    the size for the video's frame count; they are ``decode_video(resize=)``'s
+    frames, and the descriptor records the policy and the source size."""
     import io
 
     from PIL import Image
 
-    policy = ResizePolicy("smart", factor=28, min_pixels=3136, max_pixels=12544)
+    per_frame = ResizePolicy("smart", factor=28, min_pixels=3136, max_pixels=12544)
+    per_video = qwen3_video_policy({"size": {"shortest_edge": 4096, "longest_edge": 200000}})
+    assert per_video is not None
 
-    def resized_alone(frame: np.ndarray) -> np.ndarray:
+    def resized_alone(frame: np.ndarray, target: tuple[int, int], policy: ResizePolicy) -> np.ndarray:
         png = io.BytesIO()
         Image.fromarray(frame).save(png, "PNG")
-        target = policy.target(*frame.shape[:2])
         return pixelwire.decode_image(png.getvalue(), resize=target, resize_kernel=policy.kernel)
 
     async def main() -> None:
         async with pixelwire.Publisher() as publisher, pixelwire.Reader() as reader:
-            for name in ("h264_high_bframes.mp4", "h264_rotated_90.mp4", "vp9_odd_853x480.webm"):
-                data = video_clips[name]
-                video = await publisher.decode_and_publish_video(
-                    data, sampling=VideoSampling(num_frames=4), resize=policy
-                )
-                assert isinstance(video, pixelwire.DecodedVideo)
-                frames = await reader.read_decoded(video.to_dict(), output="numpy")
-                full, _ = pixelwire.decode_video(data, num_frames=4)
-                np.testing.assert_array_equal(
-                    frames, np.stack([resized_alone(f) for f in full]), err_msg=name
-                )
-                assert video.resize == {"policy": policy.identity, "source": list(full.shape[1:3])}
+            for policy in (per_frame, per_video):
+                for name in ("h264_high_bframes.mp4", "h264_rotated_90.mp4", "vp9_odd_853x480.webm"):
+                    data = video_clips[name]
+                    video = await publisher.decode_and_publish_video(
+                        data, sampling=VideoSampling(num_frames=4), resize=policy
+                    )
+                    assert isinstance(video, pixelwire.DecodedVideo)
+                    frames = await reader.read_decoded(video.to_dict(), output="numpy")
+                    full, metadata = pixelwire.decode_video(data, num_frames=4)
+                    target = policy.video_target(*full.shape[1:3], 4, metadata["total_num_frames"])
+                    assert frames.shape[1:3] == target != full.shape[1:3], name
+                    np.testing.assert_array_equal(
+                        frames, np.stack([resized_alone(f, target, policy) for f in full]), err_msg=name
+                    )
+                    ours, _ = pixelwire.decode_video(data, num_frames=4, resize=policy)
+                    np.testing.assert_array_equal(frames, ours, err_msg=name)
+                    assert video.resize == {"policy": policy.identity, "source": list(full.shape[1:3])}
 
     asyncio.run(main())
+
+
+def test_a_published_per_video_size_follows_the_frames_that_decode(video_clips: dict[str, bytes]) -> None:
+    """A corrupt stream decodes fewer frames than were asked for: with a
+    per-video policy the published frames are at the size for the frames
+    that decoded (decode_video's frames), and the slot first filled at the
+    other size is freed, not leaked."""
+    policy = qwen3_video_policy({"size": {"shortest_edge": 4096, "longest_edge": 200000}})
+    assert policy is not None
+    corrupt = bytearray(video_clips["h264_high_bframes.mp4"])
+    at = len(corrupt) // 3
+    corrupt[at : at + 2000] = np.random.default_rng(1).integers(0, 256, 2000, np.uint8).tobytes()
+    damaged = bytes(corrupt)
+    expected, metadata = pixelwire.decode_video(damaged, num_frames=-1, resize=policy)
+    assert len(expected) < metadata["total_num_frames"] and expected.shape[1:3] != (240, 320)
+
+    async def main() -> dict[str, int]:
+        async with pixelwire.Publisher() as publisher, pixelwire.Reader() as reader:
+            video = await publisher.decode_and_publish_video(
+                damaged, sampling=VideoSampling(num_frames=-1), resize=policy
+            )
+            assert isinstance(video, pixelwire.DecodedVideo)
+            assert video.loader_metadata == metadata
+            frames = await reader.read_decoded(video.to_dict(), output="numpy")
+            np.testing.assert_array_equal(frames, expected)
+            return await _until_no_slot_is_in_use(publisher)
+
+    stats = asyncio.run(main())
+    assert stats["slots_in_use"] == 0 and stats["bytes_in_use"] == 0, stats
 
 
 def test_videos_decode_on_their_own_threads_at_a_lowered_priority(video_clips: dict[str, bytes]) -> None:

@@ -17,7 +17,14 @@ import pytest
 from PIL import Image
 
 import pixelwire
-from pixelwire.resize import ResizePolicy, size_for_max_num_patches, smart_resize
+from pixelwire.resize import (
+    ResizePolicy,
+    qwen3_video_policy,
+    size_for_max_num_patches,
+    smart_resize,
+    temporal_smart_resize,
+    video_resize_policy,
+)
 
 QWEN = {"image_processor_type": "Qwen2VLImageProcessor", "patch_size": 14, "merge_size": 2, "resample": 3}
 
@@ -248,3 +255,121 @@ def test_publisher_ships_the_target_size_and_records_the_policy() -> None:
     height, width = policy.target(1080, 1920)
     assert decoded.shape == (height, width, 3) and decoded.size == height * width * 4
     assert decoded.to_dict()["pixelwire"]["resize"] == {"policy": policy.identity, "source": [1080, 1920]}
+
+
+QWEN3_VIDEO = {"video_processor_type": "Qwen3VLVideoProcessor"}
+
+
+def test_temporal_smart_resize_counts_the_frames_in_its_budget() -> None:
+    """Qwen3-VL's video smart_resize (factor 32, Qwen3VLVideoProcessor's
+    default budget 131072..786432 pixels over all frames): known values,
+    worked by hand from transformers 5.19's arithmetic. A 1080p video gets
+    smaller frames the more frames it has; a tiny one is scaled up; fewer
+    frames than the temporal patch is the processor's error."""
+    low, high = 128 * 32 * 32, 32 * 32 * 768
+    assert temporal_smart_resize(4, 240, 320, 32, 2, low, high) == (256, 320)  # within the budget
+    # beta = sqrt(4 * 1080 * 1920 / 786432) = 3.2476: 1080 / beta / 32 = 10.39, 1920 / beta / 32 = 18.47
+    assert temporal_smart_resize(4, 1080, 1920, 32, 2, low, high) == (320, 576)
+    # beta = sqrt(32 * 1080 * 1920 / 786432) = 9.1856: 3.67 and 6.53 factors
+    assert temporal_smart_resize(32, 1080, 1920, 32, 2, low, high) == (96, 192)
+    # Five frames count as four in the rounding (t_bar), as five in beta:
+    # sqrt(5 * 480 * 853 / 786432) = 1.6134 gives 9.30 and 16.52 factors, four frames 10.39 and 18.47.
+    assert temporal_smart_resize(5, 480, 853, 32, 2, low, high) == (288, 512)
+    assert temporal_smart_resize(4, 480, 853, 32, 2, low, high) == (320, 576)
+    # 20x20 is scaled up to 32x32 first; 4 * 32 * 32 < min: beta = sqrt(131072 / 4096) = 5.657
+    assert temporal_smart_resize(4, 20, 20, 32, 2, low, high) == (192, 192)
+    with pytest.raises(ValueError, match="temporal_factor"):
+        temporal_smart_resize(1, 240, 320, 32, 2, low, high)
+
+
+def test_qwen3_video_policy_is_per_video() -> None:
+    """Qwen3VLVideoProcessor's policy: its class defaults where the config
+    is silent, an identity of its own, a size that depends on the frame
+    count; one frame (under the temporal patch) keeps its size; all of a
+    video's frames (which vLLM lets the processor sample again) are sized
+    for the count its sampling keeps (fps 2, at least 4), or keep their
+    size where that is not known (no source fps, or a fixed num_frames,
+    which the processor refuses beside its fps)."""
+    policy = qwen3_video_policy(QWEN3_VIDEO)
+    assert policy is not None
+    assert (policy.factor, policy.min_pixels, policy.max_pixels) == (32, 131072, 786432)
+    assert policy.temporal_factor == 2 and policy.video_frames and policy.filter == "bicubic"
+    identity = "smart:factor=32:min=131072:max=786432:temporal=2:per_video:sample=2fps/4-768"
+    identity += ":torchvision:bicubic"
+    assert policy.identity == identity
+    assert policy.target(1080, 1920, 4) == (320, 576) != policy.target(1080, 1920, 32)
+    assert policy.target(320, 576, 4) == (320, 576)  # a resized video is its own target
+    assert policy.target(1080, 1920, 1) == (1080, 1920)
+    with pytest.raises(ValueError, match="num_frames"):
+        policy.target(1080, 1920)
+    assert policy.video_target(1080, 1920, 4, 300) == (320, 576)
+    assert policy.processor_sampled_frames(24, 25.0) == 4  # int(24 / 25 * 2) = 1, at least 4
+    assert policy.processor_sampled_frames(300, 30.0) == 20 and policy.processor_sampled_frames(3, 30.0) == 3
+    assert policy.video_target(1080, 1920, 24, 24, 25.0) == (320, 576)
+    assert policy.video_target(1080, 1920, 4, 4) == (1080, 1920)  # no fps: the count is not known
+    fixed = qwen3_video_policy({**QWEN3_VIDEO, "num_frames": 8})
+    assert fixed is not None and fixed.processor_sampled_frames(24, 25.0) is None
+    assert fixed.video_target(1080, 1920, 24, 24, 25.0) == (1080, 1920) and fixed.identity != policy.identity
+    qwen2 = ResizePolicy.from_processor_config({**QWEN, "min_pixels": 3136, "max_pixels": 12544})
+    assert qwen2 is not None and qwen2.video_target(1080, 1920, 4, 4) == qwen2.target(1080, 1920)
+
+
+def test_qwen3_video_policy_reads_its_config_and_refuses_what_it_does_not_reproduce() -> None:
+    """size (replacing the default whole), patch, merge and temporal sizes,
+    resample and the per-frame pixel cap from the config; no policy where
+    the processor does not resize, takes no min/max_pixels aliases, has an
+    incomplete size or a resample that is neither bicubic nor bilinear."""
+    config = {**QWEN3_VIDEO, "size": {"shortest_edge": 4096, "longest_edge": 25165824}}
+    config |= {"patch_size": 14, "merge_size": 2, "temporal_patch_size": 3, "resample": 2}
+    policy = qwen3_video_policy(config)
+    assert policy is not None and policy.filter == "bilinear"
+    settings = (policy.factor, policy.min_pixels, policy.max_pixels, policy.temporal_factor)
+    assert settings == (28, 4096, 25165824, 3)
+    # cap_pixels_per_frame (max_video_tokens 64, factor 32): a frame's share
+    # is max(min(65536, 786432 // 4), int(131072 * 1.05)) = 137625 pixels, so
+    # beta = sqrt(4 * 1080 * 1920 / 550500) = 3.8816: 8.69 and 15.46 factors.
+    capped = qwen3_video_policy({**QWEN3_VIDEO, "cap_pixels_per_frame": True, "max_video_tokens": 64})
+    assert (
+        capped is not None
+        and capped.frame_tokens == 64
+        and capped.identity.endswith(":cap=64:torchvision:bicubic")
+    )
+    assert capped.target(1080, 1920, 4) == (256, 480)
+    for refused in (
+        {"cap_pixels_per_frame": True, "max_video_tokens": 0},
+        {"do_resize": False},
+        {"max_pixels": 100352},
+        {"size": {"longest_edge": 786432}},
+        {"resample": 0},
+        {"temporal_patch_size": 0},
+    ):
+        assert qwen3_video_policy({**QWEN3_VIDEO, **refused}) is None, refused
+
+
+def test_video_resize_policy_reads_the_models_video_processor(tmp_path: Path, caplog) -> None:
+    """From a model folder: Qwen2VLVideoProcessor's per-frame policy,
+    Qwen3VLVideoProcessor's per-video one (also from processor_config.json's
+    video_processor part); none, logged, for another processor, with
+    --mm-processor-kwargs or with Qwen2-VL's cap_pixels_per_frame."""
+
+    def model(name: str, config: dict[str, object], file: str = "video_preprocessor_config.json") -> Path:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / file).write_text(json.dumps(config))
+        return tmp_path / name
+
+    size = {"shortest_edge": 3136, "longest_edge": 12544}
+    qwen2_config = {"video_processor_type": "Qwen2VLVideoProcessor", "size": size}
+    qwen2 = video_resize_policy(model("qwen2", qwen2_config))
+    assert qwen2 is not None and not qwen2.video_frames and qwen2.identity.startswith("smart:factor=28:")
+    qwen3 = video_resize_policy(model("qwen3", {**QWEN3_VIDEO, "size": size}))
+    assert qwen3 is not None and qwen3.video_frames and qwen3.identity.startswith("smart:factor=32:min=3136:")
+    nested = video_resize_policy(model("nested", {"video_processor": QWEN3_VIDEO}, "processor_config.json"))
+    assert nested == qwen3_video_policy(QWEN3_VIDEO)
+    with caplog.at_level(logging.INFO, logger="pixelwire.resize"):
+        assert video_resize_policy(tmp_path / "qwen3", {"fps": 1}) is None
+        capped = {"video_processor_type": "Qwen2VLVideoProcessor", "size": size, "cap_pixels_per_frame": True}
+        assert video_resize_policy(model("capped", capped)) is None
+        llava = model("llava", {"video_processor_type": "LlavaOnevisionVideoProcessor"})
+        assert video_resize_policy(llava) is None
+    assert "not with --mm-processor-kwargs" in caplog.text and "caps the pixels per frame" in caplog.text
+    assert "LlavaOnevisionVideoProcessor is not one pixelwire resizes for" in caplog.text

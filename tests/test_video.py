@@ -23,6 +23,7 @@ from pixelwire import (
     decode_video,
 )
 from pixelwire._native import VideoCapture
+from pixelwire.resize import ResizePolicy, qwen3_video_policy
 
 import video_clips as video_clips_module
 
@@ -179,6 +180,51 @@ def test_truncated_and_corrupt_streams_give_the_frames_that_decode(video_clips):
     corrupt[len(data) // 3 : len(data) // 3 + 2000] = noise.tobytes()
     frames, metadata = decode_video(bytes(corrupt), num_frames=-1)
     assert len(frames) == len(metadata["frames_indices"]) <= 24
+
+
+def test_decode_video_resizes_each_frame_to_the_video_processors_size(video_clips):
+    """``resize``: the same metadata, each frame at the policy's size for
+    the frames sampled (Qwen2-VL's per frame, Qwen3-VL's per video), the
+    frames a read with that size gives; a per-video policy keeps the size
+    frames of a video sized for the count its processor's own sampling
+    keeps (vLLM has it sample those again)."""
+    per_frame = ResizePolicy("smart", factor=28, min_pixels=3136, max_pixels=12544)
+    per_video = qwen3_video_policy({"size": {"shortest_edge": 4096, "longest_edge": 200000}})
+    assert per_video is not None
+    data = video_clips["h264_odd_853x480_444.mp4"]
+    full, metadata = decode_video(data, loader="qwen3_vl")
+    assert len(full) == 4 < metadata["total_num_frames"]
+    for policy, target in ((per_frame, (84, 140)), (per_video, (160, 288))):
+        frames, resized_metadata = decode_video(data, loader="qwen3_vl", resize=policy)
+        assert resized_metadata == metadata and frames.shape == (4, *target, 3) and frames.flags.c_contiguous
+        options = {"resize": target, "resize_kernel": policy.kernel, "resize_filter": policy.filter}
+        read, _ = VideoCapture(data).read(metadata["frames_indices"], **options)
+        np.testing.assert_array_equal(frames, read)
+    every, metadata = decode_video(data, num_frames=-1, resize=per_video)
+    # int(6 / 25 * 2) = 0 frames, at least 4: the size for 4.
+    assert metadata["do_sample_frames"] and every.shape == (6, 160, 288, 3)
+    assert decode_video(data, num_frames=-1, resize=per_frame)[0].shape == (6, 84, 140, 3)
+
+
+def test_a_per_video_size_follows_the_frames_that_decode(video_clips):
+    """A corrupt stream decodes fewer frames than were asked for (here all
+    of them, sized for the 4 the processor would sample of them): the size
+    of a per-video policy is the one for the frames that decoded (the count
+    the processor sees), not for those asked for."""
+    policy = qwen3_video_policy({"size": {"shortest_edge": 4096, "longest_edge": 200000}})
+    assert policy is not None
+    corrupt = bytearray(video_clips["h264_high_bframes.mp4"])
+    at = len(corrupt) // 3
+    corrupt[at : at + 2000] = np.random.default_rng(1).integers(0, 256, 2000, np.uint8).tobytes()
+    damaged = bytes(corrupt)
+    frames, metadata = decode_video(damaged, num_frames=-1, resize=policy)
+    valid, total = metadata["frames_indices"], metadata["total_num_frames"]
+    assert 0 < len(valid) < total
+    target = policy.video_target(240, 320, len(valid), total, metadata["fps"])
+    asked = policy.video_target(240, 320, total, total, metadata["fps"])
+    assert target != asked != (240, 320) and frames.shape == (len(valid), *target, 3)
+    options = {"resize": target, "resize_kernel": policy.kernel, "resize_filter": policy.filter}
+    np.testing.assert_array_equal(frames, VideoCapture(damaged).read(valid, **options)[0])
 
 
 def test_a_far_frame_index_ends_at_the_end_of_the_stream(video_clips):

@@ -78,7 +78,7 @@ fn video_inner(data: &[u8]) {
     let (first, step) = (usize::from(h[2] % 32), usize::from(h[3] % 16));
     let wanted: Vec<usize> = (0..count).map(|i| first + i * step).collect();
     let distinct = wanted.iter().collect::<BTreeSet<_>>().len();
-    match capture.read_frames(&wanted, conversion) {
+    match capture.read_frames(&wanted, conversion, None) {
         Ok(frames) => {
             assert!(distinct <= limits.max_frames, "read {distinct} frames over max_frames");
             let frame_bytes = frames.height * frames.width * 3;
@@ -96,7 +96,7 @@ fn video_inner(data: &[u8]) {
         Err(other) => panic!("read failed: {other:?}"),
     }
     assert!(
-        capture.read_frames(&wanted, conversion).is_err(),
+        capture.read_frames(&wanted, conversion, None).is_err(),
         "a capture read twice"
     );
 }

@@ -201,8 +201,19 @@ class VideoCapture:
     ) -> VideoCapture: ...
     def info(self) -> VideoInfo: ...
     def read(
-        self, indices: Sequence[int], *, rgb_direct: bool = False
-    ) -> tuple[npt.NDArray[np.uint8], list[int]]: ...
+        self,
+        indices: Sequence[int],
+        *,
+        rgb_direct: bool = False,
+        resize: tuple[int, int] | None = None,
+        resize_kernel: Literal["torchvision", "pillow"] = "torchvision",
+        resize_filter: Literal["bicubic", "bilinear"] = "bicubic",
+    ) -> tuple[npt.NDArray[np.uint8], list[int]]:
+        """Decodes the decodable frames of ``indices`` (sorted, each once)
+        as a (T, H, W, 3) uint8 RGB array and their indices; with
+        ``resize=(height, width)``, each frame resized to that size with the
+        named processor arithmetic, as ``NativePublisher.publish_video``
+        resizes. Reads once."""
     def close(self) -> None: ...
 
 class ProbeResult(TypedDict):

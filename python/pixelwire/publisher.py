@@ -35,7 +35,7 @@ from pixelwire.config import (
 from pixelwire.descriptor import Decoded, DecodedVideo, PassThrough
 from pixelwire.nixl import ensure_nixl
 from pixelwire.publish_cache import CacheKey, Outcome, PublishCache
-from pixelwire.video.decode import loader_metadata, sample_video
+from pixelwire.video.decode import frame_resize, loader_metadata, sample_video
 from pixelwire.video.sampling import VideoSampling
 
 if TYPE_CHECKING:
@@ -269,14 +269,21 @@ def _publish_video(
         capture, sampling.loader, sampling.num_frames, sampling.fps, sampling.loader_kwargs
     )
     size = (info["height"], info["width"])
-    options: dict[str, Any] = {}
-    if resize is not None:
-        options = {
-            "resize": resize.target(*size),
-            "resize_kernel": resize.kernel,
-            "resize_filter": resize.filter,
-        }
+    options = frame_resize(resize, size, len(set(wanted)), source)
     fields = native.publish_video(capture, wanted, **options)
+    settled = frame_resize(resize, size, len(fields["indices"]), source)
+    if settled != options:
+        # A frame that did not decode changed the count a per-video size
+        # depends on: the decoded frames again, at the size for that count.
+        native.release(fields["slot"], fields["generation"], fields["handout"])
+        decoded = fields["indices"]
+        capture = _native.VideoCapture(data, threads=threads, limits=limits)
+        fields = native.publish_video(capture, decoded, **settled)
+        if fields["indices"] != decoded:
+            native.release(fields["slot"], fields["generation"], fields["handout"])
+            raise _native.VideoDecodeError(
+                f"the video's frames {decoded} decoded as {fields['indices']} when read again"
+            )
     return _PublishedVideo(
         fields,
         loader_metadata(source, fields["indices"]),

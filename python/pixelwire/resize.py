@@ -15,7 +15,9 @@ Families (what transformers 5.19 does for each):
   ``smart_resize`` with factor = patch_size x merge_size, min/max pixels from
   ``size.shortest_edge``/``size.longest_edge`` (or ``min_pixels``/``max_pixels``);
   GLM-4.1V/4.5V/4.6V (``Glm4vImageProcessor``) with GLM's own
-  ``smart_resize``, whose pixel budget counts the temporal patch.
+  ``smart_resize``, whose pixel budget counts the temporal patch; and the
+  video processors (:func:`video_resize_policy`): Qwen2-VL's per frame as
+  its images, Qwen3-VL's per video (the budget counts the video's frames).
 - ``fixed``: ``size: {height, width}`` (SigLIP; Gemma 3 without
   pan-and-scan, which would resize crops of the original beside it;
   GOT-OCR2 without ``crop_to_patches``, Aya Vision's tiles and thumbnail).
@@ -84,7 +86,18 @@ class ResizePolicy:
     factor: int = 0
     min_pixels: int = 0
     max_pixels: int = 0
-    temporal_factor: int = 0  # GLM's smart_resize; 0 for Qwen's
+    temporal_factor: int = 0  # GLM's and Qwen3-VL video's smart_resize; 0 for Qwen's
+    # Qwen3-VL's video smart_resize: the pixel budget counts the video's
+    # frames, not the temporal patch, so the size is per video.
+    video_frames: bool = False
+    # How that processor samples a video given whole (vLLM's
+    # do_sample_frames): its fps (0: not reproduced) and frame bounds.
+    sample_fps: float = 0.0
+    min_frames: int = 0
+    max_frames: int = 0
+    # Its cap_pixels_per_frame: the tokens a frame may take
+    # (max_video_tokens); 0 without the cap.
+    frame_tokens: int = 0
     # fixed; longest_edge's bounds
     height: int = 0
     width: int = 0
@@ -101,6 +114,9 @@ class ResizePolicy:
         if self.family == "smart":
             shape = f"smart:factor={self.factor}:min={self.min_pixels}:max={self.max_pixels}"
             shape += f":temporal={self.temporal_factor}" if self.temporal_factor else ""
+            if self.video_frames:
+                shape += f":per_video:sample={self.sample_fps:g}fps/{self.min_frames}-{self.max_frames}"
+                shape += f":cap={self.frame_tokens}" if self.frame_tokens else ""
         elif self.family == "fixed":
             shape = f"fixed:{self.height}x{self.width}"
         elif self.family == "max_num_patches":
@@ -111,23 +127,58 @@ class ResizePolicy:
             shape = f"shortest_edge:{self.shortest_edge}"
         return f"{shape}:{self.kernel}:{self.filter}"
 
-    def target(self, height: int, width: int) -> tuple[int, int]:
+    def target(self, height: int, width: int, num_frames: int | None = None) -> tuple[int, int]:
         """The (height, width) to ship a (height, width) image at: the size
         the processor resizes it to, or its own size when the processor would
         resize that result again (a side clamped to the factor at an extreme
         aspect ratio leaves it over the pixel budget): only a size the
-        processor leaves alone gives its outputs exactly."""
-        resized = self.processor_target(height, width)
+        processor leaves alone gives its outputs exactly. ``num_frames``:
+        the frames of the video a ``video_frames`` policy resizes (fewer
+        than the temporal patch: the processor fails on them, as it will on
+        vLLM's own, so they keep their size)."""
+        if self.video_frames and num_frames is not None and num_frames < self.temporal_factor:
+            return height, width
+        resized = self.processor_target(height, width, num_frames)
         if min(resized) < 1:
             # Pixtral's floor at an extreme aspect ratio: the processor
             # fails on the image, as it will on vLLM's own.
             return height, width
-        if resized != (height, width) and self.processor_target(*resized) != resized:
+        if resized != (height, width) and self.processor_target(*resized, num_frames) != resized:
             return height, width
         return resized
 
-    def processor_target(self, height: int, width: int) -> tuple[int, int]:
-        """The (height, width) the processor resizes a (height, width) image to."""
+    def video_target(
+        self, height: int, width: int, frames: int, total_frames: int, fps: float = 0.0
+    ) -> tuple[int, int]:
+        """The (height, width) to ship each of ``frames`` frames sampled
+        from a video of ``total_frames`` at (``total_frames`` and ``fps``:
+        vLLM's ``total_num_frames`` and ``fps`` metadata). A
+        ``video_frames`` policy's size depends on the count the processor
+        resizes: when the frames are all of the video's, vLLM has the
+        processor sample them again (``do_sample_frames``), so it is the
+        count that sampling keeps (:meth:`processor_sampled_frames`); where
+        that is not known they keep their size."""
+        if self.video_frames and frames == total_frames:
+            sampled = self.processor_sampled_frames(total_frames, fps)
+            if sampled is None:
+                return height, width
+            frames = sampled
+        return self.target(height, width, frames)
+
+    def processor_sampled_frames(self, total_frames: int, fps: float) -> int | None:
+        """How many frames Qwen3VLVideoProcessor's ``sample_frames`` keeps of
+        a video of ``total_frames`` at ``fps`` (transformers 5.19's
+        arithmetic, in its order); None where it is not reproduced (no fps
+        of its own, or a source fps it would divide by zero with)."""
+        if self.sample_fps <= 0 or fps <= 0:
+            return None
+        count = int(total_frames / fps * self.sample_fps)
+        return min(max(count, self.min_frames), self.max_frames, total_frames)
+
+    def processor_target(self, height: int, width: int, num_frames: int | None = None) -> tuple[int, int]:
+        """The (height, width) the processor resizes a (height, width) image
+        (or a video of ``num_frames`` such frames, for a ``video_frames``
+        policy) to."""
         if self.family == "fixed":
             return self.height, self.width
         if self.family == "max_num_patches":
@@ -140,8 +191,19 @@ class ResizePolicy:
             new_short, new_long = self.shortest_edge, int(self.shortest_edge * long / short)
             return (new_long, new_short) if width <= height else (new_short, new_long)
         if self.temporal_factor:
-            return glm_smart_resize(
-                height, width, self.factor, self.temporal_factor, self.min_pixels, self.max_pixels
+            frames, budget = self.temporal_factor, self.max_pixels  # GLM's image: one temporal patch
+            if self.video_frames:
+                if num_frames is None:
+                    raise ValueError(f"{self.identity} sizes a whole video: give its num_frames")
+                frames = num_frames
+                if self.frame_tokens:
+                    # cap_pixels_per_frame: a frame's share is the token cap
+                    # or an even share of the budget, at least 1.05 x the minimum.
+                    cap = self.frame_tokens * self.factor * self.factor
+                    per_frame = max(min(cap, self.max_pixels // frames), int(self.min_pixels * 1.05))
+                    budget = per_frame * frames
+            return temporal_smart_resize(
+                frames, height, width, self.factor, self.temporal_factor, self.min_pixels, budget
             )
         return smart_resize(height, width, self.factor, self.min_pixels, self.max_pixels)
 
@@ -284,6 +346,22 @@ class ResizePolicy:
 # Qwen2VLVideoProcessor (Qwen2-VL, Qwen2.5-VL) resizes every frame with
 # smart_resize over its own size, as Qwen2VLImageProcessor does an image.
 _SMART_VIDEO = ("Qwen2VLVideoProcessor",)
+# Qwen3VLVideoProcessor sizes a whole video (its smart_resize counts the
+# frames); its class defaults, which a config without them keeps.
+_QWEN3_VIDEO = "Qwen3VLVideoProcessor"
+_QWEN3_VIDEO_DEFAULTS: dict[str, Any] = {
+    "size": {"shortest_edge": 128 * 32 * 32, "longest_edge": 32 * 32 * 768},
+    "patch_size": 16,
+    "merge_size": 2,
+    "temporal_patch_size": 2,
+    "resample": 3,
+    "fps": 2,
+    "min_frames": 4,
+    "max_frames": 768,
+    "num_frames": None,
+    "cap_pixels_per_frame": None,
+    "max_video_tokens": 768,
+}
 
 
 def video_resize_policy(
@@ -291,21 +369,74 @@ def video_resize_policy(
 ) -> ResizePolicy | None:
     """The resize ``model``'s video processor applies to each frame, read
     from its ``video_preprocessor_config.json`` or the ``video_processor``
-    part of ``processor_config.json``; None, logged, when pixelwire does not
-    reproduce it: another video processor, ``--mm-processor-kwargs`` (vLLM
-    passes them on to videos by rules of its own) or the per-frame pixel cap
-    (``cap_pixels_per_frame``, which divides a token budget among frames)."""
+    part of ``processor_config.json``: ``Qwen2VLVideoProcessor``'s per frame,
+    ``Qwen3VLVideoProcessor``'s per video (see
+    :meth:`ResizePolicy.video_target`). None, logged, when pixelwire does
+    not reproduce it: another video processor, ``--mm-processor-kwargs``
+    (vLLM passes them on to videos by rules of its own) or Qwen2-VL's
+    per-frame pixel cap (``cap_pixels_per_frame``, which divides a token
+    budget among frames; Qwen3-VL's is reproduced)."""
     config = video_processor_config(str(model))
     if config is None:
         return _no_video_resize(f"{model}: no video processor config")
     name = str(config.get("video_processor_type") or "").removesuffix("Fast")
-    if name not in _SMART_VIDEO:
+    if name not in (*_SMART_VIDEO, _QWEN3_VIDEO):
         return _no_video_resize(f"{name or 'an unnamed video processor'} is not one pixelwire resizes for")
     if mm_processor_kwargs:
         return _no_video_resize("not with --mm-processor-kwargs")
+    if name == _QWEN3_VIDEO:
+        return qwen3_video_policy(config)
     if config.get("cap_pixels_per_frame"):
         return _no_video_resize(f"{name} caps the pixels per frame from a token budget")
     return ResizePolicy.from_processor_config({**config, "image_processor_type": "Qwen2VLImageProcessor"})
+
+
+def qwen3_video_policy(config: Mapping[str, Any]) -> ResizePolicy | None:
+    """The per-video resize of a ``Qwen3VLVideoProcessor`` config (its class
+    defaults where the config has none; a ``size`` replaces the default
+    whole, as the processor takes it); None, logged, where it does not
+    resize or pixelwire does not reproduce it."""
+    settings = {**_QWEN3_VIDEO_DEFAULTS, **config}
+    if settings.get("do_resize", True) is False:
+        return _no_video_resize(f"{_QWEN3_VIDEO} does not resize (do_resize is false)")
+    if any(key in config for key in ("min_pixels", "max_pixels")):
+        # The processor has no such aliases: its budget is size's alone.
+        return _no_video_resize(f"{_QWEN3_VIDEO} takes its pixel budget from size, not min_pixels/max_pixels")
+    resample = settings["resample"]
+    filter_ = _RESAMPLE.get(resample) if isinstance(resample, int) else None
+    if filter_ is None:
+        return _no_video_resize(f"{_QWEN3_VIDEO}: resample {resample!r} is not bicubic or bilinear")
+    size = settings["size"] if isinstance(settings["size"], Mapping) else {}
+    patch, merge, temporal = (settings[key] for key in ("patch_size", "merge_size", "temporal_patch_size"))
+    low, high = size.get("shortest_edge", 0), size.get("longest_edge", 0)
+    if not all(_positive(value) for value in (patch, merge, temporal, low, high)):
+        return _no_video_resize(
+            f"{_QWEN3_VIDEO}: patch, merge and temporal sizes and size's shortest/longest_edge must be "
+            "positive integers"
+        )
+    # Its sampling of a whole video: fps frames a second within
+    # [min_frames, max_frames]; not reproduced with a fixed num_frames
+    # (which it refuses beside fps) or without an fps.
+    tokens = settings["max_video_tokens"] if settings["cap_pixels_per_frame"] else 0
+    if settings["cap_pixels_per_frame"] and not _positive(tokens):
+        return _no_video_resize(f"{_QWEN3_VIDEO}: max_video_tokens {tokens!r} is not a positive integer")
+    fps, least, most = settings["fps"], settings["min_frames"], settings["max_frames"]
+    samples = settings["num_frames"] is None and _positive(least) and _positive(most)
+    samples = samples and isinstance(fps, (int, float)) and not isinstance(fps, bool) and fps > 0
+    return ResizePolicy(
+        "smart",
+        filter_,
+        "torchvision",
+        factor=int(patch) * int(merge),
+        min_pixels=int(low),
+        max_pixels=int(high),
+        temporal_factor=int(temporal),
+        video_frames=True,
+        sample_fps=float(fps) if samples else 0.0,
+        min_frames=int(least) if samples else 0,
+        max_frames=int(most) if samples else 0,
+        frame_tokens=int(tokens),
+    )
 
 
 def video_processor_config(model: str) -> dict[str, Any] | None:
@@ -343,13 +474,23 @@ def smart_resize(height: int, width: int, factor: int, min_pixels: int, max_pixe
     return h_bar, w_bar
 
 
-def glm_smart_resize(
-    height: int, width: int, factor: int, temporal_factor: int, min_pixels: int, max_pixels: int
+def temporal_smart_resize(
+    num_frames: int,
+    height: int,
+    width: int,
+    factor: int,
+    temporal_factor: int,
+    min_pixels: int,
+    max_pixels: int,
 ) -> tuple[int, int]:
-    """GLM-4.1V's target size for an image (``num_frames`` = the temporal
-    patch), as transformers 5.19 computes it: tiny images scaled up to the
-    factor first, the pixel budget counting the temporal patch."""
-    num_frames = temporal_factor
+    """The target size of ``num_frames`` frames of (height, width), as
+    transformers 5.19's ``smart_resize`` of GLM-4.1V (an image is one
+    temporal patch of frames) and of Qwen3-VL's video processor (the same
+    function) computes it: tiny frames scaled up to the factor first, the
+    pixel budget counting the frames rounded to the temporal patch, beta
+    the frames themselves."""
+    if num_frames < temporal_factor:
+        raise ValueError(f"t:{num_frames} must be larger than temporal_factor:{temporal_factor}")
     if height < factor or width < factor:
         scale = max(factor / height, factor / width)
         height = int(height * scale)

@@ -5,7 +5,7 @@ use numpy::{PyArray1, PyArrayMethods};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
-use super::Encoded;
+use super::{resize_target, Encoded};
 use crate::video::{self, Capture, Conversion};
 
 /// Bounds on one video, checked before the memory they guard is taken.
@@ -156,21 +156,28 @@ impl PyVideoCapture {
 
     /// Decodes up to the last of `indices` and returns the decodable ones
     /// among them as a (T, H, W, 3) uint8 RGB array and their sorted
-    /// indices. Reads once; the capture is closed afterwards.
-    #[pyo3(signature = (indices, *, rgb_direct = false))]
+    /// indices; with `resize=(height, width)`, each frame resized to that
+    /// size with the named processor arithmetic (as `publish_video` does).
+    /// Reads once; the capture is closed afterwards.
+    #[pyo3(signature = (indices, *, rgb_direct = false, resize = None, resize_kernel = "torchvision", resize_filter = "bicubic"))]
     fn read<'py>(
         &mut self,
         py: Python<'py>,
         indices: Vec<usize>,
         rgb_direct: bool,
+        resize: Option<(usize, usize)>,
+        resize_kernel: &str,
+        resize_filter: &str,
     ) -> PyResult<(Bound<'py, PyAny>, Vec<usize>)> {
+        let target = resize_target(resize, resize_kernel, resize_filter)?;
         let mut capture = self.take()?;
         let conversion = if rgb_direct {
             Conversion::RgbDirect
         } else {
             Conversion::BgrSwapped
         };
-        let frames = py.detach(move || capture.read_frames(&indices, conversion))?;
+        let frames =
+            py.detach(move || capture.read_frames(&indices, conversion, target.as_ref()))?;
         let shape = [frames.indices.len(), frames.height, frames.width, 3];
         let array = PyArray1::from_vec(py, frames.pixels).reshape(shape)?;
         Ok((array.into_any(), frames.indices))

@@ -234,21 +234,31 @@ impl Capture {
     /// the wanted frames are converted to RGB, and H.264 frames that no
     /// frame refers to are not decoded unless wanted (the shim's skipper;
     /// it numbers frames as OpenCV does or gives up, and then every frame
-    /// is read again). A capture reads once.
-    pub fn read_frames(&mut self, wanted: &[usize], conversion: Conversion) -> Result<Frames> {
-        let len = self.sampled_bytes(wanted, None)?;
+    /// is read again). Each frame is resized to `resize` (with that
+    /// processor arithmetic) when given. A capture reads once.
+    pub fn read_frames(
+        &mut self,
+        wanted: &[usize],
+        conversion: Conversion,
+        resize: Option<&Target>,
+    ) -> Result<Frames> {
+        let len = self.sampled_bytes(wanted, resize)?;
         let mut pixels = Vec::new();
         pixels
             .try_reserve_exact(len)
             .map_err(|_| Error::Video("out of memory for the sampled frames".into()))?;
         pixels.resize(len, 0);
-        let indices = self.read_frames_into(wanted, conversion, None, &mut pixels)?;
-        pixels.truncate(indices.len() * self.frame_bytes(None));
+        let indices = self.read_frames_into(wanted, conversion, resize, &mut pixels)?;
+        pixels.truncate(indices.len() * self.frame_bytes(resize));
+        let (height, width) = match resize {
+            Some(target) => (target.height, target.width),
+            None => (self.info.height as usize, self.info.width as usize),
+        };
         Ok(Frames {
             pixels,
             indices,
-            height: self.info.height as usize,
-            width: self.info.width as usize,
+            height,
+            width,
         })
     }
 

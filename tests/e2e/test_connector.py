@@ -4,6 +4,7 @@ the same inputs: same pixels, same modes, vLLM's settings respected."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import http.server
 import sys
 import threading
@@ -539,6 +540,75 @@ def test_a_video_reference_must_be_sampled_as_this_vllm_samples(
         asyncio.run(ours_cls(media_io_kwargs={"video": {"num_frames": 2}}).fetch_video_async(resized))
     with pytest.raises(ValueError, match="names an image, sent as a video"):
         asyncio.run(ours_cls().fetch_video_async(encode_reference(OTHER_MODE)))
+
+
+def test_frames_resized_per_video_are_checked_for_their_count(
+    connectors: tuple[Any, Any], unsigned_allowed: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """For a Qwen3-VL model (PIXELWIRE_MODEL) the plug-in checks a
+    frontend-resized video against the size its video processor makes a
+    video of that many frames: frames sized per frame (Qwen2-VL's rule) are
+    refused before any READ; frames at the per-video size pass the check
+    (and go on to their READ)."""
+    import json
+
+    from pixelwire.descriptor import DecodedVideo
+    from pixelwire.resize import video_resize_policy
+    from pixelwire.signing import encode_reference
+    from pixelwire.vllm.video import worker_video_resize_policy
+
+    image = {"image_processor_type": "Qwen2VLImageProcessor", "min_pixels": 3136, "max_pixels": 1 << 20}
+    (tmp_path / "preprocessor_config.json").write_text(json.dumps(image))
+    video = {"video_processor_type": "Qwen3VLVideoProcessor"}
+    video |= {"size": {"shortest_edge": 4096, "longest_edge": 200000}}
+    (tmp_path / "video_preprocessor_config.json").write_text(json.dumps(video))
+    policy = video_resize_policy(tmp_path)
+    assert policy is not None and policy.video_frames
+    monkeypatch.setenv("PIXELWIRE_MODEL", str(tmp_path))
+    worker_video_resize_policy.cache_clear()
+    ours_cls, _ = connectors
+    indices = [0, 8, 15, 23]
+
+    def reference(height: int, width: int) -> str:
+        frames = DecodedVideo(
+            nixl_metadata="b64:AAAA",
+            addr=1 << 20,
+            size=4 * height * width * 3,
+            shape=(4, height, width, 3),
+            content_hash="xxh3-256k:0123456789abcdef",
+            agent="front",
+            slot=1,
+            generation=1,
+            expires_at=time.time() + 60,
+            notification="pw1:1:1",
+            loader_metadata={
+                "total_num_frames": 24,
+                "fps": 25.0,
+                "duration": 0.96,
+                "video_backend": "opencv",
+                "frames_indices": indices,
+                "do_sample_frames": False,
+            },
+            sampling={"loader": "qwen3_vl", "num_frames": 32, "fps": 2.0},
+            resize={"policy": policy.identity, "source": [240, 320]},
+        )
+        return encode_reference(frames.to_dict())
+
+    per_video = policy.video_target(240, 320, 4, 24)
+    per_frame = dataclasses.replace(policy, video_frames=False, temporal_factor=0).target(240, 320)
+    assert per_video != per_frame
+    try:
+        with pytest.raises(ValueError, match="video processor resizes for"):
+            asyncio.run(
+                ours_cls().fetch_video_async(reference(*per_frame), video_processor="Qwen3VLVideoProcessor")
+            )
+        # Past the check, the READ of this made-up descriptor fails on its agent metadata.
+        with pytest.raises(ValueError, match="nixl_metadata"):
+            asyncio.run(
+                ours_cls().fetch_video_async(reference(*per_video), video_processor="Qwen3VLVideoProcessor")
+            )
+    finally:
+        worker_video_resize_policy.cache_clear()
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 import pixelwire
-from pixelwire.resize import ResizePolicy
+from pixelwire.resize import ResizePolicy, video_resize_policy
 
 import stack
 from frontend_client import SECRET, chat, expected, in_use, post, send, started_frontend, user, wait_empty
@@ -469,6 +469,39 @@ def test_videos_are_sampled_here_and_read_over_nixl_as_vllms_loader_would(
     assert status == 201, answer
     assert json.loads(answer)["images"] == [_frames_seen(pixelwire.decode_video(clips[0], num_frames=2)[0])]
     assert wait_empty(video_frontend, 10) == 0
+
+
+def test_a_qwen3_vl_models_videos_ship_at_its_video_processors_size(
+    upstream: Upstream, video_clips: dict[str, bytes], tmp_path: Path
+) -> None:
+    """With ``--model`` of a Qwen3-VL model (``Qwen3VLVideoProcessor``), the
+    frontend samples as vLLM's ``qwen3_vl`` loader and ships each frame at
+    the size that processor makes the video (its budget over the sampled
+    frames): the frames ``decode_video(resize=)`` gives with the model's
+    policy."""
+    model = tmp_path / "qwen3"
+    model.mkdir()
+    image = {"image_processor_type": "Qwen2VLImageProcessor", "patch_size": 16, "merge_size": 2}
+    image |= {"min_pixels": 3136, "max_pixels": 50176}
+    (model / "preprocessor_config.json").write_text(json.dumps(image))
+    video = {"video_processor_type": "Qwen3VLVideoProcessor"}
+    video |= {"size": {"shortest_edge": 4096, "longest_edge": 200000}}
+    (model / "video_preprocessor_config.json").write_text(json.dumps(video))
+    image_policy, video_policy = ResizePolicy.from_pretrained(model), video_resize_policy(model)
+    assert image_policy is not None and video_policy is not None and video_policy.video_frames
+    upstream.metrics_text = worker_info(resize=image_policy.identity)  # a worker resizing alike
+    service = started_frontend(tmp_path, upstream.url, "--model", str(model))
+    clip = video_clips["h264_high_bframes.mp4"]
+    try:
+        status, answer = post(service, {"model": "m", "messages": user(_video_part(clip))})
+        assert status == 201, answer
+        frames, _ = pixelwire.decode_video(clip, loader="qwen3_vl", resize=video_policy)
+        assert frames.shape[1:3] == video_policy.video_target(240, 320, 4, 24) != (240, 320)
+        assert json.loads(answer)["images"] == [_frames_seen(frames)]
+        assert wait_empty(service, 10) == 0
+    finally:
+        service.stop()
+        upstream.metrics_text = INFO
 
 
 def test_bad_videos_are_400s_naming_the_part_and_the_setting(

@@ -14,6 +14,7 @@ from pixelwire.video.loaders import LOADERS, SourceMetadata
 
 if TYPE_CHECKING:
     from pixelwire._native import Buffer
+    from pixelwire.resize import ResizePolicy
 
 
 def decode_video(
@@ -22,6 +23,7 @@ def decode_video(
     loader: str = "opencv",
     num_frames: int = config.VIDEO_NUM_FRAMES,
     fps: float | None = None,
+    resize: ResizePolicy | None = None,
     threads: int = 0,
     limits: VideoLimits | None = None,
     backend: str = "opencv",
@@ -37,7 +39,11 @@ def decode_video(
     0 for min(cores, 16). Returns a C-contiguous uint8 ``(T, H, W, 3)`` RGB
     array and vLLM's metadata dict (``total_num_frames``, ``fps``,
     ``duration``, ``video_backend``, ``frames_indices``,
-    ``do_sample_frames``). Frames that do not decode are left out, as vLLM
+    ``do_sample_frames``). With ``resize`` (a model's video processor's
+    policy, :func:`pixelwire.resize.video_resize_policy`) each frame comes
+    back at the size that processor would resize it to, resized as the
+    frontend's publish does (:func:`frame_resize`); the metadata is the
+    same. Frames that do not decode are left out, as vLLM
     leaves them out; a video with no decodable frame raises
     ``VideoDecodeError``. ``limits`` (default: the ``PIXELWIRE_MAX_VIDEO_*``
     environment, else ``VideoLimits()``) are checked before any frame memory
@@ -49,12 +55,41 @@ def decode_video(
     if limits is None:
         limits = config.video_limits_from_env()
     capture = VideoCapture(data, threads=threads, limits=limits)
-    codec = capture.info()["codec"]
+    info = capture.info()
+    size = (info["height"], info["width"])
     source, wanted = sample_video(capture, loader, num_frames, fps, loader_kwargs)
-    frames, valid = capture.read(wanted)
+    options = frame_resize(resize, size, len(set(wanted)), source)
+    frames, valid = capture.read(wanted, **options)
     if not valid:
-        raise VideoDecodeError(f"no frame of the video could be decoded ({codec})")
+        raise VideoDecodeError(f"no frame of the video could be decoded ({info['codec']})")
+    settled = frame_resize(resize, size, len(valid), source)
+    if settled != options:
+        # A frame that did not decode changed the count a per-video size
+        # depends on: the decoded frames again, at the size for that count.
+        frames, again = VideoCapture(data, threads=threads, limits=limits).read(valid, **settled)
+        if again != valid:
+            raise VideoDecodeError(f"the video's frames {valid} decoded as {again} when read again")
     return frames, loader_metadata(source, valid)
+
+
+def frame_resize(
+    policy: ResizePolicy | None, size: tuple[int, int], frames: int, source: SourceMetadata
+) -> dict[str, Any]:
+    """The resize options (``resize``, ``resize_kernel``, ``resize_filter``)
+    that ``VideoCapture.read`` and ``NativePublisher.publish_video`` take
+    for ``frames`` frames of ``size`` sampled from ``source`` (as the
+    loader sees it: its metadata's frame count and fps):
+    ``policy``'s :meth:`~pixelwire.resize.ResizePolicy.video_target`,
+    none where the frames keep their size. The one place both paths get
+    their frame size from; a caller whose decoded count differs from the
+    one it asked with asks again, and redoes the frames if the answer
+    changed."""
+    if policy is None:
+        return {}
+    target = policy.video_target(*size, frames, source.total_frames_num, source.original_fps)
+    if target == size:
+        return {}
+    return {"resize": target, "resize_kernel": policy.kernel, "resize_filter": policy.filter}
 
 
 def check_backend(backend: str, frame_recovery: bool) -> None:

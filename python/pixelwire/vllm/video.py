@@ -114,7 +114,8 @@ def worker_video_resize_policy() -> ResizePolicy | None:
 
 def _check_frame_resize(remote: RemoteImage) -> None:
     """Frontend-resized frames must carry this vLLM's video processor's
-    policy and its target size."""
+    policy and its target size (for their count, where the size is per
+    video)."""
     assert remote.resize is not None
     policy, (height, width) = remote.resize.policy, remote.resize.source
     expected = worker_video_resize_policy()
@@ -125,7 +126,12 @@ def _check_frame_resize(remote: RemoteImage) -> None:
             "--mm-processor-kwargs set): give the frontend the same --model and "
             "--mm-processor-kwargs as vLLM"
         )
-    if policy != expected.identity or remote.shape[:2] != expected.target(height, width):
+    assert remote.frames is not None and remote.video is not None
+    metadata = remote.video.loader_metadata
+    total, fps = metadata["total_num_frames"], metadata["fps"]
+    if policy != expected.identity or remote.shape[:2] != expected.video_target(
+        height, width, remote.frames, total, fps
+    ):
         raise DescriptorError(
             f"the frontend resized this video's frames for {policy}, but this vLLM's video processor "
             f"resizes for {expected.identity}: give the frontend the same --model and "
