@@ -123,6 +123,16 @@ def video_clips(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
 
 
 @pytest.fixture(scope="session")
+def corrupt_video(video_clips: dict[str, bytes]) -> bytes:
+    """``h264_high_bframes.mp4`` with 2000 random bytes a third of the way
+    in: some of its frames no longer decode, the others still do."""
+    corrupt = bytearray(video_clips["h264_high_bframes.mp4"])
+    at = len(corrupt) // 3
+    corrupt[at : at + 2000] = np.random.default_rng(1).integers(0, 256, 2000, np.uint8).tobytes()
+    return bytes(corrupt)
+
+
+@pytest.fixture(scope="session")
 def bad_videos(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
     """``video_clips.BAD_SOURCES`` by name (audio only, zero frames, codecs
     pixelwire does not decode, an mp4 with its index at the end)."""

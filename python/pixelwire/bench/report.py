@@ -93,18 +93,18 @@ class Report:
         return out
 
 
-def _ms(value: float | None) -> str:
+def ms_text(value: float | None) -> str:
     if value is None:
         return "-"
     return f"{value:.0f}" if value >= 100 else f"{value:.1f}"
 
 
-def _mb(value: float | None) -> str:
+def mb_text(value: float | None) -> str:
     return "-" if value is None else f"{value / 1e6:.2f}"
 
 
 def _triple(values: Mapping[str, float | None]) -> str:
-    return " / ".join(_ms(values[k]) for k in ("p50", "p90", "p99"))
+    return " / ".join(ms_text(values[k]) for k in ("p50", "p90", "p99"))
 
 
 def workload_table(report: Report, workload: str) -> list[str]:
@@ -123,8 +123,8 @@ def workload_table(report: Report, workload: str) -> list[str]:
             errors = f"{c['errors']}/{c['requests']}"
             lines.append(
                 f"| {report.paths[path]} | {concurrency} | {rate} | {_triple(c['latency_ms'])} "
-                f"| {_triple(c['ttft_ms'])} | {_ms(cpu['api_server'])} | {_ms(cpu['vllm_all'])} "
-                f"| {_ms(cpu['frontend'])} | {_mb(c['nixl_bytes_per_image'])} | {errors} |"
+                f"| {_triple(c['ttft_ms'])} | {ms_text(cpu['api_server'])} | {ms_text(cpu['vllm_all'])} "
+                f"| {ms_text(cpu['frontend'])} | {mb_text(c['nixl_bytes_per_image'])} | {errors} |"
             )
     return lines
 
@@ -144,8 +144,8 @@ def by_input_table(report: Report) -> list[str]:
             pooled = report.pooled(path, workload)
             c = report.cell(path, workload, top)
             rate = "-" if c is None or c["images_per_s"] is None else f"{c['images_per_s']:.2f}"
-            p50 = "-" if c is None else _ms(c["latency_ms"]["p50"])
-            cells.append(f"{_ms(pooled['api_server'])} ms · {rate}/s · {p50} ms")
+            p50 = "-" if c is None else ms_text(c["latency_ms"]["p50"])
+            cells.append(f"{ms_text(pooled['api_server'])} ms · {rate}/s · {p50} ms")
         lines.append(f"| {report.title(workload)} | " + " | ".join(cells) + " |")
     return lines
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from pixelwire.bench.conversation import turn_ratios
+from pixelwire.bench.report import mb_text, ms_text
 
 CHART = "turns.png"
 # The chart's rows: what a request costs, by turn.
@@ -16,16 +17,6 @@ ROWS: dict[str, Callable[[Mapping[str, Any]], float | None]] = {
     "frontend CPU ms per request": lambda c: c["cpu_ms_per_request"]["frontend"],
     "latency p50, ms": lambda c: c["latency_ms"]["p50"],
 }
-
-
-def _ms(value: float | None) -> str:
-    if value is None:
-        return "-"
-    return f"{value:.0f}" if value >= 100 else f"{value:.1f}"
-
-
-def _mb(value: float | None) -> str:
-    return "-" if value is None else f"{value / 1e6:.2f}"
 
 
 def _times(value: float | None) -> str:
@@ -48,10 +39,12 @@ def turns_table(cells: Sequence[Mapping[str, Any]], paths: Mapping[str, str]) ->
         cpu = c["cpu_ms_per_request"]
         latency, ttft = c["latency_ms"], c["ttft_ms"]
         lines.append(
-            f"| {paths[c['path']]} | {c['concurrency']} | {c['turn']} | {_ms(latency['p50'])} / "
-            f"{_ms(latency['p90'])} | {_ms(ttft['p50'])} / {_ms(ttft['p90'])} | {_ms(cpu['api_server'])} "
-            f"| {_ms(cpu['vllm_all'])} | {_ms(cpu['frontend'])} | {_mb(c['nixl_pixel_bytes_per_request'])} "
-            f"| {_mb(c['nixl_read_bytes_per_request'])} | {c['errors']}/{c['requests']} |"
+            f"| {paths[c['path']]} | {c['concurrency']} | {c['turn']} "
+            f"| {ms_text(latency['p50'])} / {ms_text(latency['p90'])} "
+            f"| {ms_text(ttft['p50'])} / {ms_text(ttft['p90'])} | {ms_text(cpu['api_server'])} "
+            f"| {ms_text(cpu['vllm_all'])} | {ms_text(cpu['frontend'])} "
+            f"| {mb_text(c['nixl_pixel_bytes_per_request'])} "
+            f"| {mb_text(c['nixl_read_bytes_per_request'])} | {c['errors']}/{c['requests']} |"
         )
     return lines
 
@@ -73,8 +66,8 @@ def ratio_table(cells: Sequence[Mapping[str, Any]], paths: Mapping[str, str]) ->
     for r in ratios:
         first = by_key[(r["path"], r["concurrency"], r["first_turn"])]
         end = by_key[(r["path"], r["concurrency"], r["last_turn"])]
-        api, front = (f"{_ms(ROWS[row](first))} → {_ms(ROWS[row](end))}" for row in list(ROWS)[:2])
-        latency = f"{_ms(first['latency_ms']['p50'])} → {_ms(end['latency_ms']['p50'])}"
+        api, front = (f"{ms_text(ROWS[row](first))} → {ms_text(ROWS[row](end))}" for row in list(ROWS)[:2])
+        latency = f"{ms_text(first['latency_ms']['p50'])} → {ms_text(end['latency_ms']['p50'])}"
         lines.append(
             f"| {paths[r['path']]} | {r['concurrency']} | {api} | {_times(r['cpu_ratio']['api_server'])} "
             f"| {front} | {_times(r['cpu_ratio']['frontend'])} | {latency} |"
