@@ -20,11 +20,11 @@ built, else ``decode_image``):
   lossless encoding of each input (PPM/PGM, PNG for 4 channels), whose decode is exact; its
   time includes that decode (for PPM little more than a copy), so it is an upper bound.
 
-The script builds the inputs, resizes each to many sizes with both filters and both kernels,
+The script builds the inputs, resizes each to many sizes with every filter and both kernels,
 and compares with
 
-* ``torchvision.transforms.v2.functional.resize(uint8 CHW, [h, w], BICUBIC|BILINEAR, antialias=True)``
-* ``PIL.Image.resize((w, h), BICUBIC|BILINEAR)``
+* ``torchvision.transforms.v2.functional.resize(uint8 CHW, [h, w], BICUBIC|BILINEAR|LANCZOS, antialias=True)``
+* ``PIL.Image.resize((w, h), BICUBIC|BILINEAR|LANCZOS)``
 
 reporting max abs diff / number of differing bytes, and single-thread timings. Unless
 ``--no-aten-default``, it re-runs torch under ATEN_CPU_CAPABILITY=default (scalar ATen kernels).
@@ -65,7 +65,7 @@ WORK = os.environ.get("RESIZE_WORK", "/tmp/resize-check")
 CORPUS = os.environ.get("RESIZE_CORPUS", str(Path(__file__).resolve().parents[2] / "shared" / "corpus"))
 TIMING_INPUTS = ("photo1080p", "photo4k")
 TIMING_REPS = 7
-FILTERS = ("bicubic", "bilinear")
+FILTERS = ("bicubic", "bilinear", "lanczos")
 KERNELS = ("torch", "pil")
 # decode_image's names for the kernels
 NATIVE_KERNEL = {"torch": "torchvision", "pil": "pillow"}
@@ -182,7 +182,7 @@ def torch_resize(arr: np.ndarray, oh: int, ow: int, filt: str, layout: str = "ch
     import torchvision.transforms.v2.functional as F
     from torchvision.transforms import InterpolationMode
 
-    interp = InterpolationMode.BICUBIC if filt == "bicubic" else InterpolationMode.BILINEAR
+    interp = InterpolationMode(filt)
     t = torch.from_numpy(arr).permute(2, 0, 1)
     if layout == "chw":
         t = t.contiguous()
@@ -205,7 +205,7 @@ def pil_image(arr: np.ndarray) -> Any:
 def pil_filter(filt: str) -> Any:
     from PIL import Image
 
-    return Image.Resampling.BICUBIC if filt == "bicubic" else Image.Resampling.BILINEAR
+    return Image.Resampling[filt.upper()]
 
 
 def pil_resize(arr: np.ndarray, oh: int, ow: int, filt: str) -> np.ndarray:
@@ -414,7 +414,7 @@ def reference(j: Job, layout_checks: list[int]) -> tuple[np.ndarray, Callable[[]
             ref2 = ref
         if not np.array_equal(ref, ref2):
             print(f"  NOTE: torch CHW vs channels_last differ for {j.describe()}")
-    interp = InterpolationMode.BICUBIC if j.filter == "bicubic" else InterpolationMode.BILINEAR
+    interp = InterpolationMode(j.filter)
     tchw = torch.from_numpy(j.arr).permute(2, 0, 1).contiguous()
     return ref, functools.partial(F.resize, tchw, [j.oh, j.ow], interpolation=interp, antialias=True)
 

@@ -37,6 +37,41 @@ use std::cell::RefCell;
 pub enum Filter {
     Bilinear,
     Bicubic,
+    /// Lanczos-3 (windowed sinc, support 3): Pillow's `LANCZOS`, and torch's
+    /// `_upsample_lanczos2d_aa`, which torchvision 0.27+ runs on uint8 for
+    /// `InterpolationMode.LANCZOS` on CPU.
+    Lanczos,
+}
+
+impl Filter {
+    /// Half the filter's width at scale 1, in input pixels.
+    fn support(self) -> f64 {
+        match self {
+            Filter::Bilinear => 1.0,
+            Filter::Bicubic => 2.0,
+            Filter::Lanczos => 3.0,
+        }
+    }
+}
+
+/// `sin(pi x) / (pi x)`, as Pillow's and torch's Lanczos compute it.
+#[inline]
+fn sinc(x: f64) -> f64 {
+    if x == 0.0 {
+        return 1.0;
+    }
+    let x = x * std::f64::consts::PI;
+    x.sin() / x
+}
+
+/// Lanczos-3: `sinc(x) * sinc(x / 3)` on [-3, 3).
+#[inline]
+fn lanczos(x: f64) -> f64 {
+    if (-3.0..3.0).contains(&x) {
+        sinc(x) * sinc(x / 3.0)
+    } else {
+        0.0
+    }
 }
 
 /// Whose arithmetic to reproduce.
@@ -77,8 +112,11 @@ pub struct Coeffs {
 
 #[inline]
 fn torch_filter(filter: Filter, x: f64) -> f64 {
+    // Lanczos takes the signed distance: its window is [-3, 3), as in torch and Pillow.
+    let signed = x;
     let x = x.abs();
     match filter {
+        Filter::Lanczos => lanczos(signed),
         Filter::Bilinear => {
             if x < 1.0 {
                 1.0 - x
@@ -115,8 +153,10 @@ fn torch_filter(filter: Filter, x: f64) -> f64 {
 
 #[inline]
 fn pillow_filter(filter: Filter, x: f64) -> f64 {
+    let signed = x;
     let x = if x < 0.0 { -x } else { x };
     match filter {
+        Filter::Lanczos => lanczos(signed),
         Filter::Bilinear => {
             if x < 1.0 {
                 1.0 - x
@@ -144,10 +184,7 @@ fn round_up8(n: usize) -> usize {
 /// Coefficients reproducing `HelperInterpBase::_compute_index_ranges_int16_weights`
 /// (antialias=True, align_corners=False, no explicit scale factor).
 fn torch_coeffs(in_size: usize, out_size: usize, filter: Filter) -> Coeffs {
-    let interp_size: i64 = match filter {
-        Filter::Bilinear => 2,
-        Filter::Bicubic => 4,
-    };
+    let interp_size = 2 * filter.support() as i64;
     // area_pixel_compute_scale<double> -> compute_scales_value: (double)in / out
     let scale = in_size as f64 / out_size as f64;
     let support = if scale >= 1.0 {
@@ -215,10 +252,7 @@ fn torch_coeffs(in_size: usize, out_size: usize, filter: Filter) -> Coeffs {
 /// Coefficients reproducing Pillow's `precompute_coeffs` + `normalize_coeffs_8bpc`.
 fn pillow_coeffs(in_size: usize, out_size: usize, filter: Filter) -> Coeffs {
     const PRECISION_BITS: u32 = 32 - 8 - 2;
-    let fsupport = match filter {
-        Filter::Bilinear => 1.0f64,
-        Filter::Bicubic => 2.0f64,
-    };
+    let fsupport = filter.support();
     // box = (0, in_size) as floats
     let scale = ((in_size as f32) - 0.0f32) as f64 / out_size as f64;
     let filterscale = if scale < 1.0 { 1.0 } else { scale };
@@ -574,8 +608,9 @@ impl Filter {
         match name {
             "bicubic" => Ok(Filter::Bicubic),
             "bilinear" => Ok(Filter::Bilinear),
+            "lanczos" => Ok(Filter::Lanczos),
             other => Err(invalid(format!(
-                "resize filter must be 'bicubic' or 'bilinear', not {other:?}"
+                "resize filter must be 'bicubic', 'bilinear' or 'lanczos', not {other:?}"
             ))),
         }
     }
@@ -600,13 +635,53 @@ pub struct Target {
     pub height: usize,
     pub width: usize,
     pub spec: ResizeSpec,
+    /// A (height, width) resized to first, and that result to the target:
+    /// for processors that resize twice in a row (Idefics3 resizes the
+    /// longest edge, then that image to a multiple of its tile side), whose
+    /// output two rounded resizes give and one cannot.
+    pub via: Option<(usize, usize)>,
+}
+
+impl Target {
+    /// Whether resizing a (height, width) image to this target changes it.
+    pub fn changes(&self, (height, width): (usize, usize)) -> bool {
+        (self.height, self.width) != (height, width)
+            || self.via.is_some_and(|via| via != (height, width))
+    }
+
+    /// Resizes `src` (`hw`, `channels`, HWC) into `dst` at the target's
+    /// size, through `via` when set.  The intermediate may be no larger than
+    /// the larger of the source and the target, so a chain never allocates
+    /// more than its two ends already take.
+    pub fn resize_into(
+        &self,
+        src: &[u8],
+        hw: (usize, usize),
+        channels: usize,
+        dst: &mut [u8],
+    ) -> Result<()> {
+        let out = (self.height, self.width);
+        let Some(via) = self.via.filter(|&via| via != hw && via != out) else {
+            return resize_into(src, hw, channels, dst, out, self.spec);
+        };
+        let pixels = |(h, w): (usize, usize)| h.saturating_mul(w);
+        if pixels(via) > pixels(hw).max(pixels(out)) {
+            return Err(invalid(format!(
+                "resize: the intermediate size {}x{} is larger than both the source {}x{} and the target {}x{}",
+                via.0, via.1, hw.0, hw.1, out.0, out.1
+            )));
+        }
+        let mut mid = vec![0u8; pixels(via).saturating_mul(channels)];
+        resize_into(src, hw, channels, &mut mid, via, self.spec)?;
+        resize_into(&mid, via, channels, dst, out, self.spec)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    const SPECS: [ResizeSpec; 4] = [
+    const SPECS: [ResizeSpec; 6] = [
         ResizeSpec {
             filter: Filter::Bilinear,
             kernel: Kernel::Torchvision,
@@ -621,6 +696,14 @@ mod tests {
         },
         ResizeSpec {
             filter: Filter::Bicubic,
+            kernel: Kernel::Pillow,
+        },
+        ResizeSpec {
+            filter: Filter::Lanczos,
+            kernel: Kernel::Torchvision,
+        },
+        ResizeSpec {
+            filter: Filter::Lanczos,
             kernel: Kernel::Pillow,
         },
     ];
@@ -705,6 +788,57 @@ mod tests {
         assert_eq!(pil_bil, KNOWN_PIL_BIL);
         assert_eq!(pil_bic, KNOWN_PIL_BIC);
     }
+    #[test]
+    fn known_lanczos_values() {
+        // From torch 2.13 / torchvision 0.28 (LANCZOS, antialias=True) and Pillow 13
+        // (Image.resize(LANCZOS)) on the ramp of `known_values`, down to 3 and up to 13.
+        let src: Vec<u8> = vec![0, 10, 40, 90, 160, 250, 255, 7];
+        for spec in &SPECS[4..] {
+            assert_eq!(
+                resize(&src, (1, 8), 1, (1, 3), *spec).unwrap(),
+                [1, 146, 180]
+            );
+            assert_eq!(
+                resize(&src, (1, 8), 1, (1, 13), *spec).unwrap(),
+                [0, 2, 11, 28, 51, 84, 120, 170, 225, 255, 255, 96, 0]
+            );
+        }
+    }
+
+    #[test]
+    fn a_chain_resizes_through_its_intermediate() {
+        let src = noise(37 * 53 * 3, 7);
+        for spec in SPECS {
+            let via = resize(&src, (37, 53), 3, (20, 30), spec).unwrap();
+            let expected = resize(&via, (20, 30), 3, (24, 24), spec).unwrap();
+            let target = Target {
+                height: 24,
+                width: 24,
+                spec,
+                via: Some((20, 30)),
+            };
+            assert!(target.changes((24, 24)));
+            let mut out = vec![0u8; 24 * 24 * 3];
+            target.resize_into(&src, (37, 53), 3, &mut out).unwrap();
+            assert_eq!(out, expected, "{spec:?}");
+        }
+    }
+
+    #[test]
+    fn a_chain_refuses_an_intermediate_larger_than_both_ends() {
+        let target = Target {
+            height: 4,
+            width: 4,
+            spec: SPECS[0],
+            via: Some((100, 100)),
+        };
+        let mut out = vec![0u8; 4 * 4];
+        let error = target
+            .resize_into(&[0u8; 64], (8, 8), 1, &mut out)
+            .unwrap_err();
+        assert!(matches!(error, Error::InvalidArgument(_)), "{error:?}");
+    }
+
     const KNOWN_TV_BIL: [u8; 3] = [21, 132, 175];
     const KNOWN_TV_BIC: [u8; 3] = [10, 139, 176];
     const KNOWN_PIL_BIL: [u8; 3] = [21, 132, 175];

@@ -174,6 +174,62 @@ def test_a_size_the_processor_would_resize_again_is_not_shipped() -> None:
     assert policy.target(52, 5671) == (52, 5671)
 
 
+IDEFICS3 = {
+    "image_processor_type": "Idefics3ImageProcessor",
+    "size": {"longest_edge": 1456},
+    "max_image_size": {"longest_edge": 364},
+}
+
+
+def test_idefics3_resizes_the_longest_edge_then_to_whole_tiles() -> None:
+    """Idefics3 / SmolVLM: the longest edge to size.longest_edge (the other
+    side truncated, then up to even), then to multiples of the tile side;
+    the native decoder goes through the first size to the second, and ships
+    the second. Lanczos is the processor's default resample."""
+    policy = ResizePolicy.from_processor_config(IDEFICS3)
+    assert policy is not None and policy.family == "longest_edge_tiles" and policy.filter == "lanczos"
+    assert policy.identity == "longest_edge_tiles:1456:tile=364:torchvision:lanczos"
+    # 1456 / (1920 / 1080) = 819, up to even; then 820 up to 3 tiles
+    assert policy.steps(1080, 1920) == [(820, 1456), (1092, 1456)]
+    assert policy.target(1080, 1920) == (1092, 1456)
+    assert policy.steps(1920, 1080) == [(1456, 820), (1456, 1092)]
+    # scaled up, already on the tile grid: one resize
+    assert policy.steps(50, 100) == [(728, 1456)]
+    # a shipped image is one the processor leaves as it is
+    assert policy.steps(1092, 1456) == [(1092, 1456)]
+    smolvlm = ResizePolicy.from_processor_config(
+        {**IDEFICS3, "image_processor_type": "SmolVLMImageProcessorFast"},
+        {"size": {"longest_edge": 2048}, "max_image_size": {"longest_edge": 512}},
+    )
+    assert smolvlm is not None and smolvlm.target(2160, 3840) == (1536, 2048)
+
+
+def test_idefics3_without_splitting_ships_the_first_resize() -> None:
+    """Without splitting the processor squares its first result to the tile
+    side, which it would do again from a square: the first result ships."""
+    policy = ResizePolicy.from_processor_config(IDEFICS3, {"do_image_splitting": False})
+    assert policy is not None and policy.tile == 0
+    assert policy.steps(1080, 1920) == [(820, 1456)]
+
+
+def test_idefics3_ships_full_size_where_its_resizes_are_not_idempotent() -> None:
+    """A longest edge off the tile grid: the second resize's longest edge
+    (1092) is not the first's (1000), so the processor would resize the
+    shipped image again; the image ships as it is."""
+    policy = ResizePolicy.from_processor_config(IDEFICS3, {"size": {"longest_edge": 1000}})
+    assert policy is not None
+    assert policy.processor_target(1080, 1920) == (728, 1092)
+    assert policy.steps(1080, 1920) == [(1080, 1920)]
+
+
+def test_lanczos_is_taken_only_where_parity_tests_run_it() -> None:
+    """Lanczos (resample 1) gives a policy for Idefics3 / SmolVLM only."""
+    siglip = {"image_processor_type": "SiglipImageProcessor", "size": {"height": 384, "width": 384}}
+    assert ResizePolicy.from_processor_config({**siglip, "resample": 1}) is None
+    assert ResizePolicy.from_processor_config({**IDEFICS3, "resample": 3}).filter == "bicubic"  # type: ignore[union-attr]
+    assert ResizePolicy.from_processor_config({**IDEFICS3, "size": {"height": 364, "width": 364}}) is None
+
+
 def test_unknown_or_unreproducible_processors_get_no_policy(caplog: pytest.LogCaptureFixture) -> None:
     """No policy means today's behaviour (full resolution), with a log line why."""
     caplog.set_level(logging.INFO, "pixelwire.resize")
@@ -231,6 +287,46 @@ def test_decode_image_resizes_to_the_size_asked_for() -> None:
         pixelwire.decode_image(data, resize=(84, 112), resize_kernel="lanczos")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="positive"):
         pixelwire.decode_image(data, resize=(0, 112))
+
+
+def test_a_resize_chain_resizes_through_its_first_size() -> None:
+    """``resize=[via, size]`` gives what resizing to ``via`` and then that
+    image to ``size`` gives, for both kernels and every filter; a chain of
+    one is a plain resize; a longer chain, or an intermediate larger than
+    both ends (an allocation no caller needs), is refused."""
+    data = _jpeg(640, 480)
+    for kernel in ("torchvision", "pillow"):
+        for filter_ in ("bicubic", "bilinear", "lanczos"):
+            options = {"resize_kernel": kernel, "resize_filter": filter_}
+            first = pixelwire.decode_image(data, resize=(150, 200), **options)  # type: ignore[arg-type]
+            png = io.BytesIO()
+            Image.fromarray(first).save(png, "PNG")
+            expected = pixelwire.decode_image(png.getvalue(), resize=(364, 364), **options)  # type: ignore[arg-type]
+            chained = pixelwire.decode_image(data, resize=[(150, 200), (364, 364)], **options)  # type: ignore[arg-type]
+            np.testing.assert_array_equal(chained, expected)
+            direct = pixelwire.decode_image(data, resize=(364, 364), **options)  # type: ignore[arg-type]
+            assert not np.array_equal(chained, direct)
+    np.testing.assert_array_equal(
+        pixelwire.decode_image(data, resize=[(84, 112)]), pixelwire.decode_image(data, resize=(84, 112))
+    )
+    with pytest.raises(ValueError, match="one or two sizes"):
+        pixelwire.decode_image(data, resize=[(84, 112), (84, 112), (84, 112)])
+    with pytest.raises(ValueError, match="larger than both"):
+        pixelwire.decode_image(data, resize=[(4800, 6400), (84, 112)])
+    with pytest.raises(ValueError, match="positive"):
+        pixelwire.decode_image(data, resize=[(0, 112), (84, 112)])
+
+
+def test_lanczos_is_pillows() -> None:
+    """The Pillow kernel's Lanczos is Pillow's (down and up); the
+    torchvision kernel's is checked against torch in the vLLM group."""
+    data = _jpeg(641, 479)
+    full = pixelwire.decode_image(data)
+    for size in ((84, 112), (479, 1000), (900, 300)):
+        pillow = np.asarray(Image.fromarray(full).resize(size[::-1], Image.Resampling.LANCZOS))
+        np.testing.assert_array_equal(
+            pixelwire.decode_image(data, resize=size, resize_kernel="pillow", resize_filter="lanczos"), pillow
+        )
 
 
 def test_publisher_ships_the_target_size_and_records_the_policy() -> None:

@@ -233,15 +233,16 @@ def decode_image(
     background: tuple[int, int, int] = (255, 255, 255),
     limits: Limits | None = None,
     apply_exif_orientation: bool = True,
-    resize: tuple[int, int] | None = None,
+    resize: tuple[int, int] | Sequence[tuple[int, int]] | None = None,
     resize_kernel: Literal["torchvision", "pillow"] = "torchvision",
-    resize_filter: Literal["bicubic", "bilinear"] = "bicubic",
+    resize_filter: Literal["bicubic", "bilinear", "lanczos"] = "bicubic",
 ) -> npt.NDArray[np.uint8]:
     """Decodes an image to a C-contiguous ``uint8`` array of shape (H, W, C),
     as vLLM's loader would (EXIF orientation, Pillow's mode conversion,
     RGBA composited onto ``background`` for RGB); with ``resize=(height,
     width)``, resized right after decoding with the named processor
-    arithmetic. The GIL is released while it decodes."""
+    arithmetic (``resize=[(h1, w1), (height, width)]``: through the first
+    size, for a processor that resizes twice in a row). The GIL is released while it decodes."""
 
 def decode_many(
     inputs: Sequence[Buffer],
@@ -250,9 +251,9 @@ def decode_many(
     background: tuple[int, int, int] = (255, 255, 255),
     limits: Limits | None = None,
     apply_exif_orientation: bool = True,
-    resize: tuple[int, int] | None = None,
+    resize: tuple[int, int] | Sequence[tuple[int, int]] | None = None,
     resize_kernel: Literal["torchvision", "pillow"] = "torchvision",
-    resize_filter: Literal["bicubic", "bilinear"] = "bicubic",
+    resize_filter: Literal["bicubic", "bilinear", "lanczos"] = "bicubic",
     threads: int | None = None,
 ) -> list[npt.NDArray[np.uint8]]:
     """Decodes every image of ``inputs`` as :func:`decode_image` would with
@@ -355,9 +356,9 @@ class NativePublisher:
         mode: Literal["RGB", "RGBA", "L"] = "RGB",
         background: tuple[int, int, int] = (255, 255, 255),
         rgbx: bool = False,
-        resize: tuple[int, int] | None = None,
+        resize: tuple[int, int] | Sequence[tuple[int, int]] | None = None,
         resize_kernel: Literal["torchvision", "pillow"] = "torchvision",
-        resize_filter: Literal["bicubic", "bilinear"] = "bicubic",
+        resize_filter: Literal["bicubic", "bilinear", "lanczos"] = "bicubic",
     ) -> Published:
         """Decodes ``data`` into a pool slot and starts its lease (GIL released)."""
     def publish_many(
@@ -367,9 +368,9 @@ class NativePublisher:
         mode: Literal["RGB", "RGBA", "L"] = "RGB",
         background: tuple[int, int, int] = (255, 255, 255),
         rgbx: bool = False,
-        resizes: Sequence[tuple[int, int] | None] | None = None,
+        resizes: Sequence[tuple[int, int] | Sequence[tuple[int, int]] | None] | None = None,
         resize_kernel: Literal["torchvision", "pillow"] = "torchvision",
-        resize_filter: Literal["bicubic", "bilinear"] = "bicubic",
+        resize_filter: Literal["bicubic", "bilinear", "lanczos"] = "bicubic",
         threads: int | None = None,
         control: BatchControl | None = None,
     ) -> list[Published | PixelwireError | ValueError]:
@@ -390,9 +391,9 @@ class NativePublisher:
         capture: VideoCapture,
         indices: Sequence[int],
         *,
-        resize: tuple[int, int] | None = None,
+        resize: tuple[int, int] | Sequence[tuple[int, int]] | None = None,
         resize_kernel: Literal["torchvision", "pillow"] = "torchvision",
-        resize_filter: Literal["bicubic", "bilinear"] = "bicubic",
+        resize_filter: Literal["bicubic", "bilinear", "lanczos"] = "bicubic",
     ) -> PublishedVideo:
         """Decodes the frames ``indices`` of ``capture`` (each once, in
         order; frames that do not decode are left out), each resized to

@@ -94,13 +94,14 @@ def _video_decode_executor() -> concurrent.futures.ThreadPoolExecutor:
 
 def _resize_target(
     data: bytes | bytearray, resize: ResizePolicy | None
-) -> tuple[int, int] | Exception | None:
-    """The (height, width) `resize` gives the image, from its header (the
-    orientation applied); the error instead when its header says no."""
+) -> list[tuple[int, int]] | Exception | None:
+    """The sizes `resize` takes the image to in turn (the last is the one
+    shipped), from its header (the orientation applied); the error instead
+    when its header says no."""
     if resize is None:
         return None
     try:
-        return resize.target(*_native.probe_image(data)["oriented_size"])
+        return resize.steps(*_native.probe_image(data)["oriented_size"])
     except (PixelwireError, ValueError) as error:
         return error
 

@@ -32,6 +32,17 @@ Families (what transformers 5.19 does for each):
   grid, whose side is the *processor's* ``patch_size`` x
   ``spatial_merge_size`` (``processor_config.json``; it overrides the image
   processor's own ``patch_size``).
+- ``longest_edge_tiles``: Idefics3 and SmolVLM (``Idefics3ImageProcessor``,
+  ``SmolVLMImageProcessor``): two resizes in a row, Lanczos by default: the
+  longest edge to ``size.longest_edge`` (up or down, the other side rounded
+  up to even, both kept within 4096), then, with ``do_image_splitting``,
+  that image to multiples of ``max_image_size.longest_edge`` (the tile
+  side). The tiles and the global image are cut and resized from the second
+  result, so shipping it is exact: the processor's two resizes leave it as
+  it is. The native decoder resizes through the first size to the second
+  (:meth:`ResizePolicy.steps`). Without splitting, the processor squares the
+  first result, which it would do again from the square, so the first
+  result is shipped.
 
 Anything else (tiling, pan-and-scan, unknown processors) gets no policy and
 one log line saying why.
@@ -50,12 +61,13 @@ from typing import Any, Literal
 
 log = logging.getLogger("pixelwire.resize")
 
-Family = Literal["smart", "fixed", "shortest_edge", "max_num_patches", "longest_edge"]
+Family = Literal["smart", "fixed", "shortest_edge", "max_num_patches", "longest_edge", "longest_edge_tiles"]
 Kernel = Literal["torchvision", "pillow"]
-Filter = Literal["bicubic", "bilinear"]
+Filter = Literal["bicubic", "bilinear", "lanczos"]
 
-# PIL's resample numbers, as preprocessor configs spell them.
-_RESAMPLE: dict[int, Filter] = {2: "bilinear", 3: "bicubic"}
+# PIL's resample numbers, as preprocessor configs spell them. Lanczos (1) is
+# taken only for the families whose parity tests run it.
+_RESAMPLE: dict[int, Filter] = {1: "lanczos", 2: "bilinear", 3: "bicubic"}
 # image_processor_type (or processor_class) -> family. Qwen2.5-VL and
 # Qwen3-VL load Qwen2VLImageProcessor in transformers 5.
 _SMART = ("Qwen2VLImageProcessor", "Qwen2_5_VLImageProcessor", "Qwen3VLImageProcessor")
@@ -64,6 +76,9 @@ _FIXED = ("SiglipImageProcessor", "Gemma3ImageProcessor", "GotOcr2ImageProcessor
 _MAX_NUM_PATCHES = ("Siglip2ImageProcessor",)
 _SHORTEST = ("CLIPImageProcessor",)
 _LONGEST = ("PixtralImageProcessor",)
+_LONGEST_TILES = ("Idefics3ImageProcessor", "SmolVLMImageProcessor")
+# Idefics3's resize keeps both sides within this (transformers' MAX_IMAGE_SIZE).
+_IDEFICS3_MAX_SIDE = 4096
 # PixtralProcessor's defaults for its patch grid.
 _PIXTRAL_PATCH, _PIXTRAL_MERGE = 16, 1
 
@@ -106,6 +121,10 @@ class ResizePolicy:
     # max_num_patches (and its patch side; longest_edge's patch grid)
     max_num_patches: int = 0
     patch_size: int = 0
+    # longest_edge_tiles: the first resize's longest edge, and the tile side
+    # the second rounds up to (0: no splitting, no second resize)
+    longest_edge: int = 0
+    tile: int = 0
 
     @property
     def identity(self) -> str:
@@ -123,6 +142,8 @@ class ResizePolicy:
             shape = f"max_num_patches:{self.max_num_patches}:patch={self.patch_size}"
         elif self.family == "longest_edge":
             shape = f"longest_edge:{self.height}x{self.width}:patch={self.patch_size}"
+        elif self.family == "longest_edge_tiles":
+            shape = f"longest_edge_tiles:{self.longest_edge}:tile={self.tile}"
         else:
             shape = f"shortest_edge:{self.shortest_edge}"
         return f"{shape}:{self.kernel}:{self.filter}"
@@ -143,9 +164,28 @@ class ResizePolicy:
             # Pixtral's floor at an extreme aspect ratio: the processor
             # fails on the image, as it will on vLLM's own.
             return height, width
-        if resized != (height, width) and self.processor_target(*resized, num_frames) != resized:
+        if resized != (height, width) and not self._leaves_alone(*resized, num_frames):
             return height, width
         return resized
+
+    def _leaves_alone(self, height: int, width: int, num_frames: int | None = None) -> bool:
+        """Whether the processor keeps a (height, width) image (or frames of
+        a ``num_frames`` video) as it is: each of its resizes, where it makes two."""
+        size = (height, width)
+        tiles = self.family == "longest_edge_tiles"
+        if tiles and idefics3_longest_edge(height, width, self.longest_edge) != size:
+            return False
+        return self.processor_target(height, width, num_frames) == size
+
+    def steps(self, height: int, width: int) -> list[tuple[int, int]]:
+        """The sizes the native decoder resizes a (height, width) image to,
+        in turn (its ``resize=``): :meth:`target`, through the first of the
+        processor's two resizes where it makes two."""
+        shipped = self.target(height, width)
+        if self.family != "longest_edge_tiles" or not self.tile or shipped == (height, width):
+            return [shipped]
+        first = idefics3_longest_edge(height, width, self.longest_edge)
+        return [shipped] if first == shipped else [first, shipped]
 
     def video_target(
         self, height: int, width: int, frames: int, total_frames: int, fps: float = 0.0
@@ -179,6 +219,9 @@ class ResizePolicy:
         """The (height, width) the processor resizes a (height, width) image
         (or a video of ``num_frames`` such frames, for a ``video_frames``
         policy) to."""
+        if self.family == "longest_edge_tiles":
+            height, width = idefics3_longest_edge(height, width, self.longest_edge)
+            return idefics3_tile_grid(height, width, self.tile) if self.tile else (height, width)
         if self.family == "fixed":
             return self.height, self.width
         if self.family == "max_num_patches":
@@ -227,10 +270,10 @@ class ResizePolicy:
         settings = {**config, **{k: v for k, v in kwargs.items() if k not in ("size",)}}
         if settings.get("do_resize", True) is False:
             return _none(f"{name or 'the processor'} does not resize (do_resize is false)")
-        resample = settings.get("resample", 3)
+        resample = settings.get("resample", 1 if name in _LONGEST_TILES else 3)
         filter_: Filter | None = _RESAMPLE.get(resample) if isinstance(resample, int) else None
-        if filter_ is None:
-            return _none(f"{name}: resample {resample!r} is not bicubic or bilinear")
+        if filter_ is None or (filter_ == "lanczos" and name not in _LONGEST_TILES):
+            return _none(f"{name}: resample {resample!r} is not one pixelwire resizes with for it")
         size = dict(config.get("size") or {})
         if name in _SMART_GLM:
             if any(key in source for source in (config, kwargs) for key in ("min_pixels", "max_pixels")):
@@ -270,6 +313,9 @@ class ResizePolicy:
             )
         if name in _LONGEST:
             return cls._longest_edge(name, config, kwargs, filter_, kernel, processor_config or {})
+        if name in _LONGEST_TILES:
+            size.update(kwargs.get("size") or {})
+            return cls._longest_edge_tiles(name, settings, size, filter_, kernel)
         if name in _MAX_NUM_PATCHES:
             patch, most = settings.get("patch_size", 16), settings.get("max_num_patches", 256)
             if not (_positive(patch) and _positive(most)):
@@ -323,6 +369,20 @@ class ResizePolicy:
             width=int(bounds[1] or 0),
             patch_size=int(patch) * int(merge),
         )
+
+    @classmethod
+    def _longest_edge_tiles(
+        cls, name: str, settings: Mapping[str, Any], size: Mapping[str, Any], filter_: Filter, kernel: Kernel
+    ) -> ResizePolicy | None:
+        longest: Any = size.get("longest_edge")
+        if not _positive(longest):
+            return _none(f"{name}: size {dict(size)} is not {{longest_edge}}")
+        if not settings.get("do_image_splitting", True):
+            return cls("longest_edge_tiles", filter_, kernel, longest_edge=int(longest))
+        tile: Any = (settings.get("max_image_size") or {}).get("longest_edge", 364)
+        if not _positive(tile):
+            return _none(f"{name}: max_image_size {settings.get('max_image_size')} is not {{longest_edge}}")
+        return cls("longest_edge_tiles", filter_, kernel, longest_edge=int(longest), tile=int(tile))
 
     @classmethod
     def from_pretrained(
@@ -543,6 +603,45 @@ def fit_to_patch_grid(
         height = math.floor(height / ratio)
         width = math.floor(width / ratio)
     return ((height - 1) // patch + 1) * patch, ((width - 1) // patch + 1) * patch
+
+
+def idefics3_longest_edge(height: int, width: int, longest_edge: int) -> tuple[int, int]:
+    """Idefics3's first resize, as transformers 5.19 computes it
+    (``get_resize_output_image_size``): the longest edge to
+    ``longest_edge``, up or down, the other side truncated and rounded up
+    to even; then both sides kept within 4096."""
+    aspect = width / height
+    if width >= height:
+        width = longest_edge
+        height = int(width / aspect)
+        height += height % 2
+    else:
+        height = longest_edge
+        width = int(height * aspect)
+        width += width % 2
+    height, width = max(height, 1), max(width, 1)
+    aspect = width / height
+    if width >= height and width > _IDEFICS3_MAX_SIDE:
+        width = _IDEFICS3_MAX_SIDE
+        height = int(width / aspect)
+    elif height > width and height > _IDEFICS3_MAX_SIDE:
+        height = _IDEFICS3_MAX_SIDE
+        width = int(height * aspect)
+    return max(height, 1), max(width, 1)
+
+
+def idefics3_tile_grid(height: int, width: int, tile: int) -> tuple[int, int]:
+    """Idefics3's second resize (``resize_for_vision_encoder``): the longest
+    side rounded up to the tile side, the other from the aspect ratio, then
+    rounded up too."""
+    aspect = width / height
+    if width >= height:
+        width = math.ceil(width / tile) * tile
+        height = math.ceil(int(width / aspect) / tile) * tile
+    else:
+        height = math.ceil(height / tile) * tile
+        width = math.ceil(int(height * aspect) / tile) * tile
+    return height, width
 
 
 def _positive(value: Any) -> bool:

@@ -391,7 +391,7 @@ pub fn decode_resized(
     resize: Option<&crate::resize::Target>,
 ) -> Result<Vec<u8>> {
     let shape = info.output_shape(opts);
-    if resize.is_some_and(|t| (t.height, t.width) != (shape.height, shape.width)) {
+    if resize.is_some_and(|t| t.changes((shape.height, shape.width))) {
         // Resized outputs are model-input sized, written by Rust code through
         // `&mut [u8]`: zero-initialised.
         let mut out = fresh::Fresh::new(resized_shape(shape, resize).len()).zeroed();
@@ -438,7 +438,7 @@ pub fn decode_resized_into(
     out: &mut [u8],
 ) -> Result<()> {
     let shape = info.output_shape(opts);
-    let Some(target) = resize.filter(|t| (t.height, t.width) != (shape.height, shape.width)) else {
+    let Some(target) = resize.filter(|t| t.changes((shape.height, shape.width))) else {
         return decode_into(data, info, opts, out);
     };
     FULL_SIZE.with(|scratch| {
@@ -448,14 +448,7 @@ pub fn decode_resized_into(
         }
         let full = &mut scratch[..shape.len()];
         let outcome = decode_into(data, info, opts, full).and_then(|()| {
-            crate::resize::resize_into(
-                full,
-                (shape.height, shape.width),
-                shape.channels,
-                out,
-                (target.height, target.width),
-                target.spec,
-            )
+            target.resize_into(full, (shape.height, shape.width), shape.channels, out)
         });
         if scratch.len() > KEEP_SCRATCH {
             *scratch = Vec::new();

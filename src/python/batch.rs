@@ -3,7 +3,7 @@
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 
-use super::{decode_options, limits_or_default, resize_target, Encoded, PyLimits};
+use super::{decode_options, limits_or_default, resize_target, Encoded, PyLimits, ResizeArg};
 use crate::decode;
 
 /// Decodes every image of `inputs` with `decode_image`'s options on a pool
@@ -20,7 +20,7 @@ pub fn decode_many<'py>(
     background: (u8, u8, u8),
     limits: Option<PyRef<'py, PyLimits>>,
     apply_exif_orientation: bool,
-    resize: Option<(usize, usize)>,
+    resize: Option<ResizeArg>,
     resize_kernel: &str,
     resize_filter: &str,
     threads: Option<usize>,

@@ -126,9 +126,17 @@ pub fn seconds(value: f64, what: &str) -> PyResult<Duration> {
     })
 }
 
-/// `resize=(height, width)` with its kernel and filter names, checked.
+/// `resize=`: one (height, width), or a chain of sizes resized to in turn
+/// (for processors that resize twice in a row).
+#[derive(Clone, FromPyObject)]
+pub enum ResizeArg {
+    Size((usize, usize)),
+    Chain(Vec<(usize, usize)>),
+}
+
+/// `resize=` with its kernel and filter names, checked.
 pub fn resize_target(
-    size: Option<(usize, usize)>,
+    size: Option<ResizeArg>,
     kernel: &str,
     filter: &str,
 ) -> PyResult<Option<crate::resize::Target>> {
@@ -137,17 +145,35 @@ pub fn resize_target(
         kernel: crate::resize::Kernel::parse(kernel)?,
         filter: crate::resize::Filter::parse(filter)?,
     };
-    match size {
-        None => Ok(None),
-        Some((height, width)) if height == 0 || width == 0 => Err(invalid(format!(
-            "resize size must be positive, not {height}x{width}"
-        ))),
-        Some((height, width)) => Ok(Some(crate::resize::Target {
-            height,
-            width,
-            spec,
-        })),
+    let (via, (height, width)) = match size {
+        None => return Ok(None),
+        Some(ResizeArg::Size(size)) => (None, size),
+        Some(ResizeArg::Chain(sizes)) => match sizes[..] {
+            [size] => (None, size),
+            [via, size] => (Some(via), size),
+            _ => {
+                return Err(invalid(format!(
+                    "a resize chain has one or two sizes, not {}",
+                    sizes.len()
+                )))
+            }
+        },
+    };
+    if let Some((h, w)) = via
+        .into_iter()
+        .chain([(height, width)])
+        .find(|&(h, w)| h == 0 || w == 0)
+    {
+        return Err(invalid(format!(
+            "resize size must be positive, not {h}x{w}"
+        )));
     }
+    Ok(Some(crate::resize::Target {
+        height,
+        width,
+        spec,
+        via,
+    }))
 }
 
 /// Decodes an image to a C-contiguous `uint8` array of shape (H, W, C);
@@ -163,7 +189,7 @@ fn decode_image<'py>(
     background: (u8, u8, u8),
     limits: Option<PyRef<'py, PyLimits>>,
     apply_exif_orientation: bool,
-    resize: Option<(usize, usize)>,
+    resize: Option<ResizeArg>,
     resize_kernel: &str,
     resize_filter: &str,
 ) -> PyResult<Bound<'py, PyAny>> {

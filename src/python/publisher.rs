@@ -8,7 +8,9 @@ use std::sync::Arc;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
-use super::{decode_options, limits_or_default, resize_target, seconds, Encoded, PyLimits};
+use super::{
+    decode_options, limits_or_default, resize_target, seconds, Encoded, PyLimits, ResizeArg,
+};
 use crate::decode::DecodeOptions;
 use crate::errors::Error;
 use crate::fair::FairPool;
@@ -128,7 +130,7 @@ impl NativePublisher {
         mode: &str,
         background: (u8, u8, u8),
         rgbx: bool,
-        resize: Option<(usize, usize)>,
+        resize: Option<ResizeArg>,
         resize_kernel: &str,
         resize_filter: &str,
     ) -> PyResult<Bound<'py, PyDict>> {
@@ -154,7 +156,7 @@ impl NativePublisher {
         mode: &str,
         background: (u8, u8, u8),
         rgbx: bool,
-        resizes: Option<Vec<Option<(usize, usize)>>>,
+        resizes: Option<Vec<Option<ResizeArg>>>,
         resize_kernel: &str,
         resize_filter: &str,
         threads: Option<usize>,
@@ -214,7 +216,7 @@ impl NativePublisher {
         py: Python<'py>,
         mut capture: PyRefMut<'_, PyVideoCapture>,
         indices: Vec<usize>,
-        resize: Option<(usize, usize)>,
+        resize: Option<ResizeArg>,
         resize_kernel: &str,
         resize_filter: &str,
     ) -> PyResult<Bound<'py, PyDict>> {

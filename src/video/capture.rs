@@ -8,7 +8,7 @@ use pixelwire_ffmpeg_sys as ffi;
 
 use super::VideoLimits;
 use crate::errors::{Error, Result};
-use crate::resize::{resize_into, Target};
+use crate::resize::Target;
 
 /// What `cv2.VideoCapture` reports about the stream, from its headers.
 #[derive(Clone, Debug, PartialEq)]
@@ -468,14 +468,7 @@ impl Output<'_> {
             (None, _) => &self.retrieved,
         };
         if let Some(target) = self.resize {
-            let resized = resize_into(
-                upright,
-                (height, width),
-                3,
-                frame_out,
-                (target.height, target.width),
-                target.spec,
-            );
+            let resized = target.resize_into(upright, (height, width), 3, frame_out);
             if let Err(error) = resized {
                 self.failed = Some(error);
                 return;

@@ -155,6 +155,23 @@ def _pixtral(longest_edge: int, patch: int, merge: int, backend: str = "") -> Se
     )
 
 
+def _idefics3(
+    longest_edge: int, tile: int, backend: str = "", cls: str = "Idefics3", split: bool = True
+) -> Setting:
+    """Idefics3 and SmolVLM: the longest edge to ``longest_edge``, then (with
+    splitting) that image to multiples of the tile side, both Lanczos."""
+    return Setting(
+        f"{cls.lower()}-{longest_edge}-tile{tile}{'' if split else '-nosplit'}{'-pil' if backend else ''}",
+        f"{cls}ImageProcessor" + backend,
+        {
+            "size": {"longest_edge": longest_edge},
+            "max_image_size": {"longest_edge": tile},
+            "do_image_splitting": split,
+        },
+        "longest_edge_tiles",
+    )
+
+
 SETTINGS = [
     _qwen(50176),
     _qwen(1003520),
@@ -184,6 +201,12 @@ SETTINGS = [
     _pixtral(1024, 16, 1),  # Pixtral-12B
     _pixtral(1540, 14, 2),  # Mistral Small 3.1
     _pixtral(1024, 16, 1, "Pil"),
+    # Idefics3-8B, SmolVLM-Instruct; SmolVLM-256M/500M's 2048 on 512 tiles
+    # passes too but costs 2 min per backend, too much for CI
+    _idefics3(1456, 364),
+    _idefics3(1536, 384, cls="SmolVLM"),
+    _idefics3(1456, 364, split=False),
+    _idefics3(728, 364, "Pil"),  # a smaller longest edge (2 tiles), for the slower PIL backend
 ]
 
 
@@ -310,7 +333,10 @@ def test_processor_configs_give_policies() -> None:
         policy = setting.policy()
         assert policy is not None, setting.id
         assert policy.family == setting.family and policy.kernel == setting.kernel, (setting, policy)
-        assert policy.filter == {2: "bilinear", 3: "bicubic"}[int(processor.resample)], (setting, policy)
+        assert policy.filter == {1: "lanczos", 2: "bilinear", 3: "bicubic"}[int(processor.resample)], (
+            setting,
+            policy,
+        )
 
 
 @pytest.mark.parametrize("setting", SETTINGS, ids=[s.id for s in SETTINGS])
@@ -337,7 +363,11 @@ def test_processor_outputs_equal_on_resized_images(
             continue
         target = policy.target(height, width)
         pixels = pixelwire.decode_image(
-            case.data, mode="RGB", resize=target, resize_kernel=policy.kernel, resize_filter=policy.filter
+            case.data,
+            mode="RGB",
+            resize=policy.steps(height, width),
+            resize_kernel=policy.kernel,
+            resize_filter=policy.filter,
         )
         checked += 1
         resized += target != (height, width)
@@ -365,6 +395,31 @@ def test_processor_outputs_equal_on_resized_images(
     assert checked + sum(skipped.values()) == len(cases)
 
 
+TILED = [s for s in SETTINGS if s.family == "longest_edge_tiles"]
+
+
+@pytest.mark.parametrize("setting", TILED, ids=[s.id for s in TILED])
+def test_idefics3_counts_the_shipped_images_tiles_as_the_originals(
+    corpus: tuple[list[Case], dict[str, int]], setting: Setting
+) -> None:
+    """vLLM counts an Idefics3 / SmolVLM image's tiles, and so its prompt's
+    image tokens, from the image's size (``get_number_of_image_patches``),
+    not from the processor's outputs: the shipped size must give the
+    original's count."""
+    cases, _ = corpus
+    processor = _processor(setting)
+    policy = setting.policy()
+    assert policy is not None
+    failures = []
+    for case in cases:
+        height, width = pixelwire.probe_image(case.data)["oriented_size"]
+        shipped = policy.target(height, width)
+        original = processor.get_number_of_image_patches(height, width)
+        if processor.get_number_of_image_patches(*shipped) != original:
+            failures.append(f"{case.name}: {height}x{width} -> {shipped}")
+    assert not failures, f"{len(failures)} differ; first: {failures[0]}"
+
+
 # A policy from one setting, a processor run with another: (policy's
 # setting, processor's setting). Each must make the parity test fail.
 WRONG = [
@@ -382,6 +437,13 @@ WRONG = [
     # (at 1540 both give 868x1540)
     (_pixtral(1000, 14, 1), _pixtral(1000, 14, 2)),
     (_pixtral(1024, 16, 1), _pixtral(1024, 16, 1, "Pil")),
+    (_idefics3(1456, 364), _idefics3(1536, 384, cls="SmolVLM")),
+    (_idefics3(1456, 364), _idefics3(1456, 364, split=False)),  # the tiles' resize without splitting
+    (_idefics3(1456, 364), _idefics3(1456, 364, "Pil")),
+    # bicubic where the processor runs Lanczos
+    (Setting("idefics3-1456-tile364-bicubic", "Idefics3ImageProcessor", {
+        "size": {"longest_edge": 1456}, "max_image_size": {"longest_edge": 364}, "resample": 3},
+        "longest_edge_tiles"), _idefics3(1456, 364)),
 ]  # fmt: skip
 
 
@@ -401,7 +463,7 @@ def test_a_wrong_setting_changes_the_outputs(
     for case in photos:
         height, width = pixelwire.probe_image(case.data)["oriented_size"]
         pixels = pixelwire.decode_image(
-            case.data, mode="RGB", resize=policy.target(height, width), resize_kernel=policy.kernel,
+            case.data, mode="RGB", resize=policy.steps(height, width), resize_kernel=policy.kernel,
             resize_filter=policy.filter,
         )  # fmt: skip
         problems = _compare(_outputs(processor, case.image), _outputs(processor, Image.fromarray(pixels)))

@@ -1,6 +1,6 @@
 """Model-aware resize served by vLLM, for the families beyond Qwen2-VL
 (``make test-vllm``): a tiny, randomly initialised model per family
-(``tiny_model.py``: Gemma 3, GLM-4.1V, Mistral 3) served by vLLM 0.32 twice, once with
+(``tiny_model.py``: Gemma 3, GLM-4.1V, Mistral 3, Idefics3) served by vLLM 0.32 twice, once with
 VLLM_MEDIA_CONNECTOR=pixelwire behind ``pixelwire frontend --model`` and
 once with vLLM's own loader as the reference. Each image reaches vLLM at
 the size the family's processor resizes it to, and the answer is vLLM's
@@ -27,13 +27,14 @@ import stack
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
 
-FAMILIES = ["gemma3", "glm4v", "mistral3"]
+FAMILIES = ["gemma3", "glm4v", "mistral3", "idefics3"]
 # A processor setting the family's served model does not have: a frontend
 # resizing for it must be refused, never answered on other pixels.
 OTHER_SETTING: dict[str, dict[str, Any]] = {
     "gemma3": {"size": {"height": 224, "width": 224}},
     "glm4v": {"size": {"shortest_edge": 28 * 28 * 2 * 8, "longest_edge": 28 * 28 * 2 * 64}},
     "mistral3": {"size": {"longest_edge": 224}},
+    "idefics3": {"size": {"longest_edge": 168}},
 }
 PHOTO = "exif_gps_typeerror.jpg"
 IMAGES = ["1080p.png", "odd_853x479.png", "1080p_exif6.jpg", "grey.png", "rgba.png"]

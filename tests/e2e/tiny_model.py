@@ -436,11 +436,93 @@ def build_mistral3(out: Path) -> None:
     _save(out, model, processor, tokenizer, ids["</s>"], ids["<unk>"])
 
 
+# Idefics3's tiles: 56 pixels (4x4 patches of 14, merged 2x2: 4 image tokens
+# each); the longest edge 112, so at most 2x2 tiles and the global image.
+IDEFICS3_TILE = 56
+IDEFICS3_LONGEST_EDGE = 112
+IDEFICS3_SPECIAL_TOKENS = [
+    "<|endoftext|>",
+    "<fake_token_around_image>",
+    "<image>",
+    "<end_of_utterance>",
+    "<global-img>",
+    *(f"<row_{row}_col_{col}>" for row in range(1, 7) for col in range(1, 7)),
+]
+IDEFICS3_CHAT_TEMPLATE = (
+    "{% for message in messages %}{{ message['role'] | capitalize }}:"
+    "{% if message['content'] is string %}{{ message['content'] }}"
+    "{% else %}{% for part in message['content'] %}"
+    "{% if part['type'] in ['image', 'image_url'] %}<image>"
+    "{% elif part['type'] == 'text' %}{{ part['text'] }}{% endif %}"
+    "{% endfor %}{% endif %}<end_of_utterance>\n{% endfor %}"
+    "{% if add_generation_prompt %}Assistant:{% endif %}"
+)
+
+
+def build_idefics3(out: Path) -> None:
+    """A tiny Idefics3: a SigLIP-style tower on 56-pixel tiles, its patches
+    merged 2x2 into a Llama; the longest edge 112 (Lanczos, as the
+    processor's default)."""
+    import torch
+    from transformers import (
+        Idefics3Config,
+        Idefics3ForConditionalGeneration,
+        Idefics3ImageProcessor,
+        Idefics3Processor,
+    )
+
+    out.mkdir(parents=True, exist_ok=True)
+    tokenizer = _tokenizer(
+        IDEFICS3_SPECIAL_TOKENS,
+        IDEFICS3_CHAT_TEMPLATE,
+        eos_token="<end_of_utterance>",
+        pad_token="<|endoftext|>",
+        additional_special_tokens=IDEFICS3_SPECIAL_TOKENS[1:],
+    )
+    ids = {t: tokenizer.convert_tokens_to_ids(t) for t in IDEFICS3_SPECIAL_TOKENS}
+    config = Idefics3Config(
+        text_config={
+            **TEXT,
+            "model_type": "llama",
+            "vocab_size": len(tokenizer),
+            "bos_token_id": ids["<|endoftext|>"],
+            "eos_token_id": ids["<end_of_utterance>"],
+            "pad_token_id": ids["<|endoftext|>"],
+        },
+        vision_config={
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_hidden_layers": 1,
+            "num_attention_heads": 1,
+            "image_size": IDEFICS3_TILE,
+            "patch_size": 14,
+        },
+        scale_factor=2,
+        image_token_id=ids["<image>"],
+        pad_token_id=ids["<|endoftext|>"],
+        tie_word_embeddings=False,
+    )
+    config.architectures = ["Idefics3ForConditionalGeneration"]
+    torch.manual_seed(1234)
+    model = Idefics3ForConditionalGeneration(config).to(torch.float32).eval()
+    image_processor = Idefics3ImageProcessor(
+        size={"longest_edge": IDEFICS3_LONGEST_EDGE}, max_image_size={"longest_edge": IDEFICS3_TILE}
+    )
+    processor = Idefics3Processor(
+        image_processor=image_processor,
+        tokenizer=tokenizer,
+        image_seq_len=(IDEFICS3_TILE // 14) ** 2 // 4,
+        chat_template=IDEFICS3_CHAT_TEMPLATE,
+    )
+    _save(out, model, processor, tokenizer, ids["<end_of_utterance>"], ids["<|endoftext|>"])
+
+
 BUILDERS: dict[str, Callable[[Path], None]] = {
     "mistral3": build_mistral3,
     "qwen2-vl": build,
     "gemma3": build_gemma3,
     "glm4v": build_glm4v,
+    "idefics3": build_idefics3,
 }
 
 

@@ -307,7 +307,7 @@ def _decode_for_model(
             mode=mode,
             background=background,
             limits=limits,
-            resize=policy.target(height, width),
+            resize=policy.steps(height, width),
             resize_kernel=policy.kernel,
             resize_filter=policy.filter,
         )
