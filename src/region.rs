@@ -464,13 +464,15 @@ mod tests {
     use super::*;
     use std::sync::mpsc;
 
-    #[test]
-    fn the_pool_lock_is_free_while_a_region_registers() {
-        let pool = Arc::new(SlotPool::new(1 << 20, 64 << 10));
+    type Grower = std::thread::JoinHandle<Result<Option<Allocation>>>;
+
+    /// A thread taking 1000 bytes of `pool` whose region's registration
+    /// waits (once it has begun) until the returned sender is sent to.
+    fn grow_blocked(pool: &Arc<SlotPool>) -> (Grower, mpsc::Sender<()>) {
         let (entered, registering) = mpsc::channel();
         let (finish, go_on) = mpsc::channel::<()>();
         let grower = {
-            let pool = Arc::clone(&pool);
+            let pool = Arc::clone(pool);
             std::thread::spawn(move || {
                 let deadline = Instant::now() + Duration::from_secs(30);
                 pool.acquire_with(
@@ -487,6 +489,13 @@ mod tests {
             })
         };
         registering.recv().unwrap();
+        (grower, finish)
+    }
+
+    #[test]
+    fn the_pool_lock_is_free_while_a_region_registers() {
+        let pool = Arc::new(SlotPool::new(1 << 20, 64 << 10));
+        let (grower, finish) = grow_blocked(&pool);
         // Releases and stats need the lock while a region registers.
         let usage = pool
             .state
@@ -504,26 +513,7 @@ mod tests {
         // One region's room: the second caller must wait for the first's
         // registration, which ends after the second's deadline.
         let pool = Arc::new(SlotPool::new(64 << 10, 64 << 10));
-        let (entered, registering) = mpsc::channel();
-        let (finish, go_on) = mpsc::channel::<()>();
-        let grower = {
-            let pool = Arc::clone(&pool);
-            std::thread::spawn(move || {
-                let deadline = Instant::now() + Duration::from_secs(30);
-                pool.acquire_with(
-                    1000,
-                    deadline,
-                    |_| {},
-                    |_| false,
-                    |size| {
-                        entered.send(()).unwrap();
-                        go_on.recv().unwrap();
-                        Registered::unregistered(size)
-                    },
-                )
-            })
-        };
-        registering.recv().unwrap();
+        let (grower, finish) = grow_blocked(&pool);
         let waiter = {
             let pool = Arc::clone(&pool);
             std::thread::spawn(move || {
