@@ -420,9 +420,14 @@ impl SlotPool {
                         register(size)
                     });
                     match registered {
-                        Ok(registered) => state.add(registered),
+                        // Callers waiting for room see the new region at once.
+                        Ok(registered) => {
+                            state.add(registered);
+                            self.freed.notify_all();
+                        }
                         Err(e) => {
                             state.growing -= size;
+                            self.freed.notify_all();
                             return Err(e);
                         }
                     }
@@ -435,13 +440,19 @@ impl SlotPool {
                         MutexGuard::unlocked(&mut state, || retired.clear());
                         continue;
                     }
+                    // Room another caller is registering is room the pool
+                    // has: wait for it past the deadline (a registration
+                    // ends, in a region or an error) rather than refuse the
+                    // image. Under load a first burst of reads waited on its
+                    // regions' registration past a 5 s READ timeout.
                     let now = Instant::now();
-                    if now >= deadline {
+                    if now >= deadline && state.growing == 0 {
                         return Ok(None);
                     }
                     // Bounded waits: quarantines end without a signal.
+                    let until = if now >= deadline { now } else { deadline };
                     self.freed
-                        .wait_until(&mut state, deadline.min(now + Duration::from_millis(100)));
+                        .wait_until(&mut state, until.min(now + Duration::from_millis(100)));
                 }
             }
         }
@@ -453,13 +464,15 @@ mod tests {
     use super::*;
     use std::sync::mpsc;
 
-    #[test]
-    fn the_pool_lock_is_free_while_a_region_registers() {
-        let pool = Arc::new(SlotPool::new(1 << 20, 64 << 10));
+    type Grower = std::thread::JoinHandle<Result<Option<Allocation>>>;
+
+    /// A thread taking 1000 bytes of `pool` whose region's registration
+    /// waits (once it has begun) until the returned sender is sent to.
+    fn grow_blocked(pool: &Arc<SlotPool>) -> (Grower, mpsc::Sender<()>) {
         let (entered, registering) = mpsc::channel();
         let (finish, go_on) = mpsc::channel::<()>();
         let grower = {
-            let pool = Arc::clone(&pool);
+            let pool = Arc::clone(pool);
             std::thread::spawn(move || {
                 let deadline = Instant::now() + Duration::from_secs(30);
                 pool.acquire_with(
@@ -476,6 +489,13 @@ mod tests {
             })
         };
         registering.recv().unwrap();
+        (grower, finish)
+    }
+
+    #[test]
+    fn the_pool_lock_is_free_while_a_region_registers() {
+        let pool = Arc::new(SlotPool::new(1 << 20, 64 << 10));
+        let (grower, finish) = grow_blocked(&pool);
         // Releases and stats need the lock while a region registers.
         let usage = pool
             .state
@@ -486,6 +506,29 @@ mod tests {
         assert_eq!(usage, Some(0), "the lock was held during registration");
         assert_eq!(allocation.slot.len, 1000);
         assert_eq!(allocation.version, 1);
+    }
+
+    #[test]
+    fn a_caller_waits_for_room_another_is_registering_past_its_deadline() {
+        // One region's room: the second caller must wait for the first's
+        // registration, which ends after the second's deadline.
+        let pool = Arc::new(SlotPool::new(64 << 10, 64 << 10));
+        let (grower, finish) = grow_blocked(&pool);
+        let waiter = {
+            let pool = Arc::clone(&pool);
+            std::thread::spawn(move || {
+                let deadline = Instant::now() + Duration::from_millis(50);
+                pool.acquire_with(1000, deadline, |_| {}, |_| false, Registered::unregistered)
+            })
+        };
+        std::thread::sleep(Duration::from_millis(300));
+        finish.send(()).unwrap();
+        assert!(grower.join().unwrap().unwrap().is_some());
+        let waited = waiter.join().unwrap().unwrap();
+        assert!(
+            waited.is_some(),
+            "refused while the room it needed was registering"
+        );
     }
 
     #[test]

@@ -181,10 +181,12 @@ DRAIN_SECONDS = 5.0
 # seconds while they agree, every HANDSHAKE_RETRY seconds while they do not
 # (or vLLM does not answer yet), and at once when the plug-in refuses a
 # request. An image request that finds them disagreeing rechecks first, so
-# a fixed worker is seen at once, when the last check is older than
-# HANDSHAKE_RECHECK_AGE (a flood of refused requests costs vLLM at most
-# four /metrics a second). Each check (and a GET /health's look at vLLM's
-# own) waits HANDSHAKE_TIMEOUT seconds at most.
+# a fixed worker is seen at once, when the last check began more than
+# HANDSHAKE_RECHECK_AGE earlier (a flood of refused requests costs vLLM at
+# most four /metrics a second); one refused because vLLM did not answer at
+# all waits for a check begun after it came (vLLM starts listening only once
+# it is ready). Each check (and a GET /health's look at vLLM's own) waits
+# HANDSHAKE_TIMEOUT seconds at most.
 HANDSHAKE_INTERVAL = 30.0
 HANDSHAKE_RETRY = 2.0
 HANDSHAKE_RECHECK_AGE = 0.25

@@ -56,6 +56,15 @@ class Upstream:
 
     def __init__(self, *, plugin: bool = True) -> None:
         self.metrics_text = INFO if plugin else "# no plug-in\n"
+        # While metrics_silent, each /metrics GET is dropped unanswered (as
+        # by a vLLM not listening yet); metrics_gate, when a test sets one,
+        # holds the next GET (silent or not as it came; metrics_held says it
+        # came) until the gate opens.
+        self.metrics_silent = False
+        self.metrics_gate: threading.Event | None = None
+        self.metrics_held = threading.Event()
+        self.metrics_dropped = threading.Event()
+        self._metrics_lock = threading.Lock()
         self.health_status = 200
         self.refuse_with = ""  # an image request is answered 400 with this message when set
         # The next this many image requests are answered with the plug-in's READ failure, unread.
@@ -103,7 +112,17 @@ class Upstream:
     async def redirect(self, _request: web.Request) -> web.Response:
         raise web.HTTPTemporaryRedirect(self.redirect_to)
 
-    async def metrics(self, _request: web.Request) -> web.Response:
+    async def metrics(self, request: web.Request) -> web.Response:
+        with self._metrics_lock:
+            silent, gate = self.metrics_silent, self.metrics_gate
+            self.metrics_gate = None
+        if gate is not None:
+            self.metrics_held.set()
+            await asyncio.to_thread(gate.wait, 30)
+        if silent:
+            assert request.transport is not None
+            request.transport.abort()
+            self.metrics_dropped.set()
         return web.Response(text=self.metrics_text)
 
     async def health(self, _request: web.Request) -> web.Response:
@@ -157,6 +176,12 @@ class Upstream:
             await asyncio.sleep(0.05)
         await response.write(b"data: [DONE]\n\n")
         return response
+
+    def hold_next_metrics(self, gate: threading.Event) -> None:
+        """The next /metrics GET waits for ``gate``."""
+        with self._metrics_lock:
+            self.metrics_held.clear()
+            self.metrics_gate = gate
 
     def release(self) -> None:
         """Lets the ``"held"`` requests go on."""

@@ -8,6 +8,7 @@ the frontend look again at once."""
 from __future__ import annotations
 
 import json
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -162,6 +163,59 @@ def test_a_plugin_refusal_makes_the_frontend_look_again_at_once(worker: Upstream
         _until(lambda: stack.metric(service.get("/metrics"), mismatch, setting="secret") == 1, within=5)
         status, body = post(service, chat(url))
         assert status == 502 and "PIXELWIRE_SECRET differs" in body["error"]["message"]
+    finally:
+        service.stop()
+
+
+def _silent_until_seen(worker: Upstream, tmp_path: Path) -> stack.Service:
+    """A frontend whose looks at a worker not answering /metrics go on
+    (every HANDSHAKE_RETRY), started."""
+    worker.metrics_silent = True
+    service = started_frontend(tmp_path, worker.url)
+    worker.metrics_dropped.clear()
+    assert worker.metrics_dropped.wait(10)
+    return service
+
+
+def test_a_worker_answering_just_after_a_silent_look_is_served(worker: Upstream, tmp_path: Path) -> None:
+    """vLLM starts listening once it is ready: a look that found nothing a
+    moment before an image request (well within HANDSHAKE_RECHECK_AGE) must
+    not refuse it "unreachable" when vLLM answers now."""
+    service = _silent_until_seen(worker, tmp_path)
+    try:
+        url = stack.data_url("hopper.png")
+        worker.metrics_dropped.clear()
+        assert worker.metrics_dropped.wait(10)
+        worker.metrics_silent = False
+        status, raw = post(service, chat(url))
+        assert status == 201, raw
+        assert json.loads(raw)["images"] == [expected("hopper.png")]
+    finally:
+        service.stop()
+
+
+def test_a_look_begun_before_a_request_does_not_refuse_it(worker: Upstream, tmp_path: Path) -> None:
+    """A look at the worker in flight when an image request comes (held
+    here past HANDSHAKE_RECHECK_AGE, then unanswered) is not the request's
+    answer: once it ends, the request waits for a look of its own, which
+    finds the worker answering."""
+    service = _silent_until_seen(worker, tmp_path)
+    try:
+        url = stack.data_url("hopper.png")
+        gate = threading.Event()
+        worker.hold_next_metrics(gate)
+        assert worker.metrics_held.wait(10), "the next periodic look is held"
+        worker.metrics_silent = False
+        outcome: list[tuple[int, Any]] = []
+        request = threading.Thread(target=lambda: outcome.append(post(service, chat(url))))
+        request.start()
+        time.sleep(0.5)
+        gate.set()
+        request.join(30)
+        ((status, raw),) = outcome
+        assert status == 201, raw
+        assert json.loads(raw)["images"] == [expected("hopper.png")]
+        assert stack.metric(service.get("/metrics"), "pixelwire_frontend_upstream_agreement") == 1
     finally:
         service.stop()
 

@@ -50,7 +50,10 @@ class UpstreamWatch:
         self.worker: WorkerSettings | None = None
         self.mismatches: list[Mismatch] = []
         self.checked_at: float | None = None
-        self._checked_monotonic = float("-inf")
+        # When the recorded check began (monotonic), and whether vLLM sent
+        # any answer to it (a refused or timed-out connection: none).
+        self._checked_began = float("-inf")
+        self._silent = True
         self._logged: tuple[Any, ...] | None = None
         self._session: aiohttp.ClientSession | None = None
         self._checking: asyncio.Task[None] | None = None
@@ -103,21 +106,25 @@ class UpstreamWatch:
     # -- checks ----------------------------------------------------------------
 
     async def check(self, max_age: float = 0.0) -> None:
-        """A fresh look at the upstream, unless the last one is younger than
-        ``max_age`` seconds; concurrent callers share one."""
-        if time.monotonic() - self._checked_monotonic < max_age:
-            return
-        if self._checking is None or self._checking.done():
-            self._checking = asyncio.create_task(self._check())
-        await asyncio.shield(self._checking)
+        """Until the recorded outcome comes from a look at the upstream that
+        began at most ``max_age`` seconds before this call. One look at a
+        time: concurrent callers share it, and one that began too early
+        for a caller is followed by another."""
+        wanted = time.monotonic() - max_age
+        while self._checked_began < wanted:
+            if self._checking is None or self._checking.done():
+                self._checking = asyncio.create_task(self._check(time.monotonic()))
+            await asyncio.shield(self._checking)
 
-    async def _check(self) -> None:
-        text = await self._get_text("/metrics")
+    async def _check(self, began: float) -> None:
+        answer = await self._get("/metrics")
+        text = answer[1] if answer is not None and answer[0] == 200 else None
+        self._silent = answer is None
         self.reachable = text is not None
         self.worker = worker_settings_in(text) if text is not None else None
         self.mismatches = mismatches(self.config, self.worker, __version__) if text is not None else []
         self.checked_at = time.time()
-        self._checked_monotonic = time.monotonic()
+        self._checked_began = began
         self.agreement.set(1 if self.agrees else 0)
         found = {m.setting for m in self.mismatches}
         for setting in SETTINGS:
@@ -137,12 +144,6 @@ class UpstreamWatch:
                 return response.status, await response.text()
         except (aiohttp.ClientError, TimeoutError, UnicodeDecodeError):
             return None
-
-    async def _get_text(self, path: str) -> str | None:
-        """The body of a 200 answer to GET ``path`` upstream; None when it
-        does not answer so."""
-        answer = await self._get(path)
-        return answer[1] if answer is not None and answer[0] == 200 else None
 
     def _log_change(self) -> None:
         """One line each time the outcome changes, none while it stays."""
@@ -188,6 +189,12 @@ class UpstreamWatch:
         if not self.enabled or self.agrees:
             return
         await self.check(max_age=HANDSHAKE_RECHECK_AGE)
+        if self._silent:
+            # vLLM starts listening only once it is ready, so a look begun a
+            # moment before this request may have found nothing where vLLM
+            # answers now: "unreachable" comes only from a look begun after
+            # the request came (a refused connection costs vLLM nothing).
+            await self.check()
         if not self.reachable:
             raise OpenAIError(502, "the upstream is unreachable")
         if self.mismatches:
