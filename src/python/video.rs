@@ -5,7 +5,7 @@ use numpy::{PyArray1, PyArrayMethods};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
-use super::{resize_target, Encoded};
+use super::{resize_target, Encoded, ResizeArg};
 use crate::video::{self, Capture, Conversion};
 
 /// Bounds on one video, checked before the memory they guard is taken.
@@ -169,7 +169,7 @@ impl PyVideoCapture {
         resize_kernel: &str,
         resize_filter: &str,
     ) -> PyResult<(Bound<'py, PyAny>, Vec<usize>)> {
-        let target = resize_target(resize, resize_kernel, resize_filter)?;
+        let target = resize_target(resize.map(ResizeArg::Size), resize_kernel, resize_filter)?;
         let mut capture = self.take()?;
         let conversion = if rgb_direct {
             Conversion::RgbDirect
