@@ -482,18 +482,24 @@ impl Publisher {
                 image.resize.as_ref(),
                 Some(control),
             )?;
-            let mut state = control.state.lock();
-            if state.cancelled {
-                // Published after its owner gave it up: nobody will read it.
-                drop(state);
-                self.release(published.slot.slot, published.slot.generation, 0);
-                return Err(cancelled());
-            }
-            state
-                .published
-                .push((published.slot.slot, published.slot.generation));
+            self.keep_for(control, &published.slot)?;
             Ok(published)
         }))
+    }
+
+    /// A slot just published for `control`'s owner: recorded, so that a
+    /// later [`Publisher::cancel`] frees it; freed at once, and
+    /// [`Error::Cancelled`], when the owner gave it up already (nobody will
+    /// read it).
+    pub fn keep_for(&self, control: &BatchControl, published: &PublishedSlot) -> Result<()> {
+        let mut state = control.state.lock();
+        if state.cancelled {
+            drop(state);
+            self.release(published.slot, published.generation, 0);
+            return Err(cancelled());
+        }
+        state.published.push((published.slot, published.generation));
+        Ok(())
     }
 
     /// Gives up a [`Publisher::publish_many`] batch (its request went away):
@@ -583,7 +589,8 @@ fn each_on_pool<I: Sync, T: Send>(
     pool.run(items.len(), |index| one(&items[index]))
 }
 
-fn cancelled() -> Error {
+/// The error of work its owner gave up ([`Publisher::cancel`]).
+pub(crate) fn cancelled() -> Error {
     Error::Cancelled("the batch was cancelled (its request went away)".to_string())
 }
 

@@ -123,6 +123,15 @@ def video_clips(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
 
 
 @pytest.fixture(scope="session")
+def long_video(tmp_path_factory: pytest.TempPathFactory) -> bytes:
+    """``video_clips.LONG``'s clip: 3000 frames of 640x360 H.264."""
+    import video_clips
+
+    (clip,) = video_clips.make_all(video_clips.LONG, tmp_path_factory.mktemp("long_video")).values()
+    return clip
+
+
+@pytest.fixture(scope="session")
 def corrupt_video(video_clips: dict[str, bytes]) -> bytes:
     """``h264_high_bframes.mp4`` with 2000 random bytes a third of the way
     in: some of its frames no longer decode, the others still do."""

@@ -266,6 +266,36 @@ def test_each_failing_video_is_a_typed_error_and_keeps_no_slot(
     assert stats["published"] == 1 and stats["bytes_in_use"] == 0, stats
 
 
+def test_a_video_publish_whose_caller_goes_away_stops_decoding(long_video: bytes) -> None:
+    """A video sampled at its first and last frames is decoded up to the
+    last; its caller going away mid-decode stops the decoding at the next
+    frame and gives the slot back unpublished (before, the decode ran to
+    the end and published frames nobody would read, holding a video decode
+    call all the while). The next video publishes and reads back right."""
+    sampling = VideoSampling(num_frames=2)
+
+    async def main() -> dict[str, int]:
+        async with pixelwire.Publisher() as publisher, pixelwire.Reader() as reader:
+            task = asyncio.create_task(publisher.decode_and_publish_video(long_video, sampling=sampling))
+            deadline = time.monotonic() + 30
+            while not publisher.stats()["slots_in_use"]:
+                assert time.monotonic() < deadline and not task.done(), "the decode never took its slot"
+                await asyncio.sleep(0.001)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            stats = await _until_no_slot_is_in_use(publisher)
+            assert stats["returned"] == 1 and stats["published"] == 0, stats
+            video = await publisher.decode_and_publish_video(long_video, sampling=sampling)
+            assert isinstance(video, pixelwire.DecodedVideo)
+            frames = await reader.read_decoded(video.to_dict(), output="numpy")
+            np.testing.assert_array_equal(frames, pixelwire.decode_video(long_video, num_frames=2)[0])
+            return await _until_no_slot_is_in_use(publisher)
+
+    stats = asyncio.run(main())
+    assert stats["published"] == 1 and stats["bytes_in_use"] == 0, stats
+
+
 def test_a_video_at_the_worker_passes_through() -> None:
     async def main() -> None:
         publisher = pixelwire.Publisher(decode_at="worker")

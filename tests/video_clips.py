@@ -74,6 +74,16 @@ CLIPS: dict[str, list[str]] = {
 ROTATIONS = {"h264_rotated_90.mp4": 90, "h264_rotated_270.mp4": 270}
 
 # Files that are not decodable videos, for the error tests.
+# A long clip (3000 frames, about 6 MB; seconds to decode on one core):
+# long enough that a decode sampled near its end is still running when its
+# caller goes away.
+LONG: dict[str, list[str]] = {
+    "h264_long_3000_frames.mp4": [
+        "-f", "lavfi", "-i", "testsrc2=size=640x360:rate=25", "-frames:v", "3000",
+        *X264, "-preset", "ultrafast", "-crf", "40",
+    ],
+}  # fmt: skip
+
 BAD_SOURCES: dict[str, list[str]] = {
     "audio_only.mka": ["-f", "lavfi", "-i", "sine=frequency=440:duration=0.5", "-c:a", "pcm_s16le"],
     "zero_frames.mkv": [*PATTERN, "-frames:v", "0", *X264],

@@ -391,6 +391,7 @@ class NativePublisher:
         capture: VideoCapture,
         indices: Sequence[int],
         *,
+        control: BatchControl | None = None,
         resize: tuple[int, int] | Sequence[tuple[int, int]] | None = None,
         resize_kernel: Literal["torchvision", "pillow"] = "torchvision",
         resize_filter: Literal["bicubic", "bilinear", "lanczos"] = "bicubic",
@@ -399,7 +400,9 @@ class NativePublisher:
         order; frames that do not decode are left out), each resized to
         ``resize`` when given, straight into one slot and starts its lease
         (GIL released). ``shape`` is (T, H, W, 3), ``indices`` the frames
-        decoded. Reads (and closes) the capture."""
+        decoded. Reads (and closes) the capture. After :meth:`cancel` of
+        ``control`` the wait for a slot and the decoding stop, and what was
+        published is freed: raises :class:`Cancelled`."""
     def release(self, slot: int, generation: int, handout: int = 0) -> bool:
         """Ends hand-out ``handout`` of a slot, which is freed when nothing
         else holds it (no other hand-out, no cache pin); False when that

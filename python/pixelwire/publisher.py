@@ -260,10 +260,11 @@ def _publish_video(
     limits: _native.VideoLimits | None,
     threads: int,
     resize: ResizePolicy | None,
+    control: _native.BatchControl,
 ) -> _PublishedVideo:
     """Opens the video, samples it as the loader does and decodes the
     sampled frames into a slot, each resized as `resize` says (GIL released
-    throughout)."""
+    throughout); stops with :class:`Cancelled` once `control` is cancelled."""
     capture = _native.VideoCapture(data, threads=threads, limits=limits)
     info = capture.info()
     source, wanted = sample_video(
@@ -271,7 +272,7 @@ def _publish_video(
     )
     size = (info["height"], info["width"])
     options = frame_resize(resize, size, len(set(wanted)), source)
-    fields = native.publish_video(capture, wanted, **options)
+    fields = native.publish_video(capture, wanted, control=control, **options)
     settled = frame_resize(resize, size, len(fields["indices"]), source)
     if settled != options:
         # A frame that did not decode changed the count a per-video size
@@ -279,7 +280,7 @@ def _publish_video(
         native.release(fields["slot"], fields["generation"], fields["handout"])
         decoded = fields["indices"]
         capture = _native.VideoCapture(data, threads=threads, limits=limits)
-        fields = native.publish_video(capture, decoded, **settled)
+        fields = native.publish_video(capture, decoded, control=control, **settled)
         if fields["indices"] != decoded:
             native.release(fields["slot"], fields["generation"], fields["handout"])
             raise _native.VideoDecodeError(
@@ -666,12 +667,16 @@ class Publisher:
         native = self._opened()
         sampling = sampling or VideoSampling()
         data = await self.fetcher.fetch(source) if isinstance(source, str) else _encoded(source)
-        call = functools.partial(_publish_video, native, data, sampling, limits, threads, resize)
+        control = _native.BatchControl()
+        call = functools.partial(_publish_video, native, data, sampling, limits, threads, resize, control)
         work = asyncio.get_running_loop().run_in_executor(_video_decode_executor(), call)
         try:
             published = await asyncio.shield(work)
         except asyncio.CancelledError:
-            # The caller went away mid-decode: the slot is freed once published.
+            # The caller went away: the decoding stops at its next frame and
+            # its slot goes back; a video published by then is freed now,
+            # or once its publish returns.
+            native.cancel(control)
             work.add_done_callback(_release_video_when_published(native))
             raise
         fields = published.fields

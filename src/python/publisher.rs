@@ -209,21 +209,33 @@ impl NativePublisher {
     /// order; those that do not decode are left out), each resized to
     /// `resize` when given, straight into one slot and publishes it: the
     /// slot's fields plus `shape` (T, H, W, 3) and the `indices` decoded.
-    /// The capture is read (and closed) by this call.
-    #[pyo3(signature = (capture, indices, *, resize = None, resize_kernel = "torchvision", resize_filter = "bicubic"))]
+    /// The capture is read (and closed) by this call. `cancel(control)`
+    /// stops the decoding and frees the slot (the call then raises
+    /// `Cancelled`).
+    #[pyo3(signature = (capture, indices, *, control = None, resize = None, resize_kernel = "torchvision", resize_filter = "bicubic"))]
+    #[allow(clippy::too_many_arguments)]
     fn publish_video<'py>(
         &self,
         py: Python<'py>,
         mut capture: PyRefMut<'_, PyVideoCapture>,
         indices: Vec<usize>,
+        control: Option<PyRef<'_, NativeBatchControl>>,
         resize: Option<ResizeArg>,
         resize_kernel: &str,
         resize_filter: &str,
     ) -> PyResult<Bound<'py, PyDict>> {
         let target = resize_target(resize, resize_kernel, resize_filter)?;
         let mut capture = capture.take()?;
+        let control =
+            control.map_or_else(|| Arc::new(BatchControl::default()), |c| c.inner.clone());
         let published = py.detach(|| {
-            video::publish_video(&self.inner, &mut capture, &indices, target.as_ref())
+            video::publish_video(
+                &self.inner,
+                &mut capture,
+                &indices,
+                target.as_ref(),
+                &control,
+            )
         })?;
         self.owned_by_python(&[&published.slot], || {
             let d = slot_fields(py, &published.slot)?;

@@ -274,6 +274,21 @@ impl Capture {
         resize: Option<&Target>,
         out: &mut [u8],
     ) -> Result<Vec<usize>> {
+        self.read_frames_until(wanted, conversion, resize, out, &|| None)
+    }
+
+    /// [`Capture::read_frames_into`] that asks `stop` before each frame it
+    /// decodes and fails with its error once it gives one (its caller went
+    /// away): a video sampled near its end is not decoded to the end for
+    /// nobody.
+    pub fn read_frames_until(
+        &mut self,
+        wanted: &[usize],
+        conversion: Conversion,
+        resize: Option<&Target>,
+        out: &mut [u8],
+        stop: &dyn Fn() -> Option<Error>,
+    ) -> Result<Vec<usize>> {
         if self.read {
             return Err(Error::InvalidArgument(
                 "a video capture reads its frames once".into(),
@@ -307,6 +322,7 @@ impl Capture {
             conversion,
             resize: resize.copied(),
             failed: None,
+            stop,
         };
         if let Some(&last) = wanted.last() {
             match self.read_skipping(&wanted, last, &mut output) {
@@ -330,6 +346,9 @@ impl Capture {
     /// does not decode taking its number with it.
     fn read_every(&mut self, wanted: &BTreeSet<usize>, last: usize, out: &mut Output<'_>) {
         for index in 0..=last {
+            if out.stopped() {
+                return;
+            }
             // SAFETY: `raw` is an open handle, used by this thread only.
             if unsafe { ffi::pw_video_grab(self.raw) } == 0 {
                 if unsafe { ffi::pw_video_finished(self.raw) } != 0 {
@@ -359,6 +378,9 @@ impl Capture {
             return Skipping::Off;
         }
         loop {
+            if out.stopped() {
+                return Skipping::Done;
+            }
             // SAFETY: as above.
             let grabbed = unsafe { ffi::pw_video_grab(self.raw) } != 0;
             if unsafe { ffi::pw_video_skip_failed(self.raw) } != 0 {
@@ -405,11 +427,23 @@ struct Output<'a> {
     coded: (usize, usize),
     conversion: Conversion,
     resize: Option<Target>,
-    /// The first error a frame met (a resize); no frame is kept after it.
+    /// The first error a frame met (a resize, or the caller's stop); no
+    /// frame is kept after it.
     failed: Option<Error>,
+    /// Asked before each frame is decoded: an error ends the read.
+    stop: &'a dyn Fn() -> Option<Error>,
 }
 
 impl Output<'_> {
+    /// Whether the read must end now: a frame failed, or the caller's
+    /// `stop` gave its error (kept as the read's).
+    fn stopped(&mut self) -> bool {
+        if self.failed.is_none() {
+            self.failed = (self.stop)();
+        }
+        self.failed.is_some()
+    }
+
     /// Converts the frame just grabbed (rotated, resized) into the next
     /// free place.
     fn keep(&mut self, raw: *mut ffi::pw_video, index: usize) {

@@ -4,7 +4,7 @@
 
 use super::{Capture, Conversion};
 use crate::errors::{Error, Result};
-use crate::publisher::{PublishedSlot, Publisher};
+use crate::publisher::{cancelled, BatchControl, PublishedSlot, Publisher};
 use crate::resize::Target;
 
 /// One published video: `indices.len()` RGB frames of `height x width`,
@@ -21,12 +21,16 @@ pub struct PublishedVideo {
 /// into a slot of `publisher`, each resized to `resize` when given, and
 /// publishes them. The slot is sized for every wanted frame, checked
 /// against the capture's limits before it is taken; the slot is given back
-/// when no frame decodes.
+/// when no frame decodes. After [`Publisher::cancel`] of `control` (the
+/// request went away) the wait for a slot and the decoding stop, and a
+/// video published by then is freed: the call fails with
+/// [`Error::Cancelled`].
 pub fn publish_video(
     publisher: &Publisher,
     capture: &mut Capture,
     wanted: &[usize],
     resize: Option<&Target>,
+    control: &BatchControl,
 ) -> Result<PublishedVideo> {
     if wanted.is_empty() {
         return Err(Error::InvalidArgument("no frame index to sample".into()));
@@ -35,8 +39,12 @@ pub fn publish_video(
     let frame_bytes = capture.frame_bytes(resize);
     let codec = capture.info().codec.clone();
     let mut indices = Vec::new();
-    let slot = publisher.publish_filled(capacity, None, |out| {
-        indices = capture.read_frames_into(wanted, Conversion::BgrSwapped, resize, out)?;
+    let stop = || control.is_cancelled().then(cancelled);
+    if let Some(error) = stop() {
+        return Err(error);
+    }
+    let slot = publisher.publish_filled(capacity, Some(control), |out| {
+        indices = capture.read_frames_until(wanted, Conversion::BgrSwapped, resize, out, &stop)?;
         if indices.is_empty() {
             return Err(Error::Video(format!(
                 "no frame of the video could be decoded ({codec})"
@@ -44,6 +52,7 @@ pub fn publish_video(
         }
         Ok(indices.len() * frame_bytes)
     })?;
+    publisher.keep_for(control, &slot)?;
     let info = capture.info();
     let (height, width) = match resize {
         Some(target) => (target.height, target.width),
