@@ -231,6 +231,7 @@ fn decode_inner(data: &[u8]) {
             height: (h[2] as usize % 96) + 1,
             width: (h[3] as usize % 96) + 1,
             spec: spec_from(h[0] >> 4),
+            via: None,
         };
         let rshape = decode::resized_shape(shape, Some(&target));
         let mut small = vec![0x5Au8; rshape.len()];
