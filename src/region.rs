@@ -449,10 +449,15 @@ impl SlotPool {
                     if now >= deadline && state.growing == 0 {
                         return Ok(None);
                     }
-                    // Bounded waits: quarantines end without a signal.
-                    let until = if now >= deadline { now } else { deadline };
-                    self.freed
-                        .wait_until(&mut state, until.min(now + Duration::from_millis(100)));
+                    // Bounded waits: quarantines end without a signal (past
+                    // the deadline, a registration's end wakes the waiters).
+                    let step = now + Duration::from_millis(100);
+                    let until = if now >= deadline {
+                        step
+                    } else {
+                        deadline.min(step)
+                    };
+                    self.freed.wait_until(&mut state, until);
                 }
             }
         }
