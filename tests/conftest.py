@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -119,7 +120,10 @@ def video_clips(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
     """Every test video of ``video_clips.CLIPS`` by name, made once per session."""
     import video_clips
 
-    return video_clips.make_all(video_clips.CLIPS, tmp_path_factory.mktemp("videos"))
+    # PIXELWIRE_TEST_VIDEOS: a folder of clips made beforehand, for a
+    # machine without the ffmpeg CLI (the GPU machine).
+    made = os.environ.get("PIXELWIRE_TEST_VIDEOS")
+    return video_clips.make_all(video_clips.CLIPS, Path(made) if made else tmp_path_factory.mktemp("videos"))
 
 
 @pytest.fixture(scope="session")

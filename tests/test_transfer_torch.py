@@ -47,6 +47,40 @@ def test_torch_reads_equal_decode_image(
         publisher_process.close()
 
 
+@pytest.mark.parametrize(("device", "staging"), [("cpu", "pinned"), ("cuda", "pinned"), ("cuda", "direct")])
+def test_torch_reads_of_video_frames_equal_decode_video(
+    device: str, staging: str, video_clips: dict[str, bytes]
+) -> None:
+    """A video's sampled frames read into a CPU or CUDA tensor (pinned
+    staging in chunks smaller than a frame, or a direct device READ) are
+    (T, H, W, 3) and decode_video's frames; a descriptor naming another
+    generation of the slot is refused on every path."""
+    if device == "cuda" and not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    publisher_process = PublisherProcess()
+    try:
+
+        async def main() -> None:
+            async with pixelwire.Reader(cuda_staging=staging, cuda_chunk_bytes=64 << 10) as reader:  # type: ignore[arg-type]
+                for name in ("h264_high_bframes.mp4", "h264_odd_853x480_444.mp4"):
+                    desc = publisher_process.publish_video(video_clips[name], video_kwargs={"num_frames": 5})[
+                        "desc"
+                    ]
+                    want, _ = pixelwire.decode_video(video_clips[name], num_frames=5)
+                    got = await reader.read_decoded(desc, output="torch", device=device)
+                    assert got.is_cuda == (device == "cuda") and got.dtype == torch.uint8
+                    assert got.is_contiguous() and tuple(got.shape) == want.shape
+                    np.testing.assert_array_equal(got.cpu().numpy(), want)
+                    skewed = copy.deepcopy(desc)
+                    skewed["pixelwire"]["generation"] += 1
+                    with pytest.raises(pixelwire.PixelwireError):
+                        await reader.read_decoded(skewed, output="torch", device=device)
+
+        asyncio.run(main())
+    finally:
+        publisher_process.close()
+
+
 def test_cuda_reads_check_the_slot_and_keep_one_staging_buffer(ppm_of_size: Callable[..., bytes]) -> None:
     """Into CUDA memory (no content hash there), a descriptor whose slot was
     reclaimed gives a TransferError, never pixels, even when the reader's

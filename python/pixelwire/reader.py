@@ -247,8 +247,8 @@ class Reader:
         not parsed again."""
         _check_output(output)
         image.check(self.settings.max_pixels, time.time())
-        if image.frames is not None and (output == "pil" or device != "cpu"):
-            raise ValueError("video frames are read into host memory as output='numpy' or 'torch'")
+        if image.frames is not None and output == "pil":
+            raise ValueError("video frames are read as output='numpy' or 'torch'")
         native = self._opened()
         if device != "cpu":
             if output != "torch":
@@ -384,22 +384,19 @@ class Reader:
         finally:
             if held:
                 self._cuda_lock.release()
-        h, w, c = image.shape
-        if image.pixel_bytes == c:
-            return out.view(h, w, c)
+        if image.pixel_bytes == image.shape[2]:
+            return out.view(_pixels_shape(image))
         with torch.cuda.stream(caller_stream):  # the stream the copies are ordered before
-            return out.view(h, w, image.pixel_bytes)[:, :, :c].clone(memory_format=torch.contiguous_format)
+            return _without_padding(out, image)
 
     def _read_cuda_direct(self, native: _native.NativeReader, image: RemoteImage, index: int) -> Any:
         """READ straight into registered device memory (``cuda_staging="direct"``)."""
-        import torch
 
         with self._cuda_lock:
             tensor, _ = self._staging(native, index, image.size, "Vram")
             native.read_into(image, local_addr=tensor.data_ptr(), mem_type="Vram", device=index)
-            h, w, c = image.shape
-            pixels = tensor[: image.size].view(h, w, image.pixel_bytes)
-            return pixels[:, :, :c].clone(memory_format=torch.contiguous_format)
+            # A copy: the staging buffer is the next read's.
+            return _without_padding(tensor[: image.size], image)
 
     def _staging(
         self, native: _native.NativeReader, index: int, size: int, mem_type: Literal["Dram", "Vram"]
@@ -433,6 +430,21 @@ class Reader:
                 )
             staging = self._cuda_staging[index] = (tensor, registration)
         return staging
+
+
+def _pixels_shape(image: RemoteImage) -> tuple[int, ...]:
+    """(H, W, bytes a pixel) of an image's slot; (T, H, W, 3) of a video's."""
+    h, w, _ = image.shape
+    return (h, w, image.pixel_bytes) if image.frames is None else (image.frames, h, w, image.pixel_bytes)
+
+
+def _without_padding(flat: Any, image: RemoteImage) -> Any:
+    """A new contiguous tensor of the slot's pixels without the fourth byte
+    of an RGBX layout (a plain copy otherwise)."""
+    import torch
+
+    pixels = flat.view(_pixels_shape(image))
+    return pixels[..., : image.shape[2]].clone(memory_format=torch.contiguous_format)
 
 
 def _check_output(output: str) -> None:
