@@ -46,6 +46,7 @@ w meta-bomb  '\x04b64:eNrtwQEBAAAAgJD+r+4ICgAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA
 w agent      '\x03nixlSerDes|Agent\x05\x00\x00\x00\x00\x00\x00\x00front|Conns'
 w note       '\x00pw1:7:9'
 w note-big   '\x00pw1:18446744073709551615:18446744073709551615'
+w body       '\x08{"messages":[{"content":[{"type":"image_url","image_url":{"url":"data:image/png;base64,aGVsbG8gd29ybGQ="}},{"data:image/x;base64,QQ==":"DATA:a,b\\"c"}]}],"x":["data:;base64,QUJD",{"k":"data:\\u0041"}]}'
 w slot       '\x00pwslot\x00\x02\x03\x00\x00\x00\x00\x00\x00\x00\x00\x10\x00\x00\x00\x00\x00\x00\x0b\x00\x00\x00\x00\x00\x00\x00'
 
 # resize: 8 header bytes + pixels.

@@ -23,7 +23,7 @@ use std::sync::{Mutex, Once};
 
 use pixelwire::decode::{self, DecodeOptions, Limits, Mode};
 use pixelwire::resize::{self, Filter, Kernel, ResizeSpec};
-use pixelwire::wire;
+use pixelwire::{json_body, wire};
 
 mod video;
 pub use video::{video_one, VIDEO_HEADER};
@@ -319,6 +319,41 @@ fn wire_inner(data: &[u8]) {
             );
         }
     }
+    // The frontend's body scan: the skeleton is the body with each cut range
+    // (in order, inside it) replaced by its placeholder; every cut string
+    // is a printable-ASCII data: URL of at least the length asked; the
+    // values bound never exceeds the count of every '{', '[' and ','.
+    let min_len = [0usize, 5, 8, 64][(sel >> 3 & 3) as usize];
+    let scanned = json_body::scan(rest, min_len, "<P>");
+    let naive = 1 + rest
+        .iter()
+        .filter(|b| matches!(b, b'{' | b'[' | b','))
+        .count();
+    assert!(
+        scanned.values <= naive,
+        "values {} > {naive}",
+        scanned.values
+    );
+    let mut rebuilt = Vec::new();
+    let mut copied = 0;
+    for (n, &(start, end)) in scanned.cut.iter().enumerate() {
+        assert!(
+            copied < start && start <= end && end < rest.len(),
+            "cut {start}..{end}"
+        );
+        assert_eq!((rest[start - 1], rest[end]), (b'"', b'"'));
+        let contents = &rest[start..end];
+        assert!(contents.len() >= min_len.max(5) && contents[..5].eq_ignore_ascii_case(b"data:"));
+        assert!(contents
+            .iter()
+            .all(|&b| (0x20..0x7f).contains(&b) && b != b'\\' && b != b'"'));
+        rebuilt.extend_from_slice(&rest[copied..start]);
+        rebuilt.extend_from_slice(format!("<P>{n}").as_bytes());
+        copied = end;
+    }
+    rebuilt.extend_from_slice(&rest[copied..]);
+    assert_eq!(scanned.skeleton.unwrap_or_else(|| rest.to_vec()), rebuilt);
+
     // pack/unpack round trip on the raw bytes.
     if rest.len() <= bound {
         let packed = wire::pack_metadata(rest);

@@ -270,6 +270,12 @@ def probe_image(data: Buffer, *, limits: Limits | None = None) -> ProbeResult:
     """Reads the header only: format, stored size, source mode, EXIF
     orientation, and the (height, width) once oriented."""
 
+def scan_json_body(raw: bytes, min_len: int, prefix: str) -> tuple[bytes | None, int, list[tuple[int, int]]]:
+    """A request body's large ``data:`` URL string values cut out: (the
+    skeleton with ``"<prefix><n>"`` in their place, or None when none was
+    cut; an upper bound on its JSON values; each cut string's contents as a
+    byte range of ``raw``)."""
+
 def decode_data_url(url: str) -> tuple[str, bytes]:
     """Decodes an RFC 2397 base64 ``data:`` URL: returns (media type, bytes)."""
 

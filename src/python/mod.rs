@@ -244,6 +244,22 @@ fn decode_data_url<'py>(py: Python<'py>, url: &str) -> PyResult<(String, Bound<'
     Ok((parsed.media_type, PyBytes::new(py, &parsed.bytes)))
 }
 
+/// A request body's large `data:` URL string values cut out
+/// (`json_body::scan`): (skeleton or None, bound on its JSON values, each
+/// cut string's contents as a (start, end) byte range of `raw`).
+#[pyfunction]
+#[allow(clippy::type_complexity)]
+fn scan_json_body<'py>(
+    py: Python<'py>,
+    raw: &[u8],
+    min_len: usize,
+    prefix: &str,
+) -> (Option<Bound<'py, PyBytes>>, usize, Vec<(usize, usize)>) {
+    let scanned = py.detach(|| crate::json_body::scan(raw, min_len, prefix));
+    let skeleton = scanned.skeleton.map(|s| PyBytes::new(py, &s));
+    (skeleton, scanned.values, scanned.cut)
+}
+
 /// The descriptors' `content_hash` of a buffer (`wire::content_hash`).
 #[pyfunction]
 fn content_hash(py: Python<'_>, data: Encoded<'_>) -> String {
@@ -289,6 +305,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     tickets::register(m)?;
     video::register(m)?;
     m.add_function(wrap_pyfunction!(decode_data_url, m)?)?;
+    m.add_function(wrap_pyfunction!(scan_json_body, m)?)?;
     m.add_function(wrap_pyfunction!(content_hash, m)?)?;
     m.add_function(wrap_pyfunction!(is_content_hash, m)?)?;
     m.add_function(wrap_pyfunction!(notification_for, m)?)?;

@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 
+from pixelwire.frontend.errors import OpenAIError
+from pixelwire.frontend.inspect import inspect_chat, json_value_bound, scan_body
 from pixelwire.signing import encode_reference
 
 import stack
@@ -216,6 +218,66 @@ def test_a_body_of_too_many_json_values_is_refused_before_parsing(frontend: stac
     body = b"[" + b"{}," * 249_998 + b"{}]"
     status, _, raw = send(frontend, "/v1/chat/completions", body)
     assert status == 400 and "JSON object" in json.loads(raw)["error"]["message"]
+
+
+def _data_url(n: int, seed: int = 0) -> str:
+    return "data:image/png;base64," + "".join("QUJDRA==+/09az"[(i * 7 + seed) % 14] for i in range(n))
+
+
+def test_a_body_with_its_data_urls_cut_out_parses_to_the_same_document() -> None:
+    """The frontend parses a skeleton of the body, its large data: URL
+    strings cut out natively and put back after; the document is the one
+    json.loads makes of the body, wherever such strings sit (keys, escaped,
+    non-ASCII, text, the top level), and the values bound is json_value_bound's."""
+    big = _data_url(6000)
+    conversation = {
+        "model": "m",
+        "messages": [
+            {"role": "user", "content": [{"type": "image_url", "image_url": {"url": _data_url(9000, n)}}]}
+            for n in range(8)
+        ],
+        "tools": [{"description": big, big: [big, {"x": big}]}],
+    }
+    bodies = [
+        json.dumps(conversation).encode(),
+        json.dumps(conversation, indent=2).encode(),
+        json.dumps(conversation, ensure_ascii=False).encode("utf-16"),
+        ('{"a": "' + big + '", "a": "' + big[:-1] + '"}').encode(),  # a repeated key: the last one counts
+        ('["' + big.replace("Q", "\\u0051", 1) + '", "' + big + 'é"]').encode(),
+        ('"' + big + '"').encode(),
+        (' \r\n["' + big + '" ,"' + big.upper() + '"]\t').encode(),
+        b"\xef\xbb\xbf" + json.dumps([big]).encode(),  # a byte order mark
+    ]
+    for raw in bodies:
+        read = scan_body(raw)
+        assert read.values == json_value_bound(raw) <= 1 + raw.count(b"{") + raw.count(b"[") + raw.count(b",")
+        want = json.loads(raw)
+        if isinstance(want, dict):
+            assert inspect_chat(read)[0] == want
+    # Everything cut but the key (~100 KB to ~7 KB).
+    assert len(scan_body(bodies[0]).skeleton or b"") < len(big) + 2000
+    assert scan_body(bodies[2]).skeleton is None  # UTF-16: nothing is cut
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        '{"a": "DATA", "b": }',  # invalid after a cut string
+        '{"a": "DATA" "b": 1}',  # a missing comma
+        '{"a": ["DATA", "DATA\n"]}',  # a raw newline inside a string: not cut, and invalid
+        '{"a": "DATA',  # unterminated
+        '{"DATA": 1, "b": "DATA"}x',  # trailing bytes
+    ],
+)
+def test_a_body_that_is_not_json_is_refused_as_its_own_bytes_say(raw: str) -> None:
+    """Cutting strings out never makes invalid JSON valid, and the error
+    names the client's bytes (its positions), not the skeleton's."""
+    body = raw.replace("DATA", _data_url(5000)).encode()
+    with pytest.raises(json.JSONDecodeError) as direct:
+        json.loads(body)
+    with pytest.raises(OpenAIError) as refused:
+        inspect_chat(scan_body(body))
+    assert refused.value.status == 400 and str(direct.value) in refused.value.message
 
 
 def test_a_large_body_does_not_freeze_the_loop(upstream: Upstream, tmp_path: Path) -> None:

@@ -46,7 +46,7 @@ from pixelwire.frontend.inspect import (
     dump_json,
     inspect_chat,
     inspect_foreign,
-    json_value_bound,
+    scan_body,
 )
 from pixelwire.frontend.pipeline import MediaPipeline
 from pixelwire.frontend.upstream_watch import UpstreamWatch
@@ -282,15 +282,16 @@ class Frontend:
             raise OpenAIError(
                 413, f"request body is over the limit of {limit} bytes (max_request_bytes)"
             ) from None
-        # Counting runs in C (bytes.count): only the body's size sends it off the loop.
-        values = await self._off_loop(RequestBody(raw, 0), json_value_bound, raw)
+        # The scan is native: only the body's size sends it off the loop.
+        read: RequestBody = await self._off_loop(RequestBody(raw, 0), scan_body, raw)
+        values = read.values
         if values > self.config.max_json_values:
             raise OpenAIError(
                 400,
                 f"request body has up to {values} JSON values, over the limit of "
                 f"{self.config.max_json_values} (max_json_values)",
             )
-        return RequestBody(raw, values)
+        return read
 
     async def _off_loop(self, body: RequestBody, work: Any, *args: Any) -> Any:
         """``work(*args)`` in a thread when the body belongs off the loop
@@ -327,7 +328,7 @@ class Frontend:
             answer: web.StreamResponse | None = None
             # A second try only after the plug-in's READ failure (pixelwire.resend).
             for last_try in (False, True):
-                body, parts = await self._off_loop(read, inspect_chat, read.raw)
+                body, parts = await self._off_loop(read, inspect_chat, read)
                 note_media(len(parts))
                 check_caps(self.config, parts)
                 pipeline: MediaPipeline | None = None
