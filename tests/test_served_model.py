@@ -81,6 +81,29 @@ def test_a_command_line_that_cannot_be_read_for_sure_names_no_model(argv: list[s
     (so resized references are refused), and the reason is given."""
     served = from_command_line(argv)
     assert served.model is None and "command line (" in served.source
+    assert served.trusts_request_kwargs, "what cannot be read may trust requests' kwargs"
+
+
+@pytest.mark.parametrize(
+    ("flags", "trusts"),
+    [
+        ([], False),
+        (["--trust-request-mm-kwargs"], True),
+        (["--trust_request_mm_kwargs"], True),
+        (["--trust-request-mm-kwargs", "--no-trust-request-mm-kwargs"], False),
+        (["--no-trust-request-mm-kwargs", "--trust-request-mm-kwargs"], True),
+        (["--trust-request-chat-template"], False),
+    ],
+)
+def test_the_command_line_says_whether_vllm_trusts_requests_kwargs(
+    flags: list[str], trusts: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """vLLM's --trust-request-mm-kwargs (a boolean flag: the last spelling
+    wins), whatever PIXELWIRE_MODEL says of the model."""
+    argv = [VLLM, "serve", "m", *flags]
+    assert from_command_line(argv).trusts_request_kwargs is trusts
+    monkeypatch.setenv("PIXELWIRE_MODEL", "other")
+    assert served_model(argv).trusts_request_kwargs is trusts
 
 
 def test_the_variables_override_the_command_line(monkeypatch: pytest.MonkeyPatch) -> None:

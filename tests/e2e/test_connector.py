@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import http.server
+import json
 import sys
 import threading
 import time
@@ -473,6 +474,87 @@ def test_the_worker_declares_its_settings_for_the_handshake(
         assert connector.declared_settings("http").resize == "unreadable"
     finally:
         connector.worker_resize_policy.cache_clear()
+
+
+@pytest.fixture
+def served_qwen2_vl(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """vLLM's command line for a Qwen2-VL-style model folder (image and
+    video processor configs, a small pixel budget); the plug-in's cached
+    policies are dropped before and after."""
+    from pixelwire.vllm import connector, video
+
+    image = {"image_processor_type": "Qwen2VLImageProcessor", "min_pixels": 3136, "max_pixels": 8192}
+    frames = {"video_processor_type": "Qwen2VLVideoProcessor", "min_pixels": 3136, "max_pixels": 8192}
+    (tmp_path / "preprocessor_config.json").write_text(json.dumps(image))
+    (tmp_path / "video_preprocessor_config.json").write_text(json.dumps(frames))
+    monkeypatch.delenv("PIXELWIRE_MODEL", raising=False)
+    monkeypatch.delenv("PIXELWIRE_MM_PROCESSOR_KWARGS", raising=False)
+
+    def clear() -> None:
+        connector.worker_resize_policy.cache_clear()
+        video.worker_video_resize_policy.cache_clear()
+
+    clear()
+    yield ["api_server.py", "--model", str(tmp_path)]
+    clear()
+
+
+@pytest.mark.parametrize(
+    ("flags", "resized"),
+    [
+        ([], True),
+        (["--trust-request-mm-kwargs"], False),
+        (["--trust-request-mm-kwargs", "--no-trust-request-mm-kwargs"], True),
+    ],
+)
+def test_worker_mode_resizes_urls_unless_requests_may_bring_their_own_kwargs(
+    connectors: tuple[Any, Any],
+    served_qwen2_vl: list[str],
+    video_clips: dict[str, bytes],
+    monkeypatch: pytest.MonkeyPatch,
+    flags: list[str],
+    resized: bool,
+) -> None:
+    """In worker mode an image or video URL is decoded at the size the
+    served model's processor makes it (each frame, for a video), as the
+    frontend ships it. Not where vLLM trusts a request's own
+    mm_processor_kwargs: they never reach the plug-in, so a resize for the
+    served settings could differ from what vLLM's processor makes with the
+    request's; the URL then gives vLLM's loader's own full-size pixels."""
+    import base64
+
+    from pixelwire.resize import ResizePolicy, video_resize_policy
+
+    model = served_qwen2_vl[-1]
+    monkeypatch.setattr(sys, "argv", [*served_qwen2_vl, *flags])
+    ours_cls, theirs_cls = connectors
+    data = (stack.CORPUS / "hopper.png").read_bytes()
+    url = "data:image/png;base64," + base64.b64encode(data).decode()
+    ours, theirs = (asyncio.run(cls().fetch_image_async(url)) for cls in (ours_cls, theirs_cls))
+    full = _pixels(theirs)
+    policy = ResizePolicy.from_pretrained(model)
+    assert policy is not None and policy.target(*full.shape[:2]) < full.shape[:2]  # 128x128 -> 84x84
+    if resized:
+        want = pixelwire.decode_image(data, resize=policy.target(*full.shape[:2]))
+        np.testing.assert_array_equal(_pixels(ours), want)
+    else:
+        np.testing.assert_array_equal(_pixels(ours), full)
+    clip = video_clips["h264_high_bframes.mp4"]
+    video_url = "data:video/mp4;base64," + base64.b64encode(clip).decode()
+    kwargs = {"media_io_kwargs": {"video": {"num_frames": 4}}}
+    processor = "Qwen2VLVideoProcessor"
+    ours_video = asyncio.run(ours_cls(**kwargs).fetch_video_async(video_url, video_processor=processor))
+    theirs_video = asyncio.run(theirs_cls(**kwargs).fetch_video_async(video_url, video_processor=processor))
+    (frames, metadata), (vllm_frames, vllm_metadata) = ours_video.media, theirs_video.media
+    assert metadata == vllm_metadata
+    frame_policy = video_resize_policy(model)
+    assert frame_policy is not None
+    if resized:
+        want, _ = pixelwire.decode_video(clip, loader="qwen2_vl", num_frames=4, resize=frame_policy)
+        assert want.shape[1:3] != vllm_frames.shape[1:3]
+        np.testing.assert_array_equal(frames, want)
+    else:
+        np.testing.assert_array_equal(frames, vllm_frames)
 
 
 @pytest.mark.parametrize("processor", [None, "Qwen2VLVideoProcessor", "Qwen3VLVideoProcessor"])

@@ -293,13 +293,25 @@ def test_worker_mode_decodes_videos_natively_with_vllms_tokens(
     served: dict[str, Any], video_clips: dict[str, bytes]
 ) -> None:
     """In worker mode the plug-in decodes the video inside vLLM's API server
-    with pixelwire's decoder; a codec pixelwire does not decode goes to
-    vLLM's own loader with the bytes already fetched."""
+    with pixelwire's decoder, each frame resized for the served model's
+    video processor, and vLLM answers with its own loader's tokens and
+    logprobs; a codec pixelwire does not decode goes to vLLM's own loader
+    with the bytes already fetched."""
+    from pixelwire.resize import video_resize_policy
+
     data = video_clips["h264_scene.mp4"]
     before = _metrics(served["pixelwire_vllm"])
     worker_decoded = _complete_video(served["worker_mode"], data)
     assert _videos_read(served["pixelwire_vllm"], "url", before) == 1
     assert worker_decoded == _complete_video(served["reference_vllm"], data)
+    # The frames were resized on the way: the bytes decoded are the resized frames'.
+    policy = video_resize_policy(str(stack.model_dir()))
+    full, _ = pixelwire.decode_video(data, loader="qwen2_vl")
+    resized, _ = pixelwire.decode_video(data, loader="qwen2_vl", resize=policy)
+    decoded = stack.metric(
+        _metrics(served["pixelwire_vllm"]), "pixelwire_worker_video_frame_bytes_total", path="url"
+    ) - stack.metric(before, "pixelwire_worker_video_frame_bytes_total", path="url")
+    assert decoded == resized.nbytes < full.nbytes
 
 
 def test_a_different_image_changes_the_logprobs(served: dict[str, Any]) -> None:

@@ -54,7 +54,12 @@ from pixelwire.vllm.image_cache import worker_image_cache
 from pixelwire.vllm.image_info import vllm_image_metadata
 from pixelwire.vllm.served_model import from_command_line as served_model_from_command_line
 from pixelwire.vllm.served_model import same_model, served_model
-from pixelwire.vllm.video import decode_video_bytes, read_video_reference, vllm_video_settings
+from pixelwire.vllm.video import (
+    decode_video_bytes,
+    read_video_reference,
+    vllm_video_settings,
+    worker_video_resize_policy,
+)
 
 _state_lock = threading.Lock()
 _metrics: ImageMetrics | None = None
@@ -85,6 +90,17 @@ def worker_resize_policy() -> ResizePolicy | None:
         return None
 
 
+def url_resize_allowed() -> bool:
+    """Whether images and videos the plug-in decodes from URLs itself
+    (worker mode) may be resized for the served model: not where vLLM
+    trusts a request's own ``mm_processor_kwargs`` (--trust-request-mm-kwargs),
+    which never reach a media connector, so a resize for the served
+    settings could differ from what vLLM's processor makes with the
+    request's; those URLs are decoded at full size, as vLLM's loader gives
+    them. (References are resized by the frontend, which sees the request.)"""
+    return not served_model(sys.argv).trusts_request_kwargs
+
+
 def check_resize_setting(argv: list[str]) -> None:
     """At start-up: a PIXELWIRE_MODEL must name the model vLLM was started
     with, else the plug-in's checks would compare against another model's
@@ -102,6 +118,11 @@ def check_resize_setting(argv: list[str]) -> None:
         log.info(
             "pixelwire model-aware resize: %s (%s, from %s)", policy.identity, served.model, served.source
         )
+        if served.trusts_request_kwargs:
+            log.info(
+                "images and videos decoded here from URLs (worker mode) keep their size: vLLM trusts a "
+                "request's own mm_processor_kwargs (--trust-request-mm-kwargs), which the plug-in cannot see"
+            )
     else:
         log.info(
             "pixelwire model-aware resize: off (model %s, from %s); frontend-resized images are refused",
@@ -399,7 +420,8 @@ class PixelwireMediaConnector(MediaConnector):
             else:
                 timeout = VllmMediaSettings.from_env().video_timeout
                 data = await self._fetch(video_url, timeout, vllm_io.get_max_bytes())
-            return await decode_video_bytes(data, video_kwargs, loader, vllm_io, metrics)
+            resize = worker_video_resize_policy() if url_resize_allowed() else None
+            return await decode_video_bytes(data, video_kwargs, loader, vllm_io, metrics, resize)
         except PixelwireError as e:
             self._raise_as_vllms(e, video_url, metrics)
 
@@ -499,7 +521,7 @@ class PixelwireMediaConnector(MediaConnector):
         if mode not in DECODED_MODES:
             # A mode pixelwire does not decode (P, None = the file's own, ...).
             return await self._vllm_load(data, mode, metrics)
-        policy = worker_resize_policy() if mode == "RGB" else None
+        policy = worker_resize_policy() if mode == "RGB" and url_resize_allowed() else None
         # The same bytes decoded the same way: served from the worker's cache.
         cache = worker_image_cache()
         key = None

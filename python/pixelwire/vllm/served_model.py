@@ -23,6 +23,8 @@ _MODEL = re.compile(r"^--model(=|$)")
 # vLLM's FlexibleArgumentParser reads underscores in option names as dashes
 # and ``--opt.key value`` as one key of a dict option.
 _KWARGS = re.compile(r"^--mm[-_]processor[-_]kwargs(?P<keys>(\.[^=]+)?)(?P<eq>=|$)")
+# vLLM's boolean flag (argparse's BooleanOptionalAction: the last one wins).
+_TRUST = re.compile(r"^--(?P<no>no[-_])?trust[-_]request[-_]mm[-_]kwargs$")
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,10 @@ class ServedModel:
     mm_processor_kwargs: dict[str, Any] = field(default_factory=dict)
     source: str = "vLLM's command line"
     explicit: bool = False
+    # vLLM's --trust-request-mm-kwargs: a request may bring its own
+    # mm_processor_kwargs, which never reach the plug-in. True too where the
+    # command line cannot be read for sure (a --config file).
+    trusts_request_kwargs: bool = False
 
 
 def from_command_line(argv: Sequence[str]) -> ServedModel:
@@ -48,8 +54,13 @@ def from_command_line(argv: Sequence[str]) -> ServedModel:
     ``--config`` file, or kwargs that are not JSON."""
     args = list(argv)
     if any(arg == "--config" or arg.startswith("--config=") for arg in args):
-        return ServedModel(None, source="vLLM's command line (settings in a --config file are not read)")
+        return ServedModel(
+            None,
+            source="vLLM's command line (settings in a --config file are not read)",
+            trusts_request_kwargs=True,
+        )
     model: str | None = None
+    trusts = False
     whole: dict[str, Any] = {}
     by_key: dict[str, Any] = {}
     i = 0
@@ -59,20 +70,24 @@ def from_command_line(argv: Sequence[str]) -> ServedModel:
             model, step = args[i + 1], 2
         elif _MODEL.match(arg):
             model, step = _value(args, i)
+        elif trust := _TRUST.match(arg):
+            trusts = not trust["no"]
         elif found := _KWARGS.match(arg):
             value, step = _value(args, i)
             try:
                 parsed = json.loads(value or "")
             except ValueError:
-                return ServedModel(None, source=f"vLLM's command line ({arg} {value!r} is not JSON)")
+                why = f"vLLM's command line ({arg} {value!r} is not JSON)"
+                return ServedModel(None, source=why, trusts_request_kwargs=True)
             if found["keys"]:
                 _set_nested(by_key, found["keys"].removeprefix(".").split("."), parsed)
             elif isinstance(parsed, dict):
                 whole = parsed
             else:
-                return ServedModel(None, source=f"vLLM's command line ({arg} {value!r} is not a JSON object)")
+                why = f"vLLM's command line ({arg} {value!r} is not a JSON object)"
+                return ServedModel(None, source=why, trusts_request_kwargs=True)
         i += step
-    return ServedModel(model, by_key or whole)
+    return ServedModel(model, by_key or whole, trusts_request_kwargs=trusts)
 
 
 def served_model(argv: Sequence[str]) -> ServedModel:
@@ -84,9 +99,11 @@ def served_model(argv: Sequence[str]) -> ServedModel:
     if env_model is None and env_kwargs is None:
         return started
     kwargs = env_kwargs if env_kwargs is not None else started.mm_processor_kwargs
+    trusts = started.trusts_request_kwargs  # vLLM's own flag, whatever the variables say
     if env_model is None:
-        return ServedModel(started.model, kwargs, f"{started.source}, PIXELWIRE_MM_PROCESSOR_KWARGS")
-    return ServedModel(env_model, kwargs, "PIXELWIRE_MODEL", explicit=True)
+        source = f"{started.source}, PIXELWIRE_MM_PROCESSOR_KWARGS"
+        return ServedModel(started.model, kwargs, source, trusts_request_kwargs=trusts)
+    return ServedModel(env_model, kwargs, "PIXELWIRE_MODEL", explicit=True, trusts_request_kwargs=trusts)
 
 
 def same_model(one: str, other: str) -> bool:

@@ -140,11 +140,18 @@ def _check_frame_resize(remote: RemoteImage) -> None:
 
 
 async def decode_video_bytes(
-    data: bytes, video_kwargs: dict[str, Any], loader: str, vllm_io: VideoMediaIO, metrics: ImageMetrics
+    data: bytes,
+    video_kwargs: dict[str, Any],
+    loader: str,
+    vllm_io: VideoMediaIO,
+    metrics: ImageMetrics,
+    resize: ResizePolicy | None = None,
 ) -> MediaWithBytes:
     """A fetched video as vLLM's loader would return it: decoded natively
-    when pixelwire reproduces the loader and the codec, else by vLLM's own
-    loader (``vllm_io``) on the same bytes."""
+    when pixelwire reproduces the loader and the codec, each frame at the
+    size the served model's video processor resizes it to (``resize``: its
+    policy, or None), else by vLLM's own loader (``vllm_io``) on the same
+    bytes, at full size."""
     try:
         sampling = VideoSampling.from_video_kwargs(video_kwargs, loader)
     except NotReproduced:
@@ -157,6 +164,7 @@ async def decode_video_bytes(
                 loader=sampling.loader,
                 num_frames=sampling.num_frames,
                 fps=sampling.fps,
+                resize=resize,
                 **sampling.loader_kwargs,
             )
     except UnsupportedVideo:
