@@ -174,6 +174,41 @@ def test_a_size_the_processor_would_resize_again_is_not_shipped() -> None:
     assert policy.target(52, 5671) == (52, 5671)
 
 
+KIMI_K25 = {
+    "auto_map": {"AutoImageProcessor": "kimi_k25_vision_processing.KimiK25VisionProcessor"},
+    "media_proc_cfg": {
+        "patch_size": 14,
+        "merge_kernel_size": 2,
+        "in_patch_limit": 16384,
+        "patch_limit_on_one_side": 512,
+    },
+}
+
+
+def test_kimi_k25_scales_down_to_its_patch_budget_with_pillows_bicubic() -> None:
+    """Kimi-K2.5's checkpoint names its remote processor in auto_map, with
+    media_proc_cfg; the policy is its navit resize (down only, to
+    in_patch_limit patches and patch_limit_on_one_side a side, floored),
+    with Pillow's bicubic whatever backend is asked for; vLLM hands the
+    processor no --mm-processor-kwargs, so they change nothing. A size it
+    would move again ships as it is."""
+    policy = ResizePolicy.from_processor_config(KIMI_K25, {"in_patch_limit": 1}, kernel="torchvision")
+    assert policy is not None and (policy.family, policy.kernel, policy.filter) == (
+        "navit",
+        "pillow",
+        "bicubic",
+    )
+    assert policy.identity == "navit:16384:side=512:patch=14:pillow:bicubic"
+    assert policy.target(2160, 3840) == (1345, 2392)  # vLLM's navit_resize_image gives 2392x1345
+    assert policy.target(1080, 1920) == (1080, 1920)  # within the budget: left alone, never scaled up
+    assert policy.target(100, 9000) == (79, 7168)  # 512 patches a side, the scale for both
+    assert policy.processor_target(2460, 1319) == (2455, 1316)
+    assert policy.processor_target(2455, 1316) != (2455, 1316)  # not its own target
+    assert policy.target(2460, 1319) == (2460, 1319)
+    for broken in ({**KIMI_K25, "media_proc_cfg": None}, {**KIMI_K25, "media_proc_cfg": {"patch_size": 14}}):
+        assert ResizePolicy.from_processor_config(broken) is None
+
+
 IDEFICS3 = {
     "image_processor_type": "Idefics3ImageProcessor",
     "size": {"longest_edge": 1456},

@@ -43,6 +43,12 @@ Families (what transformers 5.19 does for each):
   (:meth:`ResizePolicy.steps`). Without splitting, the processor squares the
   first result, which it would do again from the square, so the first
   result is shipped.
+- ``navit``: Kimi-K2.5 (``KimiK25ForConditionalGeneration``, whose image
+  processor vLLM 0.32 runs as its own ``KimiK25FusedVisionProcessor``,
+  configured by the checkpoint's ``media_proc_cfg``): scaled down (never
+  up) to fit ``in_patch_limit`` patches and ``patch_limit_on_one_side``
+  patches a side, floored, with Pillow's bicubic; then zero-padded to the
+  merged patch grid. vLLM hands it no ``--mm-processor-kwargs``.
 
 Anything else (tiling, pan-and-scan, unknown processors) gets no policy and
 one log line saying why.
@@ -61,7 +67,9 @@ from typing import Any, Literal
 
 log = logging.getLogger("pixelwire.resize")
 
-Family = Literal["smart", "fixed", "shortest_edge", "max_num_patches", "longest_edge", "longest_edge_tiles"]
+Family = Literal[
+    "smart", "fixed", "shortest_edge", "max_num_patches", "longest_edge", "longest_edge_tiles", "navit"
+]
 Kernel = Literal["torchvision", "pillow"]
 Filter = Literal["bicubic", "bilinear", "lanczos"]
 
@@ -77,6 +85,9 @@ _MAX_NUM_PATCHES = ("Siglip2ImageProcessor",)
 _SHORTEST = ("CLIPImageProcessor",)
 _LONGEST = ("PixtralImageProcessor",)
 _LONGEST_TILES = ("Idefics3ImageProcessor", "SmolVLMImageProcessor")
+# Kimi-K2.5's image processor, as its checkpoint names it (remote code; vLLM
+# runs its own equivalent, KimiK25FusedVisionProcessor, in its place).
+_NAVIT = ("KimiK25VisionProcessor",)
 # Idefics3's resize keeps both sides within this (transformers' MAX_IMAGE_SIZE).
 _IDEFICS3_MAX_SIDE = 4096
 # PixtralProcessor's defaults for its patch grid.
@@ -84,7 +95,11 @@ _PIXTRAL_PATCH, _PIXTRAL_MERGE = 16, 1
 
 
 def _processor_name(config: Mapping[str, Any]) -> str:
-    name = str(config.get("image_processor_type") or config.get("processor_class") or "")
+    auto_map = config.get("auto_map")
+    # A remote-code processor may be named only by its auto_map entry ("module.Class").
+    remote = auto_map.get("AutoImageProcessor") if isinstance(auto_map, dict) else None
+    remote_name = remote.rsplit(".", 1)[-1] if isinstance(remote, str) else ""
+    name = str(config.get("image_processor_type") or config.get("processor_class") or remote_name)
     for suffix in ("Fast", "Pil"):
         name = name.removesuffix(suffix)
     return name.replace("Processor", "ImageProcessor") if name.endswith("VLProcessor") else name
@@ -125,6 +140,9 @@ class ResizePolicy:
     # the second rounds up to (0: no splitting, no second resize)
     longest_edge: int = 0
     tile: int = 0
+    # navit: the patches an image may take, and a side
+    patch_limit: int = 0
+    side_patches: int = 0
 
     @property
     def identity(self) -> str:
@@ -144,6 +162,8 @@ class ResizePolicy:
             shape = f"longest_edge:{self.height}x{self.width}:patch={self.patch_size}"
         elif self.family == "longest_edge_tiles":
             shape = f"longest_edge_tiles:{self.longest_edge}:tile={self.tile}"
+        elif self.family == "navit":
+            shape = f"navit:{self.patch_limit}:side={self.side_patches}:patch={self.patch_size}"
         else:
             shape = f"shortest_edge:{self.shortest_edge}"
         return f"{shape}:{self.kernel}:{self.filter}"
@@ -224,6 +244,8 @@ class ResizePolicy:
             return idefics3_tile_grid(height, width, self.tile) if self.tile else (height, width)
         if self.family == "fixed":
             return self.height, self.width
+        if self.family == "navit":
+            return navit_size(height, width, self.patch_size, self.patch_limit, self.side_patches)
         if self.family == "max_num_patches":
             return size_for_max_num_patches(height, width, self.patch_size, self.max_num_patches)
         if self.family == "longest_edge":
@@ -267,6 +289,8 @@ class ResizePolicy:
         ``processor_config.json``), which Pixtral's resize depends on."""
         kwargs = dict(mm_processor_kwargs or {})
         name = _processor_name(config)
+        if name in _NAVIT:
+            return cls._navit(name, config)
         settings = {**config, **{k: v for k, v in kwargs.items() if k not in ("size",)}}
         if settings.get("do_resize", True) is False:
             return _none(f"{name or 'the processor'} does not resize (do_resize is false)")
@@ -383,6 +407,30 @@ class ResizePolicy:
         if not _positive(tile):
             return _none(f"{name}: max_image_size {settings.get('max_image_size')} is not {{longest_edge}}")
         return cls("longest_edge_tiles", filter_, kernel, longest_edge=int(longest), tile=int(tile))
+
+    @classmethod
+    def _navit(cls, name: str, config: Mapping[str, Any]) -> ResizePolicy | None:
+        media = config.get("media_proc_cfg")
+        if not isinstance(media, dict):
+            return _none(f"{name}: the config has no media_proc_cfg")
+        patch: Any = media.get("patch_size")
+        limit: Any = media.get("in_patch_limit")
+        side: Any = media.get("patch_limit_on_one_side")
+        if not all(_positive(value) for value in (patch, limit, side)):
+            return _none(
+                f"{name}: media_proc_cfg's patch_size, in_patch_limit and patch_limit_on_one_side "
+                "must be positive integers"
+            )
+        # Its processor resizes with Pillow, whatever backend transformers'
+        # own processors use.
+        return cls(
+            "navit",
+            "bicubic",
+            "pillow",
+            patch_size=int(patch),
+            patch_limit=int(limit),
+            side_patches=int(side),
+        )
 
     @classmethod
     def from_pretrained(
@@ -603,6 +651,17 @@ def fit_to_patch_grid(
         height = math.floor(height / ratio)
         width = math.floor(width / ratio)
     return ((height - 1) // patch + 1) * patch, ((width - 1) // patch + 1) * patch
+
+
+def navit_size(height: int, width: int, patch: int, patch_limit: int, side_patches: int) -> tuple[int, int]:
+    """Kimi-K2.5's target size, as vLLM 0.32 computes it
+    (``navit_resize_image`` of its fused processor, in the same
+    floating-point steps): scaled down to fit ``patch_limit`` whole patches
+    and ``side_patches`` patches a side, floored, never up."""
+    within_limit = math.sqrt(patch_limit / (max(1.0, width // patch) * max(1.0, height // patch)))
+    side = side_patches * patch
+    scale = min(1.0, within_limit, side / width, side / height)
+    return min(max(1, int(height * scale)), side), min(max(1, int(width * scale)), side)
 
 
 def idefics3_longest_edge(height: int, width: int, longest_edge: int) -> tuple[int, int]:

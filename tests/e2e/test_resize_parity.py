@@ -7,9 +7,11 @@ Images: every corpus file both vLLM's loader and pixelwire decode (RGB), and
 real corpus photos upscaled to 1080p and 4K (JPEG q90 and PNG, plus a JPEG
 with EXIF orientation 6). Processors are built with transformers the way
 vLLM gets them by default (the torchvision backend), plus the PIL backend
-with pixelwire's Pillow kernel; each policy comes from the processor's own
-config (``to_json_string``, as a ``preprocessor_config.json`` holds it)
-through ``ResizePolicy.from_processor_config``.
+with pixelwire's Pillow kernel, or are vLLM's own where vLLM runs its own
+(Kimi-K2.5's); each policy comes from the processor's own config
+(``to_json_string``, as a ``preprocessor_config.json`` holds it; for vLLM's
+own, the checkpoint's config it is built from) through
+``ResizePolicy.from_processor_config``.
 """
 
 from __future__ import annotations
@@ -46,11 +48,13 @@ class Setting:
     family: str
     # The processor's own settings (processor_config.json's top level)
     processor_config: dict[str, Any] = field(default_factory=dict, hash=False)
+    # For a processor vLLM builds itself: the preprocessor_config.json it is built from.
+    checkpoint_config: dict[str, Any] | None = field(default=None, hash=False)
 
     def policy(self) -> ResizePolicy | None:
         """The policy of this setting's processor config (as its
         preprocessor_config.json would hold it) and processor settings."""
-        config = json.loads(_processor(self).to_json_string())
+        config = self.checkpoint_config or json.loads(_processor(self).to_json_string())
         return ResizePolicy.from_processor_config(
             config,
             kernel=self.kernel,  # type: ignore[arg-type]
@@ -59,7 +63,7 @@ class Setting:
 
     @property
     def kernel(self) -> str:
-        return "pillow" if self.cls.endswith("Pil") else "torchvision"
+        return "pillow" if self.cls.endswith("Pil") or self.family == "navit" else "torchvision"
 
 
 def _qwen(max_pixels: int, backend: str = "") -> Setting:
@@ -172,6 +176,39 @@ def _idefics3(
     )
 
 
+# vLLM's own image processors: class name -> module.
+_VLLM_PROCESSORS = {"KimiK25FusedVisionProcessor": "vllm.transformers_utils.processors.kimi_k25_vision_fused"}
+
+
+def _kimi_k25(patch_limit: int, side: int = 512) -> Setting:
+    """Kimi-K2.5: vLLM's own fused processor (the one vLLM 0.32 runs for it,
+    numba being installed), built from media_proc_cfg as the checkpoint's
+    preprocessor_config.json holds it (16384 patches, 512 a side)."""
+    media = {
+        "patch_size": 14,
+        "merge_kernel_size": 2,
+        "in_patch_limit": patch_limit,
+        "patch_limit_on_one_side": side,
+        "fixed_output_tokens": None,
+        "in_patch_limit_each_frame": 4096,
+        "in_patch_limit_video": None,
+        "temporal_merge_kernel_size": 4,
+        "image_mean": [0.5, 0.5, 0.5],
+        "image_std": [0.5, 0.5, 0.5],
+    }
+    checkpoint = {
+        "auto_map": {"AutoImageProcessor": "kimi_k25_vision_processing.KimiK25VisionProcessor"},
+        "media_proc_cfg": media,
+    }
+    return Setting(
+        f"kimi-k25-{patch_limit}-side{side}",
+        "vllm:KimiK25FusedVisionProcessor",
+        {"media_proc_cfg": media},
+        "navit",
+        checkpoint_config=checkpoint,
+    )
+
+
 SETTINGS = [
     _qwen(50176),
     _qwen(1003520),
@@ -207,6 +244,8 @@ SETTINGS = [
     _idefics3(1536, 384, cls="SmolVLM"),
     _idefics3(1456, 364, split=False),
     _idefics3(728, 364, "Pil"),  # a smaller longest edge (2 tiles), for the slower PIL backend
+    _kimi_k25(16384),  # Kimi-K2.5's own: 4K photos scaled down, 1080p ones left alone
+    _kimi_k25(4096, 256),  # smaller budgets, where 1080p photos are scaled down too
 ]
 
 
@@ -296,12 +335,20 @@ def _quiet_transformers() -> Iterator[None]:
 
 
 def _processor(setting: Setting) -> Any:
+    import importlib
+
     import transformers
 
+    if setting.cls.startswith("vllm:"):
+        name = setting.cls.removeprefix("vllm:")
+        return getattr(importlib.import_module(_VLLM_PROCESSORS[name]), name)(**setting.kwargs)
     return getattr(transformers, setting.cls)(**setting.kwargs)
 
 
 def _outputs(processor: Any, image: Image.Image) -> dict[str, Any]:
+    if hasattr(processor, "media_tokens_calculator"):
+        # Kimi-K2.5's: one media item a call, as vLLM hands it an image.
+        return dict(processor.preprocess([{"type": "image", "image": image}], return_tensors="pt"))
     return dict(processor(images=[image], return_tensors="pt"))
 
 
@@ -333,7 +380,9 @@ def test_processor_configs_give_policies() -> None:
         policy = setting.policy()
         assert policy is not None, setting.id
         assert policy.family == setting.family and policy.kernel == setting.kernel, (setting, policy)
-        assert policy.filter == {1: "lanczos", 2: "bilinear", 3: "bicubic"}[int(processor.resample)], (
+        # Kimi-K2.5's resizes with Pillow's bicubic, fixed (no resample setting).
+        resample = int(getattr(processor, "resample", 3))
+        assert policy.filter == {1: "lanczos", 2: "bilinear", 3: "bicubic"}[resample], (
             setting,
             policy,
         )
@@ -440,6 +489,7 @@ WRONG = [
     (_idefics3(1456, 364), _idefics3(1536, 384, cls="SmolVLM")),
     (_idefics3(1456, 364), _idefics3(1456, 364, split=False)),  # the tiles' resize without splitting
     (_idefics3(1456, 364), _idefics3(1456, 364, "Pil")),
+    (_kimi_k25(4096, 256), _kimi_k25(16384)),
     # bicubic where the processor runs Lanczos
     (Setting("idefics3-1456-tile364-bicubic", "Idefics3ImageProcessor", {
         "size": {"longest_edge": 1456}, "max_image_size": {"longest_edge": 364}, "resample": 3},
