@@ -16,6 +16,7 @@ PATTERN = ["-f", "lavfi", "-i", "testsrc2=size=320x240:rate=25"]
 SCENE = ["-f", "lavfi", "-i", "mandelbrot=size=320x240:rate=25"]
 X264 = ["-c:v", "libx264", "-pix_fmt", "yuv420p"]
 X265 = ["-c:v", "libx265", "-x265-params", "log-level=none:bframes=3"]
+X265_LAYERS = ["-c:v", "libx265", "-x265-params", "log-level=none:bframes=3:temporal-layers=1"]
 VP9 = ["-c:v", "libvpx-vp9", "-deadline", "realtime", "-cpu-used", "8"]
 SVTAV1 = ["-c:v", "libsvtav1", "-preset", "12"]
 ODD_SIZE = ["-vf", "scale=853:480", "-frames:v", "6"]
@@ -58,6 +59,12 @@ CLIPS: dict[str, list[str]] = {
     "h264_rotated_270.mp4": [*PATTERN, "-frames:v", "8", *X264, "-bf", "2"],
     "hevc.mp4": [*PATTERN, "-frames:v", "12", *X265],
     "hevc_10bit.mkv": [*PATTERN, "-frames:v", "12", *X265, "-pix_fmt", "yuv420p10le"],
+    # Two temporal sub-layers (hvcC says 2): the non-reference B-frames are
+    # TSA_N pictures of sub-layer 1.
+    "hevc_temporal_layers.mp4": [*PATTERN, "-frames:v", "24", *X265_LAYERS],
+    # The same stream, its hvcC claiming one sub-layer (LAYER_CLAIMS): the
+    # skipper finds sub-layer 1 where none was declared and reads every frame.
+    "hevc_claims_one_layer.mp4": [*PATTERN, "-frames:v", "24", *X265_LAYERS],
     "vp8.webm": [*PATTERN, "-frames:v", "12", "-c:v", "libvpx"],
     "vp9.webm": [*PATTERN, "-frames:v", "12", *VP9],
     "vp9_10bit.mkv": [*PATTERN, "-frames:v", "12", *VP9, "-pix_fmt", "yuv420p10le", "-profile:v", "2"],
@@ -72,6 +79,8 @@ CLIPS: dict[str, list[str]] = {
 # track headers afterwards: Debian's ffmpeg 5.1 CLI has no option that
 # writes one.
 ROTATIONS = {"h264_rotated_90.mp4": 90, "h264_rotated_270.mp4": 270}
+# hvcC temporal-layer counts written over the encoder's afterwards.
+LAYER_CLAIMS = {"hevc_claims_one_layer.mp4": 1}
 
 # Files that are not decodable videos, for the error tests.
 # A long clip (3000 frames, about 6 MB; seconds to decode on one core):
@@ -110,6 +119,16 @@ def rotate_mp4(data: bytes, degrees: int) -> bytes:
     cos = {0: 1, 90: 0, 180: -1, 270: 0}[degrees] << 16
     matrix = struct.pack(">9i", cos, sin, 0, -sin, cos, 0, 0, 0, 1 << 30)
     return data[: at + 48] + matrix + data[at + 84 :]
+
+
+def claim_temporal_layers_mp4(data: bytes, layers: int) -> bytes:
+    """Rewrites hvcC's numTemporalLayers (bits 3-5 of its 22nd byte),
+    leaving the stream itself as it is."""
+    at = data.find(b"hvcC") + 4
+    if at < 4 or data[at] != 1:
+        raise ValueError("no version-1 hvcC box")
+    byte = (data[at + 21] & ~0b111000) | (layers << 3)
+    return data[: at + 21] + bytes([byte]) + data[at + 22 :]
 
 
 def claim_duration_mkv(data: bytes, milliseconds: float) -> bytes:
@@ -176,6 +195,8 @@ def make(name: str, args: list[str], folder: Path) -> bytes:
             raise RuntimeError(f"ffmpeg could not make {name}: {made.stderr[-2000:]}")
         if name in ROTATIONS:
             out.write_bytes(rotate_mp4(out.read_bytes(), ROTATIONS[name]))
+        if name in LAYER_CLAIMS:
+            out.write_bytes(claim_temporal_layers_mp4(out.read_bytes(), LAYER_CLAIMS[name]))
     return out.read_bytes()
 
 

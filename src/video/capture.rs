@@ -231,7 +231,7 @@ impl Capture {
     /// not decode is skipped (its index is missing from the result), indices
     /// come back sorted and without repeats. Limits are checked before the
     /// output exists; decoding stops early once the stream has ended. Only
-    /// the wanted frames are converted to RGB, and H.264 frames that no
+    /// the wanted frames are converted to RGB, and H.264 and HEVC frames that no
     /// frame refers to are not decoded unless wanted (the shim's skipper;
     /// it numbers frames as OpenCV does or gives up, and then every frame
     /// is read again). Each frame is resized to `resize` (with that
@@ -362,7 +362,7 @@ impl Capture {
         }
     }
 
-    /// The same frames with the shim skipping (H.264) frames that nothing
+    /// The same frames with the shim skipping (H.264, HEVC) frames that nothing
     /// sampled refers to, numbered by the shim: `Off` where it does not
     /// skip (other codecs), `Failed` once it cannot vouch for its numbering
     /// (the caller then rewinds and reads every frame).
@@ -514,7 +514,7 @@ impl Output<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::rotate;
+    use super::{ffi, rotate};
 
     /// A 2x3 frame whose pixels are numbered, rotated as `np.rot90(k=-1)`
     /// (clockwise), `k=2` and `k=1` would rotate it.
@@ -530,5 +530,34 @@ mod tests {
         assert_eq!(turned(90), [3, 0, 4, 1, 5, 2]);
         assert_eq!(turned(180), [5, 4, 3, 2, 1, 0]);
         assert_eq!(turned(270), [2, 5, 1, 4, 0, 3]);
+    }
+
+    /// The shim's reading of an HEVC PPS, which decides whether HEVC frames
+    /// may be skipped: a picture withheld from output (pic_output_flag)
+    /// must not be counted as a frame OpenCV numbers.
+    #[test]
+    fn hevc_pps_output_flag_is_read_past_two_exp_golomb_fields_and_emulation_prevention() {
+        let read =
+            |nal: &[u8]| unsafe { ffi::pw_hevc_pps_output_flag_present(nal.as_ptr(), nal.len()) };
+        // NAL header (type 34), then pps_id ue(0) = 1, sps_id ue(0) = 1,
+        // dependent_slice_segments_enabled_flag, output_flag_present_flag.
+        assert_eq!(read(&[0x44, 0x01, 0b1101_0000]), 1);
+        assert_eq!(read(&[0x44, 0x01, 0b1100_0000]), 0);
+        assert_eq!(read(&[0x44, 0x01, 0b1110_0000]), 0);
+        // pps_id ue(2^23 - 1): 23 zero bits, a one, 23 zero bits, so its
+        // bytes need emulation prevention (00 00 03 01, twice); then
+        // sps_id 1, dependent slices 0, output flag 1.
+        assert_eq!(
+            read(&[0x44, 0x01, 0x00, 0x00, 0x03, 0x01, 0x00, 0x00, 0x03, 0x01, 0x40]),
+            1
+        );
+        // Over 31 leading zero bits: no Exp-Golomb field pixelwire reads.
+        assert_eq!(
+            read(&[0x44, 0x01, 0x00, 0x00, 0x03, 0x00, 0x00, 0x03, 0x00]),
+            -1
+        );
+        // Cut short: unreadable.
+        assert_eq!(read(&[0x44, 0x01]), -1);
+        assert_eq!(read(&[0x44, 0x01, 0b1000_0000]), -1);
     }
 }

@@ -48,49 +48,145 @@ static int insert_sorted(int64_t **a, size_t *n, size_t *cap, int64_t x) {
     return 1;
 }
 
-/* 1 when every slice NAL unit of an H.264 access unit has nal_ref_idc 0
- * (and there is one): nothing decoded later refers to it. */
-static int h264_unreferenced(const uint8_t *p, size_t size, int nal_length_size) {
-    int slices = 0;
-    size_t at = 0;
-    while (at < size) {
-        size_t len;
+/* The NAL units of an access unit, one at a time: length-prefixed
+ * (`nal_length_size` bytes, from avcC or hvcC) or Annex B start codes.
+ * Returns 1 with the unit in [*nal, *nal + *len), 0 at the end, -1 when
+ * the packet is malformed. */
+static int next_nal(const uint8_t *p, size_t size, int nal_length_size, size_t *at,
+                    const uint8_t **nal, size_t *len) {
+    for (;;) {
+        if (*at >= size)
+            return 0;
         if (nal_length_size) {
-            if (size - at < (size_t)nal_length_size)
-                return 0;
-            len = 0;
+            if (size - *at < (size_t)nal_length_size)
+                return -1;
+            size_t n = 0;
             for (int i = 0; i < nal_length_size; i++)
-                len = (len << 8) | p[at + i];
-            at += (size_t)nal_length_size;
-            if (len == 0 || len > size - at)
-                return 0;
-        } else {
-            /* Annex B: the NAL unit starts after 00 00 01 and runs to the next one. */
-            while (at + 3 <= size && !(p[at] == 0 && p[at + 1] == 0 && p[at + 2] == 1))
-                at++;
-            if (at + 3 > size)
-                break;
-            at += 3;
-            size_t end = at;
-            while (end + 3 <= size && !(p[end] == 0 && p[end + 1] == 0 && (p[end + 2] == 1 || p[end + 2] == 0)))
-                end++;
-            if (end + 3 > size)
-                end = size;
-            len = end - at;
-            if (len == 0)
-                continue;
+                n = (n << 8) | p[*at + i];
+            *at += (size_t)nal_length_size;
+            if (n == 0 || n > size - *at)
+                return -1;
+            *nal = p + *at;
+            *len = n;
+            *at += n;
+            return 1;
         }
-        int type = p[at] & 0x1f, ref_idc = (p[at] >> 5) & 3;
+        /* Annex B: the NAL unit starts after 00 00 01 and runs to the next one. */
+        size_t i = *at;
+        while (i + 3 <= size && !(p[i] == 0 && p[i + 1] == 0 && p[i + 2] == 1))
+            i++;
+        if (i + 3 > size) {
+            *at = size;
+            return 0;
+        }
+        i += 3;
+        size_t end = i;
+        while (end + 3 <= size && !(p[end] == 0 && p[end + 1] == 0 && (p[end + 2] == 1 || p[end + 2] == 0)))
+            end++;
+        if (end + 3 > size)
+            end = size;
+        *at = end;
+        if (end > i) {
+            *nal = p + i;
+            *len = end - i;
+            return 1;
+        }
+    }
+}
+
+/* 1 when every slice NAL unit of an H.264 access unit has nal_ref_idc 0
+ * (and there is one): nothing decoded later refers to it. A unit that
+ * changes the decoder's state beyond its own picture (a parameter set, an
+ * end of sequence or stream) keeps the packet, as do SVC/MVC units. */
+static int h264_unreferenced(const uint8_t *p, size_t size, int nal_length_size) {
+    int slices = 0, more;
+    size_t at = 0, len;
+    const uint8_t *nal;
+    while ((more = next_nal(p, size, nal_length_size, &at, &nal, &len)) > 0) {
+        int type = nal[0] & 0x1f, ref_idc = (nal[0] >> 5) & 3;
         if (type >= 1 && type <= 5) {
             if (ref_idc != 0 || type == 5)
                 return 0;
             slices++;
-        } else if (type == 20 || type == 21) {
-            return 0; /* SVC/MVC extensions: not worth the risk */
+        } else if (type == 7 || type == 8 || type == 10 || type == 11 || type == 13 || type == 14 ||
+                   type == 15 || type == 20 || type == 21) {
+            return 0;
         }
-        at += len;
     }
-    return slices > 0;
+    return more == 0 && slices > 0;
+}
+
+/* Whether an HEVC picture parameter set lets slices say pic_output_flag
+ * (output_flag_present_flag): 1 when it does, 0 when not, -1 when it cannot
+ * be read. Its RBSP starts pps_pic_parameter_set_id and
+ * pps_seq_parameter_set_id (ue(v)), dependent_slice_segments_enabled_flag,
+ * output_flag_present_flag; emulation prevention bytes are dropped. */
+int pw_hevc_pps_output_flag_present(const uint8_t *nal, size_t len) {
+    uint8_t rbsp[16];
+    size_t n = 0, zeros = 0;
+    for (size_t i = 2; i < len && n < sizeof rbsp; i++) {
+        if (zeros >= 2 && nal[i] == 3) {
+            zeros = 0;
+            continue;
+        }
+        zeros = nal[i] == 0 ? zeros + 1 : 0;
+        rbsp[n++] = nal[i];
+    }
+    size_t bit = 0, bits = n * 8;
+#define PW_BIT() (bit < bits ? (rbsp[bit / 8] >> (7 - bit % 8)) & 1 : -1)
+    for (int field = 0; field < 2; field++) { /* two ue(v) */
+        int leading = 0, b;
+        while ((b = PW_BIT()) == 0) {
+            bit++;
+            if (++leading > 31)
+                return -1;
+        }
+        if (b < 0)
+            return -1;
+        bit += 1 + (size_t)leading;
+    }
+    bit++; /* dependent_slice_segments_enabled_flag */
+    int flag = PW_BIT();
+#undef PW_BIT
+    return flag;
+}
+
+/* For an HEVC access unit: 1 when every VCL NAL unit is a sub-layer
+ * non-reference picture that the decoder outputs (TRAIL_N, TSA_N, STSA_N,
+ * RADL_N; not RASL_N, which a decoder drops after a CRA it starts at, nor
+ * reserved types, which it ignores) of the highest sub-layer the stream
+ * declares, so no picture of its own or a higher sub-layer (the only ones
+ * that may refer to it) exists; 0 when it is kept; -1 when the stream
+ * breaks what skipping relies on (a unit above the declared highest
+ * sub-layer or of another layer, or a picture parameter set that lets a
+ * picture go unoutput), so the skipper gives up. Parameter sets and end of
+ * sequence or bitstream keep the packet. `irap` is set when the access unit
+ * is an IRAP picture. */
+static int hevc_unreferenced(const uint8_t *p, size_t size, int nal_length_size, int highest_tid, int *irap) {
+    int slices = 0, referenced = 0, more;
+    size_t at = 0, len;
+    const uint8_t *nal;
+    while ((more = next_nal(p, size, nal_length_size, &at, &nal, &len)) > 0) {
+        if (len < 2)
+            return 0;
+        int type = (nal[0] >> 1) & 0x3f;
+        int layer = ((nal[0] & 1) << 5) | (nal[1] >> 3);
+        int tid = (nal[1] & 7) - 1;
+        if (layer != 0 || tid < 0 || tid > highest_tid)
+            return -1;
+        if (type <= 31) {
+            if (type >= 16 && type <= 23)
+                *irap = 1;
+            if (!(type == 0 || type == 2 || type == 4 || type == 6) || tid != highest_tid)
+                referenced = 1;
+            slices++;
+        } else if (type >= 32 && type <= 37) {
+            if (type == 34 && pw_hevc_pps_output_flag_present(nal, len) != 0)
+                return -1;
+            referenced = 1; /* VPS, SPS, PPS, AUD, EOS, EOB */
+        }
+    }
+    return more == 0 && slices > 0 && !referenced;
 }
 
 /* Called with each packet of the video stream before it is sent: 1 when it
@@ -113,11 +209,31 @@ int skip_packet(struct skipper *k, AVPacket *pkt) {
         k->failed = 1;
         return 0;
     }
+    /* Every HEVC packet is looked at, sampled or not: one above the highest
+     * sub-layer declared could refer to a picture skipped before it. */
+    int unreferenced = -2; /* not looked at yet */
+    if (k->codec == AV_CODEC_ID_HEVC) {
+        int irap = 0;
+        unreferenced = hevc_unreferenced(pkt->data, (size_t)pkt->size, k->nal_length_size, k->highest_tid, &irap);
+        if (unreferenced < 0) {
+            k->failed = 1;
+            return 0;
+        }
+        /* Before the first IRAP picture the decoder may be recovering (a
+         * recovery point SEI), when it takes a missing reference quietly:
+         * nothing is skipped there. After it, a picture that refers to a
+         * skipped one fails to decode, and the skipper sees it. */
+        k->irap_seen |= irap;
+        if (!k->irap_seen)
+            unreferenced = 0;
+    }
     enum { MARGIN = 1 };
     size_t next = lower_bound(k->wanted, k->n_wanted, lowest);
     if (next < k->n_wanted && k->wanted[next] <= lowest + MARGIN)
         return 0;
-    if (!h264_unreferenced(pkt->data, (size_t)pkt->size, k->nal_length_size))
+    if (unreferenced == -2)
+        unreferenced = h264_unreferenced(pkt->data, (size_t)pkt->size, k->nal_length_size);
+    if (!unreferenced)
         return 0;
     if (!insert_sorted(&k->skipped, &k->n_skipped, &k->cap_skipped, pkt->pts)) {
         k->failed = 1;

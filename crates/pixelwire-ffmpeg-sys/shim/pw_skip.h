@@ -7,9 +7,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Skipping H.264 frames that no sampled frame needs (pw_video_skip_unwanted):
- * a packet whose slices all have nal_ref_idc 0 is never referenced, so when
- * its frame is not sampled it is not sent to the decoder. OpenCV numbers a
+/* Skipping H.264 and HEVC frames that no sampled frame needs
+ * (pw_video_skip_unwanted): an H.264 packet whose slices all have
+ * nal_ref_idc 0, or an HEVC packet of sub-layer non-reference pictures of
+ * the highest sub-layer, is never referenced, so when its frame is not
+ * sampled it is not sent to the decoder. OpenCV numbers a
  * frame by how many the decoder output before it, which, the decoder output
  * being in presentation order, is its rank among the timestamps of every
  * packet; the skipper keeps those timestamps and checks that rank against
@@ -18,7 +20,10 @@
 struct skipper {
     int on;
     int failed;
-    int nal_length_size; /* avcC's length prefix size; 0: Annex B start codes */
+    enum AVCodecID codec; /* AV_CODEC_ID_H264 or AV_CODEC_ID_HEVC */
+    int nal_length_size; /* avcC's or hvcC's length prefix size; 0: Annex B start codes */
+    int highest_tid;     /* HEVC: the highest TemporalId hvcC declares */
+    int irap_seen;       /* HEVC: an IRAP picture has been sent */
     int64_t *wanted;     /* sorted */
     size_t n_wanted;
     int64_t *seen;       /* pts of every packet since skipping began, sorted */
@@ -32,6 +37,9 @@ struct skipper {
 };
 
 void skipper_free(struct skipper *k);
+/* For hvcC's parameter sets: 1 when an HEVC PPS NAL unit lets a slice
+ * withhold its picture from output, 0 when not, -1 when unreadable. */
+int pw_hevc_pps_output_flag_present(const uint8_t *nal, size_t len);
 /* Called with each packet of the video stream before it is sent: 1 when it
  * is not to be decoded (the caller drops it; the packet is unreferenced). */
 int skip_packet(struct skipper *k, AVPacket *pkt);

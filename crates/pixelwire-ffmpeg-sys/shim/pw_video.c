@@ -533,14 +533,53 @@ int64_t pw_video_presentable_frames(pw_video *v) {
     return total;
 }
 
+/* 1 when every PPS in hvcC's arrays is readable and outputs every picture
+ * (no pic_output_flag in slices), so skipping counts no picture that the
+ * decoder would not output. */
+static int hvcc_pps_output_all(const uint8_t *extra, int size) {
+    int at = 23;
+    for (int arrays = extra[22]; arrays > 0; arrays--) {
+        if (at + 3 > size)
+            return 0;
+        int type = extra[at] & 0x3f, count = (extra[at + 1] << 8) | extra[at + 2];
+        at += 3;
+        for (; count > 0; count--) {
+            if (at + 2 > size)
+                return 0;
+            int len = (extra[at] << 8) | extra[at + 1];
+            at += 2;
+            if (len > size - at)
+                return 0;
+            if (type == 34 && pw_hevc_pps_output_flag_present(extra + at, (size_t)len) != 0)
+                return 0;
+            at += len;
+        }
+    }
+    return 1;
+}
+
 int pw_video_skip_unwanted(pw_video *v, const int64_t *wanted, size_t n) {
     skipper_free(&v->skip);
-    if (v->codec->id != AV_CODEC_ID_H264 || n == 0 || v->frame_number != 0)
+    if (n == 0 || v->frame_number != 0)
         return 0;
     struct skipper *k = &v->skip;
     const uint8_t *extra = v->ctx->extradata;
-    if (extra && v->ctx->extradata_size >= 7 && extra[0] == 1)
-        k->nal_length_size = (extra[4] & 3) + 1;
+    int extra_size = v->ctx->extradata_size;
+    if (v->codec->id == AV_CODEC_ID_H264) {
+        if (extra && extra_size >= 7 && extra[0] == 1)
+            k->nal_length_size = (extra[4] & 3) + 1; /* avcC */
+    } else if (v->codec->id == AV_CODEC_ID_HEVC) {
+        /* Only with hvcC, whose numTemporalLayers (0: unknown) says which
+         * sub-layer is the highest; Annex B HEVC is read without skipping. */
+        int layers = extra && extra_size >= 23 && extra[0] == 1 ? (extra[21] >> 3) & 7 : 0;
+        if (layers == 0 || !hvcc_pps_output_all(extra, extra_size))
+            return 0;
+        k->nal_length_size = (extra[21] & 3) + 1;
+        k->highest_tid = layers - 1;
+    } else {
+        return 0;
+    }
+    k->codec = v->codec->id;
     k->wanted = av_malloc_array(n, sizeof *k->wanted);
     if (!k->wanted)
         return 0;

@@ -56,10 +56,11 @@ int pw_video_retrieve(pw_video *v, uint8_t *dst);
 /* Same, but asks swscale for RGB24 directly instead of BGR24 then a swap
  * (kept to check that the two are byte-identical). */
 int pw_video_retrieve_rgb_direct(pw_video *v, uint8_t *dst);
-/* Reading only some frames, from the start (frame_number 0): for H.264,
- * packets of frames nobody references are not decoded unless their frame is
- * among `wanted` (sorted, distinct, OpenCV's frame numbers). 1 when skipping
- * is on; then pw_video_frame_index names each grabbed frame, and once
+/* Reading only some frames, from the start (frame_number 0): for H.264 and
+ * HEVC (with hvcC), packets of frames nobody references are not decoded
+ * unless their frame is among `wanted` (sorted, distinct, OpenCV's frame
+ * numbers). 1 when skipping is on; then pw_video_frame_index names each
+ * grabbed frame, and once
  * pw_video_skip_failed says so the numbers can no longer be trusted: the
  * caller rewinds and reads again without skipping. */
 int pw_video_skip_unwanted(pw_video *v, const int64_t *wanted, size_t n);

@@ -53,4 +53,5 @@ extern "C" {
     pub fn pw_video_skip_failed(v: *const pw_video) -> i32;
     pub fn pw_video_rewind(v: *mut pw_video);
     pub fn pw_video_close(v: *mut pw_video);
+    pub fn pw_hevc_pps_output_flag_present(nal: *const u8, len: usize) -> i32;
 }
