@@ -65,6 +65,7 @@ video_headers=('\x3c\x02\x00\x03' '\x3f\x01\x05\x02')
 video_clips=(
   "h264.mp4|-c:v libx264 -pix_fmt yuv420p -bf 2 -g 4"
   "hevc.mkv|-c:v libx265 -x265-params log-level=none:bframes=2:keyint=4"
+  "hevc_layers.mp4|-c:v libx265 -x265-params log-level=none:bframes=3:temporal-layers=1"
   "vp8.webm|-c:v libvpx"
   "vp9.webm|-c:v libvpx-vp9 -deadline realtime -cpu-used 8"
   "av1.mkv|-c:v libsvtav1 -preset 12"

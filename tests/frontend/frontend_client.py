@@ -62,6 +62,21 @@ def send(
         connection.close()
 
 
+def send_chunked(service: stack.Service, path: str, data: bytes, piece: int) -> tuple[int, bytes]:
+    """A POST whose body goes in HTTP chunks of ``piece`` bytes (chunked
+    transfer encoding, no Content-Length): the status and the raw answer."""
+    connection = http.client.HTTPConnection("127.0.0.1", service.port, timeout=60)
+    try:
+        pieces = (data[i : i + piece] for i in range(0, len(data), piece))
+        connection.request(
+            "POST", path, body=pieces, headers={"Content-Type": "application/json"}, encode_chunked=True
+        )
+        response = connection.getresponse()
+        return response.status, response.read()
+    finally:
+        connection.close()
+
+
 def chat(*urls: str, model: str = "m", **extra: Any) -> dict[str, Any]:
     """A chat body of one user turn: an image_url part for each URL, then text."""
     parts = [{"type": "image_url", "image_url": {"url": u}} for u in urls]

@@ -23,7 +23,18 @@ import pixelwire
 from pixelwire.resize import ResizePolicy, video_resize_policy
 
 import stack
-from frontend_client import SECRET, chat, expected, in_use, post, send, started_frontend, user, wait_empty
+from frontend_client import (
+    SECRET,
+    chat,
+    expected,
+    in_use,
+    post,
+    send,
+    send_chunked,
+    started_frontend,
+    user,
+    wait_empty,
+)
 from loopback_servers import INFO, Counting, Upstream, worker_info
 from reference import CORPUS
 
@@ -58,6 +69,17 @@ def test_images_travel_over_nixl_with_vllms_pixels(frontend: stack.Service) -> N
     assert wait_empty(frontend, 5) == 0
     text = frontend.get("/metrics")
     assert stack.metric(text, "pixelwire_frontend_images_total", path="nixl") >= 3
+
+
+def test_a_chunked_body_is_read_whole_across_its_http_chunks(frontend: stack.Service) -> None:
+    """A body sent in HTTP chunks (no Content-Length) is the same body: each
+    chunk's end is not the body's."""
+    body = json.dumps(chat(stack.data_url("hopper.png"), stack.data_url("flower2.jpg"))).encode()
+    status, raw = send_chunked(frontend, "/v1/chat/completions", body, 1000)
+    assert status == 201
+    got = json.loads(raw)["images"]
+    assert got[0] == expected("hopper.png")
+    assert got[1]["shape"] == expected("flower2.jpg")["shape"]
 
 
 def test_pil_reads_match_vllm_too(frontend: stack.Service) -> None:
@@ -235,6 +257,9 @@ def test_caps_name_their_limit_and_come_before_the_work(
         assert "1048576" in json.loads(raw)["error"]["message"]
         status, _, raw = send(service, "/v1/models", b" " * (2 << 20), method="GET")
         assert status == 413  # every route
+        # Without a Content-Length, counted as it arrives.
+        status, raw = send_chunked(service, "/v1/chat/completions", b" " * (2 << 20), 64 << 10)
+        assert status == 413 and "max_request_bytes" in json.loads(raw)["error"]["message"]
         status, body = post(service, chat(*[stack.data_url("hopper.png")] * 5))
         assert status == 400 and "max_images_per_request" in body["error"]["message"]
         status, body = post(service, chat(*[stack.data_url("hopper.png")] * 3))

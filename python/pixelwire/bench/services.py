@@ -46,7 +46,9 @@ class Service:
         return self.process.pid
 
     def wait_ready(self, path: str, timeout: float) -> None:
-        """Until ``path`` answers 200, for at most ``timeout`` seconds."""
+        """Until ``path`` answers 200, for at most ``timeout`` seconds; a
+        server that is not ready by then is stopped (its caller never got
+        hold of a ready one to stop) and its log's tail raised."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -60,6 +62,7 @@ class Service:
             except OSError:
                 pass
             time.sleep(0.5)
+        self.stop()
         raise TimeoutError(f"{self.name} not ready after {timeout:g} s:\n{self.tail()}")
 
     def get(self, path: str) -> str:
