@@ -8,7 +8,9 @@ side by side, 8 turns each: turn k sends k 1080p PNG screenshots as
 do). Per turn: the frontend process's CPU (every thread, from /proc) over
 the turn's requests, per request, median over ``--rounds`` rounds of fresh
 screenshots. The peer in the same run: the same frontend with its cache off
-(``--cache-bytes 0``), which decodes every resent screenshot again. No vLLM:
+(``--cache-bytes 0``), which decodes every resent screenshot again; and
+the frontend in worker mode (``--decode-at worker``), which checks each
+part and passes the ``data:`` URLs on for the worker to decode. No vLLM:
 the frontend's own share of a turn (``pixelwire bench serve --workloads
 multiturn`` measures the whole stack).
 
@@ -56,7 +58,7 @@ PROCESSOR = {
 }
 
 
-def run(conversations: int, rounds: int, cache_bytes: int, folder: Path) -> dict[int, float]:
+def run(conversations: int, rounds: int, cache_bytes: int, folder: Path, *extra: str) -> dict[int, float]:
     """Median frontend CPU ms per request, by turn."""
     model = folder / "model"
     model.mkdir(parents=True, exist_ok=True)
@@ -74,6 +76,7 @@ def run(conversations: int, rounds: int, cache_bytes: int, folder: Path) -> dict
         str(cache_bytes),
         "--lease-seconds",
         "30",
+        *extra,
     )
 
     def post(body: dict[str, Any]) -> None:
@@ -122,8 +125,14 @@ def main() -> None:
     args = parser.parse_args()
     results: dict[str, Any] = {"conversations": args.conversations, "rounds": args.rounds, "paths": {}}
     with tempfile.TemporaryDirectory() as tmp:
-        for name, cache_bytes in (("cache on (512 MiB)", 512 << 20), ("cache off", 0)):
-            turns = run(args.conversations, args.rounds, cache_bytes, Path(tmp) / name.split()[1])
+        frontends = (
+            ("cache on (512 MiB)", 512 << 20, ()),
+            ("cache off", 0, ()),
+            ("worker mode", 0, ("--decode-at", "worker")),
+        )
+        for name, cache_bytes, extra in frontends:
+            folder = Path(tmp) / name.split()[1]
+            turns = run(args.conversations, args.rounds, cache_bytes, folder, *extra)
             ratio = turns[TURNS] / turns[1]
             results["paths"][name] = {"cpu_ms_per_request": turns, "turn8_over_turn1": ratio}
             cells = " | ".join(f"{turns[t]:.1f}" for t in range(1, TURNS + 1))

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from pixelwire.frontend.errors import OpenAIError
-from pixelwire.frontend.inspect import inspect_chat, json_value_bound, scan_body
+from pixelwire.frontend.inspect import dump_json, inspect_chat, json_value_bound, scan_body
 from pixelwire.signing import encode_reference
 
 import stack
@@ -257,6 +257,36 @@ def test_a_body_with_its_data_urls_cut_out_parses_to_the_same_document() -> None
     # Everything cut but the key (~100 KB to ~7 KB).
     assert len(scan_body(bodies[0]).skeleton or b"") < len(big) + 2000
     assert scan_body(bodies[2]).skeleton is None  # UTF-16: nothing is cut
+
+
+def test_a_body_written_with_the_clients_own_strings_is_byte_for_byte_the_encoders() -> None:
+    """The frontend writes a rewritten body's untouched data: URL strings
+    as the client's own bytes (no escape scan of megabytes of base64): the
+    same bytes the encoder writes, whatever was changed around them, and a
+    string put in a kept one's place is written as itself."""
+    big = _data_url(6000)
+    conversation = {
+        "model": "m",
+        "messages": [
+            {"role": "user", "content": [{"type": "image_url", "image_url": {"url": _data_url(9000, n)}}]}
+            for n in range(6)
+        ],
+        "tools": [{"description": big, big: [big, {"x": big, "y": 'é "q" \u0000'}]}],
+    }
+    for raw in (json.dumps(conversation).encode(), json.dumps(conversation, indent=1).encode()):
+        read = scan_body(raw)
+        body, parts = inspect_chat(read)
+        assert len(parts) == 6 and read.restored
+        assert dump_json(body, read) == dump_json(body)
+        # Some replaced (as references replace them), one by another kept
+        # string (written as that one), one by a new string equal to a kept one.
+        parts[0].holder[parts[0].key] = "ref-0"
+        parts[1].holder[parts[1].key] = parts[2].url
+        parts[3].holder[parts[3].key] = "".join(parts[4].url)
+        body["tools"][0]["description"] = {"now": "an object"}
+        spliced = dump_json(body, read)
+        assert spliced == dump_json(body)
+        assert json.loads(spliced)["messages"][1]["content"][0]["image_url"]["url"] == _data_url(9000, 2)
 
 
 @pytest.mark.parametrize(

@@ -341,7 +341,7 @@ class Frontend:
                     )
                     pipelines.append(pipeline)
                     await pipeline.run()
-                    payload: bytes = await self._off_loop(read, dump_json, body)
+                    payload: bytes = await self._off_loop(read, dump_json, body, read)
                 else:
                     payload = read.raw  # nothing rewritten: the client's bytes, as sent
                 resend = pipeline is not None and not last_try

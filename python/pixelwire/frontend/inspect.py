@@ -56,6 +56,10 @@ class RequestBody:
     skeleton: bytes | None = None
     cut: list[tuple[int, int]] = field(default_factory=list)
     placeholder: str = ""
+    # The strings put back into the last document parsed from the skeleton,
+    # by id, each with its number: held here, so that no other string can
+    # take one's id while the document is written (dump_json).
+    restored: dict[int, tuple[str, int]] = field(default_factory=dict)
 
     @property
     def off_loop(self) -> bool:
@@ -132,11 +136,15 @@ def _restored(read: RequestBody) -> Any:
         _parse(read.raw)  # the error as the client's bytes give it
         raise AssertionError("a skeleton parses as its body does") from None
     view = memoryview(read.raw)
-    strings = {f"{read.placeholder}{n}": (start, end) for n, (start, end) in enumerate(read.cut)}
+    strings = {f"{read.placeholder}{n}": n for n in range(len(read.cut))}
+    read.restored.clear()
 
     def restore(value: str) -> str:
-        start, end = strings[value]
-        return str(view[start:end], "ascii")
+        n = strings[value]
+        start, end = read.cut[n]
+        text = str(view[start:end], "ascii")
+        read.restored[id(text)] = (text, n)
+        return text
 
     # Each placeholder appears once: the walk ends when all are back.
     left = len(strings)
@@ -193,10 +201,53 @@ def inspect_foreign(raw: bytes) -> str | None:
     return foreign_media(body)
 
 
-def dump_json(body: dict[str, Any]) -> bytes:
-    """The rewritten body, compact."""
+def _encode(document: Any) -> str:
     # Not one-shot: the Python encoder, which lets go of the GIL (see _loads).
-    return "".join(json.JSONEncoder(separators=(",", ":")).iterencode(body)).encode()
+    return "".join(json.JSONEncoder(separators=(",", ":")).iterencode(document))
+
+
+def dump_json(body: dict[str, Any], read: RequestBody | None = None) -> bytes:
+    """The rewritten body, compact. With the :class:`RequestBody` it was
+    parsed from, each string that :func:`inspect_chat` put back and that is
+    still there (the same object: a worker-mode request's ``data:`` URLs)
+    is written as the client's own bytes instead of being encoded again:
+    megabytes of base64 cost a copy, not an escape scan. The bytes are the
+    same either way, since those strings are printable ASCII without ``\\``
+    or ``"``, which JSON writes as they are."""
+    if read is None or not read.restored:
+        return _encode(body).encode()
+    restored = read.restored
+
+    def kept(value: Any) -> int | None:
+        if isinstance(value, str):
+            entry = restored.get(id(value))
+            if entry is not None and entry[0] is value:
+                return entry[1]
+        return None
+
+    def marked(value: Any) -> Any:
+        """`value` with each kept string as its placeholder (a copy of the
+        containers on the way; the body itself is left as it is)."""
+        if isinstance(value, dict):
+            return {key: marked(item) for key, item in value.items()}
+        if isinstance(value, list):
+            return [marked(item) for item in value]
+        n = kept(value)
+        return value if n is None else f"{read.placeholder}{n}"
+
+    text = _encode(marked(body))
+    # The placeholder as the encoder writes it: its NUL escaped.
+    prefix = '"' + json.dumps(read.placeholder)[1:-1]
+    pieces: list[bytes] = []
+    at = 0
+    while (found := text.find(prefix, at)) >= 0:
+        end = text.index('"', found + len(prefix))
+        pieces.append(text[at:found].encode())
+        start, stop = read.cut[int(text[found + len(prefix) : end])]
+        pieces += [b'"', read.raw[start:stop], b'"']
+        at = end + 1
+    pieces.append(text[at:].encode())
+    return b"".join(pieces)
 
 
 def check_request_kwargs(config: FrontendConfig, body: dict[str, Any]) -> None:
