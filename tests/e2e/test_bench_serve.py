@@ -1,5 +1,6 @@
 """`pixelwire bench serve --quick` with a tiny load, as a user
-runs it: the console command in vLLM's environment, on the tiny model.
+runs it: the console command in vLLM's environment, on the tiny model; and
+a run stopped with SIGTERM, which must leave nothing running behind.
 
 The report must hold a cell for every path, workload and concurrency, with
 every metric, and for the multi-turn workload (2 turns, on the same
@@ -10,10 +11,13 @@ charts must be valid PNGs. Nothing here asserts on timings.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -124,3 +128,65 @@ def _check_multi_turn(report: dict[str, Any]) -> None:
     assert cells[("worker", 1, 2)]["nixl_pixel_bytes_per_request"] == 0
     ratios = {(r["path"], r["concurrency"]) for r in report["multi_turn"]["ratios"]}
     assert ratios == {(p, c) for p in PATHS for c in CONCURRENCY}
+
+
+def _alive(pid: int) -> bool:
+    """Whether a process still runs (a zombie does not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] != "Z"
+
+
+def _namespaces() -> str:
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=False)
+    return listed.stdout
+
+
+def test_sigterm_stops_every_server_and_removes_the_network(tmp_path: Path) -> None:
+    """A run stopped with SIGTERM (a timeout, a supervisor) goes through
+    the same cleanup as Ctrl-C: the vLLM server it was starting is gone
+    and so is its network namespace, where SIGTERM's default action left
+    both behind."""
+    from pixelwire.bench.services import descendants
+
+    log = tmp_path / "stderr.log"
+    argv = [
+        sys.executable, "-m", "pixelwire.cli", "bench", "serve", "--quick", "--paths", "loader",
+        "--model", str(stack.model_dir()), "--photo", str(stack.CORPUS / "exif_gps_typeerror.jpg"),
+        "--results", str(tmp_path / "results"), "--workloads", "jpeg-4k-http",
+        "--vllm-args", "--dtype float32 --max-model-len 1024 --enforce-eager --seed 0",
+    ]  # fmt: skip
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1"}
+    with open(log, "wb") as err:
+        run = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=err)
+    try:
+        deadline = time.monotonic() + 120
+        servers: list[int] = []
+        while time.monotonic() < deadline and run.poll() is None:
+            if "servers ..." in log.read_text(errors="replace"):
+                servers = descendants(run.pid)
+                if servers:
+                    break
+            time.sleep(0.2)
+        assert servers, f"no server started:\n{log.read_text(errors='replace')[-3000:]}"
+        time.sleep(2)  # into vLLM's start
+        servers = descendants(run.pid)
+        run.send_signal(signal.SIGTERM)
+        assert run.wait(timeout=90) == 128 + signal.SIGTERM
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+    left = [pid for pid in servers if _alive(pid)]
+    namespace = f"pwbench-{run.pid}"
+    stranded = namespace in _namespaces()
+    # Whatever a failing run left is cleared here, not by the next test.
+    for pid in left:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    if stranded:
+        subprocess.run(["ip", "netns", "del", namespace], check=False)
+    assert not left, f"still running after the run ended: {left}"
+    assert not stranded, f"{namespace} is still there"

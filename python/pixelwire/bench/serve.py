@@ -36,14 +36,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import datetime
 import importlib.util
 import json
 import os
 import secrets
 import shlex
+import signal
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -547,11 +551,36 @@ def missing_vllm() -> str | None:
     )
 
 
+@contextlib.contextmanager
+def _sigterm_as_exit() -> Iterator[None]:
+    """SIGTERM (a ``timeout``, a supervisor, a CI runner) ends the run as
+    Ctrl-C does, through the cleanup that stops vLLM and the frontends and
+    removes the network namespace, which its default action would skip,
+    leaving them behind. Only the main thread can set a handler."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, _frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def run(args: argparse.Namespace) -> int:
     missing = missing_vllm()
     if missing is not None:
         print(f"pixelwire bench serve: error: {missing}", file=sys.stderr)
         return 2
+    with _sigterm_as_exit():
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     from pixelwire.bench import report
     from pixelwire.bench.inputs import MULTI_TURN, VIDEO_KEYS, make_inputs, make_video_inputs
     from pixelwire.bench.placement import network_for_run, plan_placement
