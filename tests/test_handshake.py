@@ -17,6 +17,9 @@ from pixelwire.signing import secret_fingerprint
 SECRET = b"handshake-secret"
 VERSION = pixelwire.__version__
 POLICY = ResizePolicy("smart", factor=28, min_pixels=3136, max_pixels=1 << 20)
+APPROXIMATE = ResizePolicy(
+    "anyres", height=384, width=384, grid=((384, 384),), tile_patches=27, approximate=True
+)
 AGREEING = WorkerSettings(
     version=VERSION, connector="pixelwire", secret=secret_fingerprint(SECRET), unsigned="0", private="0",
     resize="none",
@@ -52,9 +55,10 @@ def test_a_worker_with_the_same_settings_agrees() -> None:
         ({"resize": POLICY}, {}, "resize", "no resize policy"),
         ({"resize": POLICY}, {"resize": "fixed:224x224:torchvision:bicubic"}, "resize",
          "--mm-processor-kwargs"),
+        ({"resize": APPROXIMATE}, {}, "resize", "PIXELWIRE_RESIZE_APPROXIMATE=1"),
     ],
     ids=["connector", "version", "secret", "secret-unset-on-worker", "secret-unset-on-frontend", "unsigned",
-         "model", "kwargs"],
+         "model", "kwargs", "approximate-unset-on-worker"],
 )  # fmt: skip
 def test_each_disagreement_is_named(
     frontend: dict[str, object], worker: dict[str, str], setting: str, words: str

@@ -257,6 +257,110 @@ def test_idefics3_ships_full_size_where_its_resizes_are_not_idempotent() -> None
     assert policy.steps(1080, 1920) == [(1080, 1920)]
 
 
+# LLaVA-OneVision's processor (transformers 5.19's defaults) and the
+# config.json parts vLLM counts its image tokens with.
+ONEVISION_GRID = [[384 * rows, 384 * columns] for rows in range(1, 7) for columns in range(1, 7)]
+ONEVISION = {
+    "image_processor_type": "LlavaOnevisionImageProcessor",
+    "size": {"height": 384, "width": 384},
+    "image_grid_pinpoints": ONEVISION_GRID,
+    "resample": 3,
+}
+ONEVISION_MODEL = {
+    "vision_config": {"image_size": 384, "patch_size": 14},
+    "image_grid_pinpoints": ONEVISION_GRID,
+    "vision_aspect_ratio": "anyres_max_9",
+}
+
+
+def test_anyres_gets_a_policy_only_when_approximate(caplog: pytest.LogCaptureFixture) -> None:
+    """LLaVA-OneVision resizes the original twice (grid and base tile): no
+    exact policy, a log line naming --resize-approximate; asked for, the
+    approximate policy, its identity saying so."""
+    caplog.set_level(logging.INFO, "pixelwire.resize")
+    assert ResizePolicy.from_processor_config(ONEVISION, model_config=ONEVISION_MODEL) is None
+    assert "--resize-approximate" in caplog.text
+    policy = ResizePolicy.from_processor_config(ONEVISION, model_config=ONEVISION_MODEL, approximate=True)
+    assert policy is not None and (policy.family, policy.kernel, policy.filter) == (
+        "anyres",
+        "torchvision",
+        "bicubic",
+    )
+    assert policy.approximate and policy.tile_patches == 27 and len(policy.grid) == 36
+    assert policy.identity.startswith("anyres:384x384:grid=") and policy.identity.endswith(
+        ":patches=27:torchvision:bicubic:approximate"
+    )
+    other = ResizePolicy.from_processor_config(
+        ONEVISION,
+        {"image_grid_pinpoints": ONEVISION_GRID[:6]},
+        model_config={**ONEVISION_MODEL, "image_grid_pinpoints": ONEVISION_GRID[:6]},
+        approximate=True,
+    )
+    assert other is not None and other.identity != policy.identity  # the grid is part of the identity
+
+
+def test_anyres_ships_the_grid_size_where_it_is_smaller_and_keeps_the_prompt() -> None:
+    """The grid-size image ships where it is smaller than the original, each
+    side at least twice the base tile's, and the processor would pick the
+    same grid for it; a larger grid size ships the original (exact); so does
+    a size whose feature grid, which vLLM counts the prompt's image tokens
+    from, would change."""
+    policy = ResizePolicy.from_processor_config(ONEVISION, model_config=ONEVISION_MODEL, approximate=True)
+    assert policy is not None
+    assert policy.target(2160, 3840) == (1296, 2304)
+    assert policy.target(3000, 4000) == (1728, 2304)
+    assert policy.target(4000, 3000) == (2304, 1728)
+    assert policy.target(1296, 2304) == (1296, 2304)  # a shipped image is its own target
+    assert policy.processor_target(1000, 1000) == (1152, 1152)
+    assert policy.target(1000, 1000) == (1000, 1000)  # scaled up by the processor: nothing to save
+    # a side under twice the base tile's: the base tile would be a resize by little more than 1
+    assert policy.processor_target(2707, 300) == (2304, 256)
+    assert policy.target(2707, 300) == (2707, 300)
+    # 2596x929 fits 2304x825 in its grid, but vLLM's feature grid for that
+    # is 134x48 against the original's 136x48: other prompt tokens
+    assert policy.processor_target(2596, 929) == (2304, 825)
+    assert policy.target(2596, 929) == (2596, 929)
+    assert policy.target(2596, 1000) == (2304, 888)
+
+
+def test_llava_next_gets_no_approximate_policy() -> None:
+    """LLaVA-NeXT's grid sizes are too close to its base tile (its base
+    tile would move by up to 15 steps on photos): not even approximately."""
+    grid = [[336, 672], [672, 336], [672, 672], [1008, 336], [336, 1008]]
+    config = {
+        "image_processor_type": "LlavaNextImageProcessor",
+        "size": {"shortest_edge": 336},
+        "crop_size": {"height": 336, "width": 336},
+        "image_grid_pinpoints": grid,
+    }
+    model = {"vision_config": {"image_size": 336, "patch_size": 14}, "image_grid_pinpoints": grid}
+    assert ResizePolicy.from_processor_config(config, model_config=model, approximate=True) is None
+
+
+def test_anyres_needs_the_checkpoint_vllm_counts_tokens_with(caplog: pytest.LogCaptureFixture) -> None:
+    """Without the vision tower's sizes, with config.json's grid not the
+    processor's, another vision_aspect_ratio than vLLM's fixed one, or a
+    tile that is not square: no policy, and a log line why."""
+    caplog.set_level(logging.INFO, "pixelwire.resize")
+    broken_models = [
+        {},
+        {**ONEVISION_MODEL, "image_grid_pinpoints": ONEVISION_GRID[:6]},
+        {**ONEVISION_MODEL, "vision_aspect_ratio": "anyres_max_4"},
+        {**ONEVISION_MODEL, "vision_config": {"image_size": 336, "patch_size": 14}},
+    ]
+    for model in broken_models:
+        assert ResizePolicy.from_processor_config(ONEVISION, model_config=model, approximate=True) is None
+    for config in (
+        {**ONEVISION, "size": {"height": 384, "width": 768}},
+        {**ONEVISION, "image_grid_pinpoints": [[384, 0]]},
+        {**ONEVISION, "image_grid_pinpoints": "384x384"},
+    ):
+        assert (
+            ResizePolicy.from_processor_config(config, model_config=ONEVISION_MODEL, approximate=True) is None
+        )
+    assert len([r for r in caplog.records if "no model-aware resize" in r.message]) == 7
+
+
 def test_lanczos_is_taken_only_where_parity_tests_run_it() -> None:
     """Lanczos (resample 1) gives a policy for Idefics3 / SmolVLM only."""
     siglip = {"image_processor_type": "SiglipImageProcessor", "size": {"height": 384, "width": 384}}
@@ -300,6 +404,12 @@ def test_policies_come_from_a_model_folder(tmp_path: Path) -> None:
     )
     pixtral = ResizePolicy.from_pretrained(tmp_path / "pixtral")
     assert pixtral is not None and pixtral.patch_size == 28
+    (tmp_path / "onevision").mkdir()
+    (tmp_path / "onevision" / "preprocessor_config.json").write_text(json.dumps(ONEVISION))
+    (tmp_path / "onevision" / "config.json").write_text(json.dumps(ONEVISION_MODEL))
+    assert ResizePolicy.from_pretrained(tmp_path / "onevision") is None
+    onevision = ResizePolicy.from_pretrained(tmp_path / "onevision", approximate=True)
+    assert onevision is not None and onevision.tile_patches == 27
     (tmp_path / "c").mkdir()
     with pytest.raises(FileNotFoundError):
         ResizePolicy.from_pretrained(tmp_path / "c")

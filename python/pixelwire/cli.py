@@ -126,10 +126,14 @@ def _frontend(args: argparse.Namespace) -> int:
     image_kwargs = media_io_kwargs.get("image", {})
     video_kwargs = media_io_kwargs.get("video", {})
     resize = video_resize = video_loader = None
+    if args.resize_approximate and not args.model:
+        raise CommandError("--resize-approximate resizes for the model --model names: give --model")
     if args.model:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         try:
-            resize = ResizePolicy.from_pretrained(args.model, args.mm_processor_kwargs)
+            resize = ResizePolicy.from_pretrained(
+                args.model, args.mm_processor_kwargs, approximate=args.resize_approximate
+            )
             video_resize = video_resize_policy(args.model, args.mm_processor_kwargs)
             video_loader = model_video_loader(args.model)
         except (OSError, ValueError) as error:
@@ -303,8 +307,14 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
         "--model",
         default=None,
         help="the model vLLM serves (a folder or a Hub id): images ship at the size its image processor "
-        "resizes to (only its preprocessor_config.json is read; default: none, images ship at their "
-        "decoded size)",
+        "resizes to (its processor configs are read; default: none, images ship at their decoded size)",
+    )
+    front.add_argument(
+        "--resize-approximate",
+        action="store_true",
+        help="with --model, also resize for processors that resize the original twice (LLaVA-OneVision: "
+        "the grid-size image ships, its tiles exact, its base tile a resize of it); vLLM's plug-in "
+        "must allow it too (PIXELWIRE_RESIZE_APPROXIMATE=1) (default: off, those images ship at full size)",
     )
     front.add_argument(
         "--mm-processor-kwargs",

@@ -365,6 +365,15 @@ def worker_model_from_env() -> tuple[str | None, dict[str, Any] | None]:
     return model, kwargs
 
 
+def resize_approximate_from_env() -> bool:
+    """``PIXELWIRE_RESIZE_APPROXIMATE``: whether the vLLM plug-in accepts
+    (and, in worker mode, makes) the approximate resize of processors that
+    resize the original twice, as the frontend's ``--resize-approximate``
+    makes it. Only 1/true/yes turn it on: such pixels are not the ones
+    vLLM's loader would give its processor, so a typo keeps them out."""
+    return env_flag("PIXELWIRE_RESIZE_APPROXIMATE", False)
+
+
 def decode_at(value: str | None = None) -> DecodeAt:
     """``value``, else ``PIXELWIRE_DECODE_AT``, else ``"frontend"``."""
     chosen = value or os.environ.get("PIXELWIRE_DECODE_AT") or "frontend"

@@ -155,7 +155,14 @@ def mismatches(config: FrontendConfig, worker: WorkerSettings | None, version: s
     found.extend(_secret_mismatches(config, worker))
     if config.resize is not None and worker.resize != config.resize.identity:
         ours = config.resize.identity
-        if worker.resize == "none":
+        if worker.resize == "none" and config.resize.approximate:
+            message = (
+                f"the resize policies differ: this frontend resizes approximately for {ours} "
+                "(--resize-approximate) but the worker has no resize policy to check it against: set "
+                "PIXELWIRE_RESIZE_APPROXIMATE=1 on vLLM to accept the approximate resize, or start the "
+                "frontend without --resize-approximate"
+            )
+        elif worker.resize == "none":
             message = (
                 f"the resize policies differ: this frontend resizes for {ours} (--model, "
                 "--mm-processor-kwargs) but the worker has no resize policy to check it against (vLLM's "

@@ -43,6 +43,19 @@ Families (what transformers 5.19 does for each):
   (:meth:`ResizePolicy.steps`). Without splitting, the processor squares the
   first result, which it would do again from the square, so the first
   result is shipped.
+- ``anyres``, only with ``approximate`` (``--resize-approximate``):
+  LLaVA-OneVision (``LlavaOnevisionImageProcessor``) resizes the original
+  twice: to the grid resolution it picks from ``image_grid_pinpoints``
+  (then padded and cut into tiles) and to its base tile. No one image gives
+  both exactly. The approximate policy ships the grid-size image, resized
+  as the processor resizes it, where that is smaller than the original and
+  each side is at least twice the base tile's (the base tile is then a
+  downscale of a smaller source): the processor picks the same grid for it
+  and leaves it as it is, so the tiles are exact and only the base tile is
+  a resize of the resized image. A size where the processor would pick
+  another grid, resize again, or where vLLM would count other image tokens
+  for the prompt (its unpadded feature grid, from the image's size) ships
+  at its own size.
 - ``navit``: Kimi-K2.5 (``KimiK25ForConditionalGeneration``, whose image
   processor vLLM 0.32 runs as its own ``KimiK25FusedVisionProcessor``,
   configured by the checkpoint's ``media_proc_cfg``): scaled down (never
@@ -56,6 +69,7 @@ one log line saying why.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import math
@@ -68,7 +82,14 @@ from typing import Any, Literal
 log = logging.getLogger("pixelwire.resize")
 
 Family = Literal[
-    "smart", "fixed", "shortest_edge", "max_num_patches", "longest_edge", "longest_edge_tiles", "navit"
+    "smart",
+    "fixed",
+    "shortest_edge",
+    "max_num_patches",
+    "longest_edge",
+    "longest_edge_tiles",
+    "navit",
+    "anyres",
 ]
 Kernel = Literal["torchvision", "pillow"]
 Filter = Literal["bicubic", "bilinear", "lanczos"]
@@ -88,6 +109,16 @@ _LONGEST_TILES = ("Idefics3ImageProcessor", "SmolVLMImageProcessor")
 # Kimi-K2.5's image processor, as its checkpoint names it (remote code; vLLM
 # runs its own equivalent, KimiK25FusedVisionProcessor, in its place).
 _NAVIT = ("KimiK25VisionProcessor",)
+# Processors that resize the original twice (grid tiles and a base tile),
+# served only approximately.
+# LLaVA-NeXT's anyres is the same, but its grid sizes are too close to its
+# base tile for the approximation (benches/resize_approximate.py
+# --processor next measures it): no policy.
+_ANYRES = ("LlavaOnevisionImageProcessor",)
+# vLLM 0.32's LLaVA-OneVision shrinks a feature grid over this many tiles'
+# worth (its "anyres_max_9", fixed in its token count).
+_ANYRES_MAX_TILES = 9
+_ANYRES_ASPECT = f"anyres_max_{_ANYRES_MAX_TILES}"
 # Idefics3's resize keeps both sides within this (transformers' MAX_IMAGE_SIZE).
 _IDEFICS3_MAX_SIDE = 4096
 # PixtralProcessor's defaults for its patch grid.
@@ -143,6 +174,15 @@ class ResizePolicy:
     # navit: the patches an image may take, and a side
     patch_limit: int = 0
     side_patches: int = 0
+    # anyres: the grid resolutions (height, width) the processor picks
+    # from, and the vision tower's patches a tile side (vLLM counts the
+    # prompt's image tokens with them); height x width is the base tile
+    grid: tuple[tuple[int, int], ...] = ()
+    tile_patches: int = 0
+    # Ships images the processor turns into outputs that differ from its
+    # outputs on the original (only anyres's base tile); opted into by
+    # --resize-approximate and PIXELWIRE_RESIZE_APPROXIMATE.
+    approximate: bool = False
 
     @property
     def identity(self) -> str:
@@ -164,9 +204,12 @@ class ResizePolicy:
             shape = f"longest_edge_tiles:{self.longest_edge}:tile={self.tile}"
         elif self.family == "navit":
             shape = f"navit:{self.patch_limit}:side={self.side_patches}:patch={self.patch_size}"
+        elif self.family == "anyres":
+            grid = hashlib.sha256(json.dumps(self.grid).encode()).hexdigest()[:16]
+            shape = f"anyres:{self.height}x{self.width}:grid={grid}:patches={self.tile_patches}"
         else:
             shape = f"shortest_edge:{self.shortest_edge}"
-        return f"{shape}:{self.kernel}:{self.filter}"
+        return f"{shape}:{self.kernel}:{self.filter}" + (":approximate" if self.approximate else "")
 
     def target(self, height: int, width: int, num_frames: int | None = None) -> tuple[int, int]:
         """The (height, width) to ship a (height, width) image at: the size
@@ -186,7 +229,28 @@ class ResizePolicy:
             return height, width
         if resized != (height, width) and not self._leaves_alone(*resized, num_frames):
             return height, width
+        if self.family == "anyres" and not self._anyres_ships(height, width, resized):
+            return height, width
         return resized
+
+    def _anyres_ships(self, height: int, width: int, resized: tuple[int, int]) -> bool:
+        """Whether an anyres image of (height, width) ships at its grid size
+        ``resized``: smaller than the original (else the original is exact)
+        but each side at least twice the base tile's (so the base tile is
+        still a downscale by 2 or more, of a smaller source: a resize by
+        little more than 1 moves sharp edges by many steps), the processor
+        picking the same grid for it, and vLLM counting the prompt's image
+        tokens for it as for the original."""
+        if resized[0] * resized[1] >= height * width:
+            return False
+        if resized[0] < 2 * self.height or resized[1] < 2 * self.width:
+            return False
+        best = select_best_resolution(height, width, self.grid)
+        if select_best_resolution(*resized, self.grid) != best:
+            return False
+        return anyres_features(height, width, best, self.height, self.tile_patches) == anyres_features(
+            *resized, best, self.height, self.tile_patches
+        )
 
     def _leaves_alone(self, height: int, width: int, num_frames: int | None = None) -> bool:
         """Whether the processor keeps a (height, width) image (or frames of
@@ -246,6 +310,8 @@ class ResizePolicy:
             return self.height, self.width
         if self.family == "navit":
             return navit_size(height, width, self.patch_size, self.patch_limit, self.side_patches)
+        if self.family == "anyres":
+            return fit_in_resolution(height, width, select_best_resolution(height, width, self.grid))
         if self.family == "max_num_patches":
             return size_for_max_num_patches(height, width, self.patch_size, self.max_num_patches)
         if self.family == "longest_edge":
@@ -280,13 +346,18 @@ class ResizePolicy:
         *,
         kernel: Kernel = "torchvision",
         processor_config: Mapping[str, Any] | None = None,
+        model_config: Mapping[str, Any] | None = None,
+        approximate: bool = False,
     ) -> ResizePolicy | None:
         """The policy of a ``preprocessor_config.json`` with vLLM's
         ``--mm-processor-kwargs`` applied the way vLLM applies them (``size``
         first, then ``min_pixels``/``max_pixels``); None, logged, when
         pixelwire cannot reproduce the processor's resize.
         ``processor_config``: the processor's own settings (the top level of
-        ``processor_config.json``), which Pixtral's resize depends on."""
+        ``processor_config.json``), which Pixtral's resize depends on.
+        ``model_config``: the model's ``config.json``, which vLLM counts an
+        anyres image's tokens with. ``approximate``: also the policies whose
+        outputs are not the processor's own on the original (anyres)."""
         kwargs = dict(mm_processor_kwargs or {})
         name = _processor_name(config)
         if name in _NAVIT:
@@ -335,6 +406,14 @@ class ResizePolicy:
                 min_pixels=int(low),
                 max_pixels=int(high),
             )
+        if name in _ANYRES:
+            if not approximate:
+                return _none(
+                    f"{name} resizes the original twice (to its grid resolution and to its base tile); "
+                    "--resize-approximate ships the grid-size image (the base tile then differs slightly)"
+                )
+            size.update(kwargs.get("size") or {})
+            return cls._anyres(name, settings, size, filter_, kernel, model_config or {})
         if name in _LONGEST:
             return cls._longest_edge(name, config, kwargs, filter_, kernel, processor_config or {})
         if name in _LONGEST_TILES:
@@ -409,6 +488,52 @@ class ResizePolicy:
         return cls("longest_edge_tiles", filter_, kernel, longest_edge=int(longest), tile=int(tile))
 
     @classmethod
+    def _anyres(
+        cls,
+        name: str,
+        settings: Mapping[str, Any],
+        size: Mapping[str, Any],
+        filter_: Filter,
+        kernel: Kernel,
+        model: Mapping[str, Any],
+    ) -> ResizePolicy | None:
+        grid: Any = settings.get("image_grid_pinpoints")
+        if not (
+            isinstance(grid, list)
+            and grid
+            and all(isinstance(pair, list) and len(pair) == 2 and all(map(_positive, pair)) for pair in grid)
+        ):
+            return _none(f"{name}: image_grid_pinpoints {grid!r} is not a list of [height, width]")
+        height: Any = size.get("height")
+        width: Any = size.get("width")
+        # the tile side is crop_size's where it has one (None by default)
+        tile = (settings.get("crop_size") or {}).get("height", height)
+        if not (_positive(height) and height == width == tile):
+            return _none(f"{name}: size {dict(size)} is not a square {{height, width}} tile")
+        # vLLM counts the prompt's tokens from config.json's grid and
+        # vision tower; a checkpoint whose processor says otherwise is not
+        # one whose tokens pixelwire can keep.
+        vision: Any = model.get("vision_config") or {}
+        side, patch = vision.get("image_size"), vision.get("patch_size")
+        if model.get("image_grid_pinpoints", grid) != grid:
+            return _none(f"{name}: config.json's image_grid_pinpoints are not the processor's")
+        if not (_positive(side) and _positive(patch) and side == height):
+            return _none(f"{name}: config.json's vision_config has no image_size {height} and patch_size")
+        aspect = model.get("vision_aspect_ratio", _ANYRES_ASPECT)
+        if aspect != _ANYRES_ASPECT:
+            return _none(f"{name}: vision_aspect_ratio {aspect!r} is not {_ANYRES_ASPECT!r}, vLLM's")
+        return cls(
+            "anyres",
+            filter_,
+            kernel,
+            height=int(height),
+            width=int(width),
+            grid=tuple((int(h), int(w)) for h, w in grid),
+            tile_patches=int(side) // int(patch),
+            approximate=True,
+        )
+
+    @classmethod
     def _navit(cls, name: str, config: Mapping[str, Any]) -> ResizePolicy | None:
         media = config.get("media_proc_cfg")
         if not isinstance(media, dict):
@@ -439,14 +564,23 @@ class ResizePolicy:
         mm_processor_kwargs: Mapping[str, Any] | None = None,
         *,
         kernel: Kernel = "torchvision",
+        approximate: bool = False,
     ) -> ResizePolicy | None:
         """The policy of a model: a local folder, or a Hub id resolved
-        through the Hugging Face cache. Only the image processor's config is
-        read: ``preprocessor_config.json``, or the ``image_processor`` part of
-        ``processor_config.json`` (where transformers 5 saves it)."""
+        through the Hugging Face cache. Read: the image processor's config
+        (``preprocessor_config.json``, or the ``image_processor`` part of
+        ``processor_config.json``, where transformers 5 saves it), the
+        processor's own settings, and ``config.json`` where the family
+        needs it. ``approximate``: see :meth:`from_processor_config`."""
         config = _image_processor_config(str(model))
+        name = _processor_name(config)
         return cls.from_processor_config(
-            config, mm_processor_kwargs, kernel=kernel, processor_config=_processor_settings(str(model))
+            config,
+            mm_processor_kwargs,
+            kernel=kernel,
+            processor_config=_processor_settings(str(model)),
+            model_config=_model_config(str(model)) if name in _ANYRES else None,
+            approximate=approximate,
         )
 
 
@@ -664,6 +798,54 @@ def navit_size(height: int, width: int, patch: int, patch_limit: int, side_patch
     return min(max(1, int(height * scale)), side), min(max(1, int(width * scale)), side)
 
 
+def select_best_resolution(height: int, width: int, grid: tuple[tuple[int, int], ...]) -> tuple[int, int]:
+    """The grid resolution (height, width) anyres picks for an image, as
+    transformers 5.19 (``select_best_resolution``) and vLLM pick it: the
+    most of the image's pixels kept, then the least padding, the first of
+    equals."""
+    best, most, least = grid[0], 0, math.inf
+    for grid_height, grid_width in grid:
+        scale = min(grid_width / width, grid_height / height)
+        kept = min(int(width * scale) * int(height * scale), width * height)
+        wasted = grid_width * grid_height - kept
+        if kept > most or (kept == most and wasted < least):
+            best, most, least = (grid_height, grid_width), kept, wasted
+    return best
+
+
+def fit_in_resolution(height: int, width: int, resolution: tuple[int, int]) -> tuple[int, int]:
+    """The size anyres resizes an image to within its grid resolution
+    (transformers' ``get_patch_output_size``): one side to the
+    resolution's, the other scaled and rounded up, within it."""
+    target_height, target_width = resolution
+    scale_width, scale_height = target_width / width, target_height / height
+    if scale_width < scale_height:
+        return min(math.ceil(height * scale_width), target_height), target_width
+    return target_height, min(math.ceil(width * scale_height), target_width)
+
+
+def anyres_features(
+    height: int, width: int, resolution: tuple[int, int], tile: int, tile_patches: int
+) -> tuple[int, int]:
+    """The (rows, columns) of the feature grid vLLM 0.32's LLaVA-OneVision
+    keeps for an image of (height, width) tiled at ``resolution``: the
+    padding's rows or columns cut from the tiles' patch grid (by the
+    image's aspect ratio), then shrunk when over nine tiles' worth; the
+    prompt's image tokens follow from it (rows x columns plus a newline a row)."""
+    rows = resolution[0] // tile * tile_patches
+    columns = resolution[1] // tile * tile_patches
+    if width / height > columns / rows:
+        kept = int(round(height * (columns / width), 7))
+        rows -= 2 * ((rows - kept) // 2)
+    else:
+        kept = int(round(width * (rows / height), 7))
+        columns -= 2 * ((columns - kept) // 2)
+    ratio = math.sqrt(rows * columns / (_ANYRES_MAX_TILES * tile_patches**2))
+    if ratio > 1.1:
+        return int(rows // ratio), int(columns // ratio)
+    return rows, columns
+
+
 def idefics3_longest_edge(height: int, width: int, longest_edge: int) -> tuple[int, int]:
     """Idefics3's first resize, as transformers 5.19 computes it
     (``get_resize_output_image_size``): the longest edge to
@@ -746,6 +928,13 @@ def _image_processor_config(model: str) -> dict[str, Any]:
         f"huggingface_hub installed): check the id, or download it first with `huggingface-cli download "
         f"{model} preprocessor_config.json` (unset HF_HUB_OFFLINE for that), or give the model's folder"
     )
+
+
+def _model_config(model: str) -> dict[str, Any]:
+    """The model's ``config.json``; empty without one."""
+    path = find_model_file(model, "config.json")
+    config = json.loads(path.read_text()) if path is not None else {}
+    return config if isinstance(config, dict) else {}
 
 
 def _processor_settings(model: str) -> dict[str, Any]:

@@ -14,6 +14,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from pixelwire.bench import services
 
@@ -185,6 +186,12 @@ def recording_server(
 def chat(url: str, image_urls: list[str], *, max_tokens: int = 8) -> list[tuple[str, float]]:
     """(token, logprob) of a greedy chat completion of ``max_tokens`` about
     ``image_urls``, from the OpenAI server at ``url`` (its model "tiny")."""
+    response = completion(url, image_urls, max_tokens=max_tokens)
+    return [(t.token, t.logprob) for t in response.choices[0].logprobs.content]
+
+
+def completion(url: str, image_urls: list[str], *, max_tokens: int = 8) -> Any:
+    """The whole response (usage included) of :func:`chat`'s completion."""
     import openai
 
     parts: list[dict[str, object]] = [{"type": "image_url", "image_url": {"url": u}} for u in image_urls]
@@ -200,4 +207,4 @@ def chat(url: str, image_urls: list[str], *, max_tokens: int = 8) -> list[tuple[
             logprobs=True,
             seed=0,
         )
-    return [(t.token, t.logprob) for t in response.choices[0].logprobs.content]
+    return response

@@ -499,6 +499,55 @@ def served_qwen2_vl(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[
     clear()
 
 
+@pytest.mark.parametrize("allowed", [False, True])
+def test_worker_mode_resizes_approximately_only_when_allowed(
+    connectors: tuple[Any, Any], tmp_path: Any, monkeypatch: pytest.MonkeyPatch, allowed: bool
+) -> None:
+    """In worker mode an image URL for a LLaVA-OneVision (whose processor
+    resizes the original twice) is decoded at its grid size only with
+    PIXELWIRE_RESIZE_APPROXIMATE=1; without it, at vLLM's loader's full
+    size, its pixels."""
+    import base64
+    import io
+
+    from pixelwire.resize import ResizePolicy
+    from pixelwire.vllm import connector
+
+    grid = [[56 * rows, 56 * columns] for rows in range(1, 7) for columns in range(1, 7)]
+    processor = {
+        "image_processor_type": "LlavaOnevisionImageProcessor",
+        "size": {"height": 56, "width": 56},
+        "image_grid_pinpoints": grid,
+    }
+    model = {"vision_config": {"image_size": 56, "patch_size": 14}, "image_grid_pinpoints": grid}
+    (tmp_path / "preprocessor_config.json").write_text(json.dumps(processor))
+    (tmp_path / "config.json").write_text(json.dumps(model))
+    monkeypatch.delenv("PIXELWIRE_MODEL", raising=False)
+    monkeypatch.delenv("PIXELWIRE_MM_PROCESSOR_KWARGS", raising=False)
+    monkeypatch.setenv("PIXELWIRE_RESIZE_APPROXIMATE", "1" if allowed else "0")
+    monkeypatch.setattr(sys, "argv", ["api_server.py", "--model", str(tmp_path)])
+    from PIL import Image
+
+    with Image.open(stack.CORPUS / "exif_gps_typeerror.jpg") as photo:
+        out = io.BytesIO()
+        photo.convert("RGB").resize((640, 480)).save(out, "PNG")
+    data = out.getvalue()
+    url = "data:image/png;base64," + base64.b64encode(data).decode()
+    ours_cls, theirs_cls = connectors
+    connector.worker_resize_policy.cache_clear()
+    try:
+        ours = asyncio.run(ours_cls().fetch_image_async(url))
+    finally:
+        connector.worker_resize_policy.cache_clear()
+    full = _pixels(asyncio.run(theirs_cls().fetch_image_async(url)))
+    if allowed:
+        policy = ResizePolicy.from_pretrained(tmp_path, approximate=True)
+        assert policy is not None and policy.target(480, 640) == (252, 336)  # the 5x6 tile grid's size
+        np.testing.assert_array_equal(_pixels(ours), pixelwire.decode_image(data, resize=(252, 336)))
+    else:
+        np.testing.assert_array_equal(_pixels(ours), full)
+
+
 @pytest.mark.parametrize(
     ("flags", "resized"),
     [

@@ -12,6 +12,11 @@ with pixelwire's Pillow kernel, or are vLLM's own where vLLM runs its own
 (``to_json_string``, as a ``preprocessor_config.json`` holds it; for vLLM's
 own, the checkpoint's config it is built from) through
 ``ResizePolicy.from_processor_config``.
+
+The approximate policy (``--resize-approximate``: LLaVA-OneVision, whose
+processor resizes the original twice) is held to its own promise: the same
+tiles, exactly, and the same prompt tokens as vLLM counts them; only the
+base tile differs, within a bound on photos.
 """
 
 from __future__ import annotations
@@ -50,15 +55,20 @@ class Setting:
     processor_config: dict[str, Any] = field(default_factory=dict, hash=False)
     # For a processor vLLM builds itself: the preprocessor_config.json it is built from.
     checkpoint_config: dict[str, Any] | None = field(default=None, hash=False)
+    # The model's config.json, where the policy reads it (anyres)
+    model_config: dict[str, Any] | None = field(default=None, hash=False)
 
     def policy(self) -> ResizePolicy | None:
         """The policy of this setting's processor config (as its
-        preprocessor_config.json would hold it) and processor settings."""
+        preprocessor_config.json would hold it) and processor settings;
+        approximate for the family that has only an approximate one."""
         config = self.checkpoint_config or json.loads(_processor(self).to_json_string())
         return ResizePolicy.from_processor_config(
             config,
             kernel=self.kernel,  # type: ignore[arg-type]
             processor_config=self.processor_config,
+            model_config=self.model_config,
+            approximate=self.family == "anyres",
         )
 
     @property
@@ -206,6 +216,28 @@ def _kimi_k25(patch_limit: int, side: int = 512) -> Setting:
         {"media_proc_cfg": media},
         "navit",
         checkpoint_config=checkpoint,
+    )
+
+
+def _onevision(tile: int, most_tiles: int, backend: str = "") -> Setting:
+    """LLaVA-OneVision: tiles of ``tile`` pixels on a grid of 1 to
+    ``most_tiles`` a side (transformers' default: 384 and 6), and the
+    config.json vLLM counts its tokens with (a SigLIP tower, patch 14)."""
+    grid = [
+        [tile * rows, tile * columns]
+        for rows in range(1, most_tiles + 1)
+        for columns in range(1, most_tiles + 1)
+    ]
+    return Setting(
+        f"llava-onevision-{tile}x{most_tiles}{'-pil' if backend else ''}",
+        "LlavaOnevisionImageProcessor" + backend,
+        {"size": {"height": tile, "width": tile}, "image_grid_pinpoints": grid},
+        "anyres",
+        model_config={
+            "vision_config": {"image_size": tile, "patch_size": 14},
+            "image_grid_pinpoints": grid,
+            "vision_aspect_ratio": "anyres_max_9",
+        },
     )
 
 
@@ -442,6 +474,133 @@ def test_processor_outputs_equal_on_resized_images(
         print("  NOT EQUAL", failure)
     assert not failures, f"{len(failures)} of {checked} images differ; first: {failures[0]}"
     assert checked + sum(skipped.values()) == len(cases)
+
+
+# The approximate policy's settings: LLaVA-OneVision's own, its PIL
+# backend, and the tiny served model's 56-pixel tiles (every photo resized).
+APPROXIMATE = [
+    _onevision(384, 6),
+    _onevision(384, 6, "Pil"),
+    _onevision(56, 6),
+]
+# How far the base tile of a photo may move, in 8-bit steps of a pixel (max,
+# and mean over the tile): the bound --resize-approximate promises for
+# photos. Line art and text move further (a downscale of a downscale keeps
+# less of a sharp edge than one downscale); the test prints how far.
+PHOTO_BASE_TILE_MAX_STEPS = 4
+PHOTO_BASE_TILE_MEAN_STEPS = 0.5
+
+
+def _approximate_problems(processor: Any, policy: ResizePolicy, case: Case) -> tuple[list[str], float, float]:
+    """How the processor's outputs on the approximately shipped image differ
+    from its outputs on vLLM's full image beyond the base tile (other tiles,
+    another tile count, another prompt token count as vLLM counts it), and
+    the base tile's max and mean difference in 8-bit steps."""
+    import torch
+
+    with warnings.catch_warnings():
+        # torch's mkldnn module, imported by vLLM's model code, warns of
+        # torch.jit on import
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from vllm.model_executor.models.llava_onevision import LlavaOnevisionProcessingInfo
+
+    height, width = pixelwire.probe_image(case.data)["oriented_size"]
+    target = policy.target(height, width)
+    pixels = pixelwire.decode_image(
+        case.data, mode="RGB", resize=policy.steps(height, width), resize_kernel=policy.kernel,
+        resize_filter=policy.filter,
+    )  # fmt: skip
+    if pixels.shape != (*target, 3):
+        return [f"decoded {pixels.shape}, target {target}"], 0.0, 0.0
+    expected = _outputs(processor, case.image)
+    got = _outputs(processor, Image.fromarray(pixels))
+    if target == (height, width):
+        return _compare(expected, got), 0.0, 0.0
+    want, have = expected["pixel_values"][0], got["pixel_values"][0]
+    if want.shape != have.shape:
+        return [f"pixel_values shape {tuple(want.shape)} vs {tuple(have.shape)}"], 0.0, 0.0
+    problems = [] if torch.equal(want[1:], have[1:]) else ["the grid tiles differ"]
+    tiles = want.shape[0] - 1
+    rows_columns = []
+    for size in ((height, width), target):
+        best = _best_resolution(policy, *size)
+        rows, columns = best[0] // policy.height, best[1] // policy.width
+        rows_columns.append(
+            LlavaOnevisionProcessingInfo._get_num_unpadded_features(
+                None,  # type: ignore[arg-type]  # it reads nothing of its instance
+                original_height=size[0],
+                original_width=size[1],
+                npatches=policy.tile_patches,
+                num_patch_height=rows,
+                num_patch_width=columns,
+            )
+        )
+    if rows_columns[0] != rows_columns[1]:
+        problems.append(f"vLLM's unpadded features {rows_columns[0]} vs {rows_columns[1]} ({tiles} tiles)")
+    std = torch.tensor(processor.image_std).view(3, 1, 1)
+    steps = (want[0] - have[0]).abs() * std * 255
+    return problems, float(steps.max()), float(steps.mean())
+
+
+def _best_resolution(policy: ResizePolicy, height: int, width: int) -> tuple[int, int]:
+    """transformers' own pick of the grid resolution for a (height, width) image."""
+    from transformers.image_processing_utils import select_best_resolution
+
+    best = select_best_resolution((height, width), [list(pair) for pair in policy.grid])
+    return int(best[0]), int(best[1])
+
+
+@pytest.mark.parametrize("setting", APPROXIMATE, ids=[s.id for s in APPROXIMATE])
+def test_the_approximate_resize_changes_only_the_base_tile(
+    corpus: tuple[list[Case], dict[str, int]], setting: Setting
+) -> None:
+    """--resize-approximate for LLaVA-OneVision: on every corpus image, the
+    processor's tiles are its own exactly and vLLM counts the same prompt
+    tokens; the base tile (resized from the grid-size image, not the
+    original) of a photo stays within PHOTO_BASE_TILE_MAX_STEPS /
+    PHOTO_BASE_TILE_MEAN_STEPS, and every image's is printed; an image not
+    shipped smaller gives every output exactly."""
+    cases, _ = corpus
+    processor = _processor(setting)
+    policy = setting.policy()
+    assert policy is not None and policy.family == "anyres" and policy.approximate, policy
+    failures: list[str] = []
+    moved: dict[str, list[tuple[float, float]]] = {"photos": [], "other images": []}
+    for case in cases:
+        height, width = pixelwire.probe_image(case.data)["oriented_size"]
+        problems, most, mean = _approximate_problems(processor, policy, case)
+        photo = "@" in case.name
+        if policy.target(height, width) != (height, width):
+            moved["photos" if photo else "other images"].append((most, mean))
+            if photo and (most > PHOTO_BASE_TILE_MAX_STEPS + 1e-3 or mean > PHOTO_BASE_TILE_MEAN_STEPS):
+                problems.append(f"base tile max {most:.2f}, mean {mean:.3f} 8-bit steps")
+        if problems:
+            failures.append(f"{case.name} {width}x{height}: " + "; ".join(problems))
+    print(f"\n{setting.id} [{policy.identity}]: {len(cases)} checked")
+    for kind, steps in moved.items():
+        if steps:
+            print(
+                f"  {kind}: {len(steps)} shipped smaller, base tile max {max(m for m, _ in steps):.2f} "
+                f"8-bit steps, mean {max(m for _, m in steps):.3f} at most"
+            )
+    for failure in failures:
+        print("  BEYOND", failure)
+    assert moved["photos"], "no photo was shipped smaller: nothing approximate was checked"
+    assert not failures, f"{len(failures)} images: first {failures[0]}"
+
+
+def test_a_wrong_grid_changes_the_approximate_tiles(corpus: tuple[list[Case], dict[str, int]]) -> None:
+    """The approximate test can fail: a policy with another grid than the
+    processor's gives other tiles on the 4K photos."""
+    cases, _ = corpus
+    policy = _onevision(384, 4).policy()
+    assert policy is not None
+    processor = _processor(_onevision(384, 6))
+    photos = [case for case in cases if "@3840x2160" in case.name and case.name.endswith(".png")]
+    assert photos
+    for case in photos:
+        problems, _, _ = _approximate_problems(processor, policy, case)
+        assert problems, f"{case.name}: a 4-tile grid's resize gave the 6-tile grid's outputs"
 
 
 TILED = [s for s in SETTINGS if s.family == "longest_edge_tiles"]

@@ -1,12 +1,12 @@
 """Builds tiny, randomly initialised vision-language model directories,
-offline: Qwen2-VL (the default), and Gemma 3, GLM-4.1V and Mistral 3 for
-the model-aware resize's other families.
+offline: Qwen2-VL (the default), and Gemma 3, GLM-4.1V, Mistral 3,
+Idefics3 and LLaVA-OneVision for the model-aware resize's other families.
 
 The weights are drawn under a fixed seed (initializer_range 0.02), so the
 same image gives the same logprobs on every start and different images give
 different ones; vLLM's ``load_format="dummy"`` would not (its logits are flat).
 
-    python tests/e2e/tiny_model.py OUTPUT_DIR [qwen2-vl|gemma3|glm4v|mistral3]
+    python tests/e2e/tiny_model.py OUTPUT_DIR [qwen2-vl|gemma3|glm4v|mistral3|idefics3|llava-onevision]
 """
 
 from __future__ import annotations
@@ -517,12 +517,100 @@ def build_idefics3(out: Path) -> None:
     _save(out, model, processor, tokenizer, ids["<end_of_utterance>"], ids["<|endoftext|>"])
 
 
+# LLaVA-OneVision's tiles: 56 pixels (4x4 patches of 14: 16 features each),
+# on a grid of 1 to 6 tiles a side, as the real one's 384 on 1 to 6.
+ONEVISION_TILE = 56
+ONEVISION_GRID = [[ONEVISION_TILE * r, ONEVISION_TILE * c] for r in range(1, 7) for c in range(1, 7)]
+ONEVISION_SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<image>", "<video>"]
+ONEVISION_CHAT_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
+    "{% if message['content'] is string %}{{ message['content'] }}"
+    "{% else %}{% for part in message['content'] %}"
+    "{% if part['type'] in ['image', 'image_url'] %}<image>\n"
+    "{% elif part['type'] == 'text' %}{{ part['text'] }}{% endif %}"
+    "{% endfor %}{% endif %}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def build_llava_onevision(out: Path) -> None:
+    """A tiny LLaVA-OneVision: a SigLIP tower on 56-pixel tiles (anyres
+    over a 6x6 grid, then the base tile; bicubic, the processor's default)
+    into a Qwen2."""
+    import torch
+    from transformers import (
+        LlavaOnevisionConfig,
+        LlavaOnevisionForConditionalGeneration,
+        LlavaOnevisionImageProcessor,
+        LlavaOnevisionProcessor,
+        LlavaOnevisionVideoProcessor,
+    )
+
+    out.mkdir(parents=True, exist_ok=True)
+    tokenizer = _tokenizer(
+        ONEVISION_SPECIAL_TOKENS,
+        ONEVISION_CHAT_TEMPLATE,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        additional_special_tokens=ONEVISION_SPECIAL_TOKENS[1:],
+    )
+    ids = {t: tokenizer.convert_tokens_to_ids(t) for t in ONEVISION_SPECIAL_TOKENS}
+    config = LlavaOnevisionConfig(
+        text_config={
+            **TEXT,
+            "model_type": "qwen2",
+            "vocab_size": len(tokenizer),
+            "bos_token_id": ids["<|endoftext|>"],
+            "eos_token_id": ids["<|im_end|>"],
+            "pad_token_id": ids["<|endoftext|>"],
+        },
+        vision_config={
+            "model_type": "siglip_vision_model",
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_hidden_layers": 1,
+            "num_attention_heads": 1,
+            "image_size": ONEVISION_TILE,
+            "patch_size": 14,
+            "vision_use_head": False,
+        },
+        image_token_index=ids["<image>"],
+        video_token_index=ids["<video>"],
+        vision_feature_select_strategy="full",
+        vision_feature_layer=-1,
+        vision_aspect_ratio="anyres_max_9",
+        image_grid_pinpoints=ONEVISION_GRID,
+        tie_word_embeddings=False,
+    )
+    config.architectures = ["LlavaOnevisionForConditionalGeneration"]
+    torch.manual_seed(1234)
+    model = LlavaOnevisionForConditionalGeneration(config).to(torch.float32).eval()
+    image_processor = LlavaOnevisionImageProcessor(
+        size={"height": ONEVISION_TILE, "width": ONEVISION_TILE}, image_grid_pinpoints=ONEVISION_GRID
+    )
+    video_processor = LlavaOnevisionVideoProcessor(size={"height": ONEVISION_TILE, "width": ONEVISION_TILE})
+    processor = LlavaOnevisionProcessor(
+        image_processor=image_processor,
+        tokenizer=tokenizer,
+        video_processor=video_processor,
+        num_image_tokens=(ONEVISION_TILE // 14) ** 2,
+        vision_feature_select_strategy="full",
+        chat_template=ONEVISION_CHAT_TEMPLATE,
+        vision_aspect_ratio="anyres_max_9",
+    )
+    _save(out, model, processor, tokenizer, ids["<|im_end|>"], ids["<|endoftext|>"])
+    # As Gemma 3's: the published checkpoints (and vLLM's loader) keep the
+    # SigLIP tower's vision_model level.
+    _rename_weights(out, "vision_tower.", "vision_tower.vision_model.")
+
+
 BUILDERS: dict[str, Callable[[Path], None]] = {
     "mistral3": build_mistral3,
     "qwen2-vl": build,
     "gemma3": build_gemma3,
     "glm4v": build_glm4v,
     "idefics3": build_idefics3,
+    "llava-onevision": build_llava_onevision,
 }
 
 

@@ -35,6 +35,7 @@ from pixelwire.config import (
     VllmMediaSettings,
     allow_private_from_env,
     allow_unsigned_from_env,
+    resize_approximate_from_env,
     secret_from_env,
 )
 from pixelwire.descriptor import RemoteImage, decoded_as, is_video_descriptor, parse_descriptor
@@ -82,7 +83,9 @@ def worker_resize_policy() -> ResizePolicy | None:
     if served.model is None:
         return None
     try:
-        return ResizePolicy.from_pretrained(served.model, served.mm_processor_kwargs)
+        return ResizePolicy.from_pretrained(
+            served.model, served.mm_processor_kwargs, approximate=resize_approximate_from_env()
+        )
     except (OSError, ValueError) as error:
         if served.explicit:
             raise
