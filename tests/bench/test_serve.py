@@ -47,3 +47,10 @@ def test_the_image_servers_turn_vllms_caches_off_and_the_multi_turn_ones_leave_t
     on = vllm_flags(caches=True, images=8)
     assert json.loads(on[on.index("--limit-mm-per-prompt") + 1]) == {"image": 8, "video": 0}
     assert not any("cach" in flag for flag in on)
+
+
+def test_the_approximate_resize_is_off_unless_asked_for() -> None:
+    """--resize-approximate (the resizing frontend's flag, and the plug-in's
+    variable) is off by default, as in the frontend."""
+    assert not _settings().resize_approximate
+    assert _settings("--resize-approximate").resize_approximate

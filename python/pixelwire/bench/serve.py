@@ -147,6 +147,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--max-num-seqs", type=int, default=16, help="vLLM's --max-num-seqs")
     parser.add_argument(
+        "--resize-approximate",
+        action="store_true",
+        help="the resizing frontend's --resize-approximate, with PIXELWIRE_RESIZE_APPROXIMATE=1 on the "
+        "plug-in's vLLM (worker mode's URLs then resize so too); for a processor that resizes twice",
+    )
+    parser.add_argument(
         "--frontend-pool-bytes",
         type=parse_bytes,
         default=1 << 30,
@@ -225,6 +231,7 @@ class Settings:
     frontend_cache_bytes: int
     worker_cache_bytes: int
     multi_turn_caches: bool
+    resize_approximate: bool = False
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Settings:
@@ -250,6 +257,7 @@ class Settings:
             frontend_cache_bytes=args.frontend_cache_bytes,
             worker_cache_bytes=args.worker_cache_bytes,
             multi_turn_caches=args.multi_turn_caches == "on",
+            resize_approximate=args.resize_approximate,
         )
 
 
@@ -346,6 +354,8 @@ class Stack:
                     plugin_env["PIXELWIRE_MM_PROCESSOR_KWARGS"] = kwargs_json
                 if caches:
                     plugin_env["PIXELWIRE_WORKER_CACHE_BYTES"] = str(settings.worker_cache_bytes)
+                if settings.resize_approximate:
+                    plugin_env["PIXELWIRE_RESIZE_APPROXIMATE"] = "1"
                 plugged = start_vllm("vllm-pixelwire", plugin_env)
                 video_loader = model_video_loader(settings.model)
                 # Inside the namespace nothing else listens: fixed ports are free;
@@ -357,6 +367,8 @@ class Stack:
                         extra = ["--model", settings.model]
                         if kwargs_json:
                             extra += ["--mm-processor-kwargs", kwargs_json]
+                        if settings.resize_approximate:
+                            extra.append("--resize-approximate")
                     elif path == "worker":
                         extra = ["--decode-at", "worker"]
                     elif video_loader is not None:
