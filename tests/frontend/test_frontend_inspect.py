@@ -224,20 +224,20 @@ def _data_url(n: int, seed: int = 0) -> str:
     return "data:image/png;base64," + "".join("QUJDRA==+/09az"[(i * 7 + seed) % 14] for i in range(n))
 
 
+def _conversation(images: int, tools: list[Any]) -> dict[str, Any]:
+    """A chat body of ``images`` user turns, each one data: URL image, and
+    ``tools`` (where large strings sit outside any content part)."""
+    turns = [{"type": "image_url", "image_url": {"url": _data_url(9000, n)}} for n in range(images)]
+    return {"model": "m", "messages": [{"role": "user", "content": [turn]} for turn in turns], "tools": tools}
+
+
 def test_a_body_with_its_data_urls_cut_out_parses_to_the_same_document() -> None:
     """The frontend parses a skeleton of the body, its large data: URL
     strings cut out natively and put back after; the document is the one
     json.loads makes of the body, wherever such strings sit (keys, escaped,
     non-ASCII, text, the top level), and the values bound is json_value_bound's."""
     big = _data_url(6000)
-    conversation = {
-        "model": "m",
-        "messages": [
-            {"role": "user", "content": [{"type": "image_url", "image_url": {"url": _data_url(9000, n)}}]}
-            for n in range(8)
-        ],
-        "tools": [{"description": big, big: [big, {"x": big}]}],
-    }
+    conversation = _conversation(8, [{"description": big, big: [big, {"x": big}]}])
     bodies = [
         json.dumps(conversation).encode(),
         json.dumps(conversation, indent=2).encode(),
@@ -265,14 +265,7 @@ def test_a_body_written_with_the_clients_own_strings_is_byte_for_byte_the_encode
     same bytes the encoder writes, whatever was changed around them, and a
     string put in a kept one's place is written as itself."""
     big = _data_url(6000)
-    conversation = {
-        "model": "m",
-        "messages": [
-            {"role": "user", "content": [{"type": "image_url", "image_url": {"url": _data_url(9000, n)}}]}
-            for n in range(6)
-        ],
-        "tools": [{"description": big, big: [big, {"x": big, "y": 'é "q" \u0000'}]}],
-    }
+    conversation = _conversation(6, [{"description": big, big: [big, {"x": big, "y": 'é "q" \u0000'}]}])
     for raw in (json.dumps(conversation).encode(), json.dumps(conversation, indent=1).encode()):
         read = scan_body(raw)
         body, parts = inspect_chat(read)

@@ -60,9 +60,8 @@ int pw_video_retrieve_rgb_direct(pw_video *v, uint8_t *dst);
  * HEVC (with hvcC), packets of frames nobody references are not decoded
  * unless their frame is among `wanted` (sorted, distinct, OpenCV's frame
  * numbers). 1 when skipping is on; then pw_video_frame_index names each
- * grabbed frame, and once
- * pw_video_skip_failed says so the numbers can no longer be trusted: the
- * caller rewinds and reads again without skipping. */
+ * grabbed frame, and once pw_video_skip_failed says so the numbers can no
+ * longer be trusted: the caller rewinds and reads again without skipping. */
 int pw_video_skip_unwanted(pw_video *v, const int64_t *wanted, size_t n);
 /* OpenCV's number of the last grabbed frame. */
 int64_t pw_video_frame_index(const pw_video *v);
