@@ -110,10 +110,9 @@ _LONGEST_TILES = ("Idefics3ImageProcessor", "SmolVLMImageProcessor")
 # runs its own equivalent, KimiK25FusedVisionProcessor, in its place).
 _NAVIT = ("KimiK25VisionProcessor",)
 # Processors that resize the original twice (grid tiles and a base tile),
-# served only approximately.
-# LLaVA-NeXT's anyres is the same, but its grid sizes are too close to its
-# base tile for the approximation (benches/resize_approximate.py
-# --processor next measures it): no policy.
+# served only approximately. LLaVA-NeXT's anyres is the same, but its grid
+# sizes are too close to its base tile for the approximation
+# (benches/resize_approximate.py --processor next measures it): no policy.
 _ANYRES = ("LlavaOnevisionImageProcessor",)
 # vLLM 0.32's LLaVA-OneVision shrinks a feature grid over this many tiles'
 # worth (its "anyres_max_9", fixed in its token count).

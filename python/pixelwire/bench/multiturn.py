@@ -38,12 +38,12 @@ class Screenshots:
         return data_url(screenshot(next(self._seeds)), "image/png")
 
 
-def usage(vllm: Any, frontend: Any, *, opening: bool) -> dict[str, float]:
+def usage(vllm: Any, frontend: Any, *, opening: bool) -> dict[str, Any]:
     """CPU seconds of the API server, of all vLLM and of the frontend; the
     frontend's NIXL pixel bytes and the plug-in's READs so far. The
     scrapes of /metrics stay outside the window (before the CPU times when
     it opens, after them when it closes): their CPU is not a turn's."""
-    from pixelwire.bench.services import cpu_seconds, metric_sum
+    from pixelwire.bench.services import CpuReading, cpu_seconds, metric_sum
 
     def scrape() -> dict[str, float]:
         if frontend is None:
@@ -54,11 +54,12 @@ def usage(vllm: Any, frontend: Any, *, opening: bool) -> dict[str, float]:
             "nixl_reads": metric_sum(worker, "pixelwire_worker_decode_seconds_count", path="nixl"),
         }
 
-    def cpu() -> dict[str, float]:
+    def cpu() -> dict[str, Any]:
+        # CpuReadings: a later one minus an earlier one is seconds
         return {
             "api_server": cpu_seconds(vllm.pid),
             "vllm_all": cpu_seconds(vllm.pid, with_descendants=True),
-            "frontend": cpu_seconds(frontend.pid, with_descendants=True) if frontend else 0.0,
+            "frontend": cpu_seconds(frontend.pid, with_descendants=True) if frontend else CpuReading(0.0),
         }
 
     if opening:
@@ -74,7 +75,7 @@ async def run_round(
     conversations: list[Conversation],
     *,
     max_tokens: int,
-    measure: Callable[[bool], dict[str, float]],
+    measure: Callable[[bool], dict[str, Any]],
     on_turn: Callable[[int, list[Outcome], dict[str, float]], None],
 ) -> None:
     """The conversations, each with its own client, a turn at a time:
@@ -139,7 +140,7 @@ def _measure_path(
         for outcome in done:
             progress.request_done(outcome)
 
-    def measure(opening: bool) -> dict[str, float]:
+    def measure(opening: bool) -> dict[str, Any]:
         return usage(vllm, frontend, opening=opening)
 
     for _ in range(settings.rounds):

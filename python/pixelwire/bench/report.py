@@ -201,9 +201,10 @@ def _image_sections(report: Report) -> list[str]:
         f"async clients; a cell is up to {settings['duration_s']:g} s of load or {settings['max_requests']} "
         f"requests (those in flight finish), after {settings['warm_up']} unmeasured requests per path "
         "and workload.",
-        "- CPU ms per image: user + system time of vLLM's API-server process, of all vLLM processes "
+        "- CPU ms per image: CPU time of vLLM's API-server process, of all vLLM processes "
         "(API server, engine core and helpers) and of the frontend during a cell, over its images "
-        "(for a video workload: per video). "
+        "(for a video workload: per video); each thread's nanoseconds on a CPU (schedstat), or the "
+        "processes' user + system clock ticks where a thread ended in the cell. "
         'NIXL MB per image: the frontend\'s `pixelwire_frontend_pixel_bytes_total{path="nixl"}`, '
         "height x width x channels (RGB crosses NIXL at 4 bytes a pixel: a third more); for videos "
         "`pixelwire_frontend_video_frame_bytes_total` (3 bytes a pixel, as they cross). "

@@ -395,11 +395,12 @@ class Counters:
     """CPU times and the frontend's byte counters, read before and after a cell."""
 
     def __init__(self, vllm: Any, frontend: Any) -> None:
-        from pixelwire.bench.services import cpu_seconds, metric_sum
+        from pixelwire.bench.services import CpuReading, cpu_seconds, metric_sum
 
+        # CpuReadings: a later one minus an earlier one is seconds
         self.api_server = cpu_seconds(vllm.pid)
         self.vllm_all = cpu_seconds(vllm.pid, with_descendants=True)
-        self.frontend = cpu_seconds(frontend.pid, with_descendants=True) if frontend else 0.0
+        self.frontend = cpu_seconds(frontend.pid, with_descendants=True) if frontend else CpuReading(0.0)
         text = frontend.get("/metrics") if frontend else ""
         # A cell sends images or videos: their counters add up to the cell's.
         videos = metric_sum(text, "pixelwire_frontend_video_frame_bytes_total", path="nixl")

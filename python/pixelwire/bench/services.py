@@ -15,6 +15,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -110,15 +111,52 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
-def cpu_seconds(pid: int, *, with_descendants: bool = False) -> float:
-    """User + system CPU time of a process (and of its live descendants)."""
-    total = 0
+@dataclass(frozen=True)
+class CpuReading:
+    """The CPU time of a process (and of its live descendants) at one
+    moment, two ways: user + system time from /proc/PID/stat, in clock
+    ticks (10 ms: a turn of 3 requests is good to about 3 ms a request),
+    and each live thread's nanoseconds on a CPU from
+    /proc/PID/task/TID/schedstat. ``later - earlier`` is the seconds
+    between two readings: from the threads' nanoseconds where every thread
+    of the earlier one is still there, no counter gone back (a thread
+    started in between counts whole); else from the ticks (a thread that
+    ended took its nanoseconds with it)."""
+
+    seconds: float
+    thread_ns: dict[int, int] = field(default_factory=dict)
+
+    def __sub__(self, earlier: CpuReading) -> float:
+        later = self.thread_ns
+        kept = earlier.thread_ns and all(later.get(tid, -1) >= ns for tid, ns in earlier.thread_ns.items())
+        if kept:
+            return (sum(later.values()) - sum(earlier.thread_ns.values())) / 1e9
+        return self.seconds - earlier.seconds
+
+
+def cpu_seconds(pid: int, *, with_descendants: bool = False) -> CpuReading:
+    """User + system CPU time of a process (and of its live descendants):
+    see :class:`CpuReading`."""
+    ticks = 0
+    threads: dict[int, int] = {}
     for one in [pid, *(descendants(pid) if with_descendants else [])]:
         fields = _stat_fields(one)
         if fields:
             # utime and stime: fields 14 and 15 of /proc/PID/stat.
-            total += int(fields[11]) + int(fields[12])
-    return total / CLOCK_TICKS
+            ticks += int(fields[11]) + int(fields[12])
+            threads.update(_thread_ns(one))
+    return CpuReading(ticks / CLOCK_TICKS, threads)
+
+
+def _thread_ns(pid: int) -> dict[int, int]:
+    """Nanoseconds on a CPU of each live thread of ``pid`` (the first field
+    of its schedstat); those that end while being read are left out."""
+    found: dict[int, int] = {}
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(f"/proc/{pid}/task"):
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                found[int(entry.name)] = int(Path(f"{entry.path}/schedstat").read_text().split()[0])
+    return found
 
 
 def metric_sum(text: str, name: str, **labels: str) -> float:

@@ -101,7 +101,8 @@ def markdown(
         f"and a short prompt, {settings['max_tokens']} tokens generated. Conversations at once advance "
         f"a turn at a time; {rounds} set{'s' if rounds != 1 else ''} of them a cell; every conversation "
         "has screenshots of its own.",
-        "- CPU ms per request: the processes' user + system time across each turn, over its requests. "
+        "- CPU ms per request: the processes' CPU time across each turn (each thread's nanoseconds on "
+        "a CPU, or their clock ticks where a thread ended in the turn), over its requests. "
         "NIXL MB per request: the pixels its descriptors refer to (the frontend's "
         '`pixelwire_frontend_pixel_bytes_total{path="nixl"}`), and those READ over NIXL (the '
         "plug-in's READs, `pixelwire_worker_decode_seconds_count`, times an image's bytes; a "
