@@ -152,6 +152,15 @@ def test_a_hub_model_missing_from_the_cache_names_the_download_and_hf_hub_offlin
     assert "huggingface-cli download nobody/no-such-model" in line
 
 
+def test_resize_approximate_without_a_model_is_one_line() -> None:
+    """--resize-approximate resizes for the model --model names: alone, a
+    one-line error, not a frontend that quietly ships full size."""
+    line = _one_line_error(
+        _cli("frontend", "--upstream", "http://127.0.0.1:9", "--resize-approximate"), "frontend"
+    )
+    assert "--resize-approximate" in line and "--model" in line
+
+
 def test_bench_serve_outside_vllms_environment_says_where_to_run_it() -> None:
     hide_vllm = (
         "import importlib.util as u\nreal = u.find_spec\n"
