@@ -1,43 +1,53 @@
 """The CPU readings `pixelwire bench serve` takes of its servers
 (`python/pixelwire/bench/services.py`): nanoseconds per thread where every
-thread is still there, clock ticks where one ended."""
+thread is still there, clock ticks where one ended. (Ticks and nanoseconds
+need not agree: the kernel holds the ticks it reports from going back, so
+they can lag the nanoseconds by tens of milliseconds.)"""
 
 from __future__ import annotations
 
 import os
 import threading
+import time
 from pathlib import Path
 
 import pytest
 
-from pixelwire.bench.services import CLOCK_TICKS, CpuReading, cpu_seconds
+from pixelwire.bench.services import CpuReading, cpu_seconds
 
 
-def test_a_reading_counts_every_thread_and_agrees_with_the_ticks() -> None:
-    """This process, a thread of it burning CPU between two readings: the
-    threads' nanoseconds see it, and agree with the clock ticks to within
-    their rounding (a tick at each end)."""
+def test_a_reading_counts_each_threads_own_cpu_clock() -> None:
+    """A thread of this process burns CPU, notes its own CPU clock
+    (CLOCK_THREAD_CPUTIME_ID) and waits: the reading taken then holds that
+    thread's nanoseconds (the same counter, to within the few instructions
+    between noting it and waiting), and a reading minus one taken before
+    the thread began counts all of them."""
     if not Path(f"/proc/self/task/{threading.get_native_id()}/schedstat").exists():
         pytest.skip("this kernel has no schedstat (the readings then count ticks only)")
     before = cpu_seconds(os.getpid())
-    done = threading.Event()
+    noted, release = threading.Event(), threading.Event()
+    spent: list[int] = []
 
     def burn() -> None:
         total = 0
-        while not done.is_set():
+        while time.thread_time_ns() < 200_000_000:
             total += sum(range(10_000))
+        spent.append(time.thread_time_ns())
+        noted.set()
+        release.wait()
 
     worker = threading.Thread(target=burn)
     worker.start()
-    threading.Event().wait(0.3)
-    during = cpu_seconds(os.getpid())
-    done.set()
-    worker.join()
-    assert worker.native_id in during.thread_ns and worker.native_id not in before.thread_ns
-    assert before.thread_ns.keys() <= during.thread_ns.keys()
-    precise, ticks = during - before, during.seconds - before.seconds
-    assert precise > 0
-    assert abs(precise - ticks) <= 2 / CLOCK_TICKS + 0.005, (precise, ticks)
+    try:
+        assert noted.wait(60)
+        during = cpu_seconds(os.getpid())
+    finally:
+        release.set()
+        worker.join()
+    assert worker.native_id not in before.thread_ns
+    assert abs(during.thread_ns[worker.native_id] - spent[0]) < 1_000_000, (during.thread_ns, spent)
+    if before.thread_ns.keys() <= during.thread_ns.keys():
+        assert during - before >= spent[0] / 1e9
 
 
 def test_a_thread_that_ended_leaves_the_ticks_to_count() -> None:
