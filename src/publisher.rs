@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use parking_lot::{Mutex, RwLock};
+use parking_lot::{Condvar, Mutex, RwLock};
 
 use crate::agent::{Agent, AgentOptions};
 use crate::decode::{self, DecodeOptions, ImageInfo, Mode, OutputShape};
@@ -162,6 +162,9 @@ struct Shared {
     /// (slot, generation) of pins taken off since the cache last asked.
     evicted: Mutex<Vec<(u64, u64)>>,
     stop: AtomicBool,
+    /// Wakes the notification thread from its idle wait: a lease started,
+    /// or the publisher is closing.
+    poller_wake: PollerWake,
     config: PublisherConfig,
     agent: Agent,
 }
@@ -199,6 +202,7 @@ impl Publisher {
             counters: Counters::default(),
             evicted: Mutex::new(Vec::new()),
             stop: AtomicBool::new(false),
+            poller_wake: PollerWake::default(),
             config,
             agent,
         });
@@ -302,6 +306,7 @@ impl Publisher {
             .lock()
             .pool
             .hand_out(slot, generation, now + lease)?;
+        self.shared.poller_wake.lease_started();
         self.shared
             .counters
             .handed_out
@@ -419,6 +424,7 @@ impl Publisher {
                 .start_lease(slot.id, slot.generation, now + lease);
             taken.leased = true;
         }
+        self.shared.poller_wake.lease_started();
         let Metadata {
             version,
             pruned,
@@ -541,6 +547,7 @@ impl Publisher {
     /// reference.
     pub fn close(&self) {
         self.shared.stop.store(true, Ordering::SeqCst);
+        self.shared.poller_wake.wake();
         if let Some(handle) = self.poller.lock().take() {
             let _ = handle.join();
         }
@@ -781,8 +788,58 @@ impl Shared {
                     self.slots.notify_freed();
                 }
             }
-            std::thread::sleep(Duration::from_millis(1));
+            // With no hand-out outstanding no notification can free a slot
+            // and no lease can end: wait for the next lease instead of
+            // waking a thousand times a second for nothing.
+            let idle = self.slots.lock().pool.outstanding_handouts() == 0;
+            if idle {
+                self.poller_wake.wait_for_lease(POLLER_IDLE_WAIT);
+            } else {
+                std::thread::sleep(POLLER_BUSY_INTERVAL);
+            }
         }
+    }
+}
+
+/// How often the notification thread looks for notifications while
+/// hand-outs are outstanding: a READ's notification frees its slot at most
+/// this late.
+const POLLER_BUSY_INTERVAL: Duration = Duration::from_millis(1);
+/// The longest the notification thread waits, with nothing handed out, for
+/// a lease to start (a stale notification is counted this late at most).
+const POLLER_IDLE_WAIT: Duration = Duration::from_millis(250);
+
+/// A lease-started flag the idle notification thread waits on. The flag is
+/// set under the lock before the wake, and taken under it before the wait,
+/// so a lease that starts between the thread's look at the pool and its
+/// wait is not missed.
+#[derive(Default)]
+struct PollerWake {
+    started: Mutex<bool>,
+    woken: Condvar,
+}
+
+impl PollerWake {
+    /// A lease started: the idle notification thread must poll again.
+    fn lease_started(&self) {
+        self.wake();
+    }
+
+    /// Wakes the notification thread (a lease started, or the publisher is
+    /// closing and it must see `stop`).
+    fn wake(&self) {
+        *self.started.lock() = true;
+        self.woken.notify_one();
+    }
+
+    /// Waits until a lease starts (or has started since the last wait), at
+    /// most `limit`.
+    fn wait_for_lease(&self, limit: Duration) {
+        let mut started = self.started.lock();
+        if !*started {
+            let _ = self.woken.wait_for(&mut started, limit);
+        }
+        *started = false;
     }
 }
 

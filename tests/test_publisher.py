@@ -395,3 +395,52 @@ def test_videos_decode_on_their_own_threads_at_a_lowered_priority(video_clips: d
         stat = Path(f"/proc/self/task/{thread.native_id}/stat").read_text()
         nice = int(stat.rpartition(")")[2].split()[16])
         assert nice == config.VIDEO_DECODE_NICE, (thread.name, nice)
+
+
+def _notification_thread_wakes() -> int:
+    """Voluntary context switches of this process's publisher threads: the
+    notification thread (``pixelwire-publisher``) and the decode pool's,
+    whose names share the 15 characters ``comm`` keeps."""
+    from pathlib import Path
+
+    found = []
+    for task in Path("/proc/self/task").iterdir():
+        if (task / "comm").read_text().strip() == "pixelwire-publi":
+            status = (task / "status").read_text()
+            found.append(int(status.split("voluntary_ctxt_switches:")[1].split()[0]))
+    assert found, "no publisher thread"
+    return sum(found)
+
+
+def test_the_notification_thread_sleeps_while_nothing_is_handed_out(
+    random_png: Callable[..., bytes],
+) -> None:
+    """With no hand-out outstanding the notification thread waits for a
+    lease instead of polling every millisecond (an idle frontend woke 1,000
+    times a second); with one outstanding it polls, and the READ's
+    notification still frees the slot at once."""
+
+    async def main() -> None:
+        async with pixelwire.Publisher() as publisher:
+            await asyncio.sleep(0.3)
+            before = _notification_thread_wakes()
+            await asyncio.sleep(1.0)
+            idle = _notification_thread_wakes() - before
+            assert idle <= 10, f"{idle} wake-ups in an idle second"
+
+            decoded = await publisher.decode_and_publish(random_png(64, 64, seed=3))
+            before = _notification_thread_wakes()
+            await asyncio.sleep(0.2)
+            assert _notification_thread_wakes() - before >= 20, "no polling while a hand-out is outstanding"
+            async with pixelwire.Reader(timeout=10) as reader:
+                await reader.read_decoded(decoded.to_dict(), output="numpy")
+            deadline = time.monotonic() + 5
+            while publisher.stats()["slots_in_use"] and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+            assert publisher.stats()["slots_in_use"] == 0
+            await asyncio.sleep(0.3)
+            before = _notification_thread_wakes()
+            await asyncio.sleep(1.0)
+            assert _notification_thread_wakes() - before <= 10
+
+    asyncio.run(main())
