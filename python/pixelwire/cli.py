@@ -117,6 +117,10 @@ def _decode(paths: list[Path], mode: str) -> int:
 
 
 def _frontend(args: argparse.Namespace) -> int:
+    from pixelwire.frontend.allocator import keep_heap_memory
+
+    # Before the first large block: a threshold applies to blocks allocated after it.
+    keep_heap_memory()
     from pixelwire import frontend
     from pixelwire.config import FrontendConfig
     from pixelwire.resize import ResizePolicy, video_resize_policy
