@@ -50,6 +50,11 @@ LEASE_SECONDS = 60.0
 # before it waits); 0 turns the cache off. A Publisher made in code keeps
 # none unless given cache_bytes.
 CACHE_BYTES = 128 * MiB
+# Beside it, the data: URLs behind the cached images, by exact text and
+# cache_salt (pixelwire.data_url_memo): a resent one is neither base64-decoded
+# nor hashed again. Its texts and decoded bytes are Python memory, not pool
+# bytes, held within this share of cache_bytes.
+DATA_URL_MEMO_SHARE = 0.25
 # Images the vLLM plug-in keeps (as copies, in its own memory) to serve a
 # repeated reference without a READ, or a repeated URL's same bytes without
 # decoding them again (PIXELWIRE_WORKER_CACHE_BYTES); 0 turns it off.

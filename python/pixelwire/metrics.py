@@ -172,7 +172,9 @@ class CacheMetrics(Collector):
     handed out again, not decoded), ``..._misses_total`` (images decoded to
     be kept), ``..._evictions_total`` (kept images given up: over
     ``--cache-bytes``, or to make room in a full pool) and ``..._bytes``
-    (pool bytes the kept images hold)."""
+    (pool bytes the kept images hold); ``pixelwire_frontend_data_url_hits_total``
+    (resent data: URLs neither decoded nor hashed again) and
+    ``..._data_url_bytes`` (what the memo of them holds)."""
 
     def __init__(self, registry: CollectorRegistry, stats: Callable[[], dict[str, int]]) -> None:
         self.stats = stats
@@ -199,4 +201,14 @@ class CacheMetrics(Collector):
             f"{prefix}_bytes",
             "Pool bytes the cached images hold (within --cache-bytes)",
             value=stats.get("pinned_bytes", 0),
+        )
+        yield CounterMetricFamily(
+            "pixelwire_frontend_data_url_hits",
+            "Resent data: URLs found in the memo: neither base64-decoded nor hashed again",
+            value=stats.get("data_url_hits", 0),
+        )
+        yield GaugeMetricFamily(
+            "pixelwire_frontend_data_url_bytes",
+            "Text and decoded bytes of the data: URLs the memo holds (within a share of --cache-bytes)",
+            value=stats.get("data_url_bytes", 0),
         )

@@ -22,6 +22,7 @@ from pixelwire._native import PixelwireError
 from pixelwire.config import (
     ACQUIRE_TIMEOUT,
     BACKGROUND,
+    DATA_URL_MEMO_SHARE,
     LEASE_SECONDS,
     POOL_BYTES,
     PUBLISH_CALLS,
@@ -32,6 +33,7 @@ from pixelwire.config import (
     Mode,
     allow_private_from_env,
 )
+from pixelwire.data_url_memo import DataUrlMemo
 from pixelwire.descriptor import Decoded, DecodedVideo, PassThrough
 from pixelwire.nixl import ensure_nixl
 from pixelwire.publish_cache import CacheKey, Outcome, PublishCache
@@ -314,7 +316,9 @@ class Publisher:
     pass-through: no agent, no fetching, no decoding, the worker gets the
     encoded image. ``cache_bytes`` (0: off) keeps published images, within
     that many of the pool's bytes, to hand out again for the same image
-    (see :mod:`pixelwire.publish_cache`).
+    (see :mod:`pixelwire.publish_cache`), and :attr:`data_urls` the
+    ``data:`` URLs behind them, within a share of it
+    (:mod:`pixelwire.data_url_memo`).
     """
 
     def __init__(
@@ -345,6 +349,7 @@ class Publisher:
         self.region_bytes = min(region_bytes, pool_bytes)
         self.publish_threads = publish_threads
         self.cache = PublishCache(max(0, min(cache_bytes, pool_bytes)))
+        self.data_urls = DataUrlMemo(int(self.cache.budget * DATA_URL_MEMO_SHARE))
         self._native: _native.NativePublisher | None = None
 
     # -- lifecycle -------------------------------------------------------------
@@ -374,6 +379,7 @@ class Publisher:
         publisher made. Outstanding descriptors can no longer be read."""
         native, self._native = self._native, None
         self.cache.clear()
+        self.data_urls.clear()
         if native is not None:
             await asyncio.to_thread(native.close)
         if self._own_fetcher and self._fetcher is not None:
@@ -503,7 +509,13 @@ class Publisher:
         if not self.cache.enabled or not sources:
             return await self._publish_off_loop(native, sources, mode, background, layout, resize)
         loop = asyncio.get_running_loop()
-        digests = await loop.run_in_executor(_publish_executor(), _sha256s, sources)
+        # A resent data: URL's bytes come with the digest noted the first time.
+        noted = [self.data_urls.sha256(data) for data in sources]
+        unknown = [data for data, sha256 in zip(sources, noted, strict=True) if sha256 is None]
+        computed = iter(await loop.run_in_executor(_publish_executor(), _sha256s, unknown) if unknown else [])
+        digests = [sha256 if sha256 is not None else next(computed) for sha256 in noted]
+        for data, sha256 in zip(sources, digests, strict=True):
+            self.data_urls.note_sha256(data, sha256)
         identity = None if resize is None else resize.identity
         keys = [
             CacheKey(digest, len(data), mode, background, layout, identity, salt)
@@ -704,9 +716,11 @@ class Publisher:
 
     def stats(self) -> dict[str, int]:
         """Pool and slot counters, and the cache's (the publisher must be open):
-        ``cache_hits``, ``cache_misses``, ``cache_entries``; the pool's
+        ``cache_hits``, ``cache_misses``, ``cache_entries``; the data: URL
+        memo's ``data_url_hits`` and ``data_url_bytes``; the pool's
         ``pinned_slots``, ``pinned_bytes``, ``outstanding_handouts``, ``handed_out``
         and ``evicted``."""
         stats = dict(self._open_native("stats()").stats())
         stats.update({f"cache_{name}": value for name, value in self.cache.stats().items()})
+        stats.update({"data_url_hits": self.data_urls.hits, "data_url_bytes": self.data_urls.held})
         return stats

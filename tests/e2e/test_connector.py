@@ -797,7 +797,11 @@ def test_a_repeated_data_url_is_decoded_once_in_worker_mode(
     connectors: tuple[Any, Any], worker_cache: None
 ) -> None:
     """The same bytes twice (a conversation resending its image as a data:
-    URL) are decoded once and give the same pixels and cache key."""
+    URL) are decoded once and give the same pixels and cache key; the
+    resent URL's text is not even base64-decoded again, and another text
+    of the same bytes is."""
+    import base64
+
     from pixelwire.vllm.image_cache import worker_image_cache
 
     ours_cls, _ = connectors
@@ -807,3 +811,10 @@ def test_a_repeated_data_url_is_decoded_once_in_worker_mode(
     np.testing.assert_array_equal(_pixels(first), _pixels(second))
     assert first.original_bytes == second.original_bytes
     assert (worker_image_cache().hits, worker_image_cache().misses) == (1, 1)
+    assert worker_image_cache().data_urls.hits == 1
+    # The same bytes under another media type: decoded from its own text.
+    other = "data:image/x-png;base64," + base64.b64encode((stack.CORPUS / "hopper.png").read_bytes()).decode()
+    third = asyncio.run(ours_cls().fetch_image_async(other))
+    np.testing.assert_array_equal(_pixels(third), _pixels(first))
+    assert worker_image_cache().data_urls.hits == 1
+    assert (worker_image_cache().hits, worker_image_cache().misses) == (2, 1)

@@ -596,6 +596,10 @@ def test_repeated_images_are_decoded_once_per_salt(upstream: Upstream, tmp_path:
         hits = stack.metric(text, "pixelwire_frontend_cache_hits_total")
         misses = stack.metric(text, "pixelwire_frontend_cache_misses_total")
         assert (hits, misses) == (4, 3)
+        # A resent data: URL is neither decoded nor hashed again, per salt:
+        # tenant-1's five resends (tenant-2's first send is its own).
+        assert stack.metric(text, "pixelwire_frontend_data_url_hits_total") == 4
+        assert stack.metric(text, "pixelwire_frontend_data_url_bytes") > 0
         deadline = time.monotonic() + 5
         while in_use(service) != stack.metric(service.get("/metrics"), "pixelwire_frontend_cache_bytes"):
             assert time.monotonic() < deadline, "the pool holds more than the cache keeps"

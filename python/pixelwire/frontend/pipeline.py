@@ -196,12 +196,13 @@ class MediaPipeline:
     def _failed(self) -> bool:
         return any(isinstance(r, BaseException) for r in self.results)
 
-    async def _fetch(self, part: MediaPart) -> bytes:
-        """The part's bytes, fetched through the guard and counted against
-        the request's encoded-bytes cap as they arrive."""
+    async def _fetch(self, part: MediaPart, known: bytes | None = None) -> bytes:
+        """The part's bytes (``known``: its data: URL's, decoded before),
+        fetched through the guard and counted against the request's
+        encoded-bytes cap as they arrive."""
         if self.over is not None:
             raise self.over
-        data = await self.fetcher.fetch(part.url)
+        data = await self.fetcher.fetch(part.url) if known is None else known
         self.fetched_bytes += len(data)
         limit = self.config.max_image_bytes_per_request
         if self.fetched_bytes > limit and self.over is None:
@@ -214,6 +215,20 @@ class MediaPipeline:
         if self.over is not None:
             raise self.over
         return data
+
+    async def _fetch_image(self, part: MediaPart) -> bytes:
+        """An image's bytes: a ``data:`` URL this frontend decoded lately
+        for the same salt gives the same bytes object (and the publisher
+        its digest) without decoding it again, counted as a fetch is."""
+        memo = self.publisher.data_urls
+        if not (self.native and memo.budget and part.url[:5].lower() == "data:"):
+            return await self._fetch(part)
+        known = memo.lookup(part.url, self.cache_salt)
+        if known is None:
+            data = await self._fetch(part)
+            memo.remember(part.url, self.cache_salt, data)
+            return data
+        return await self._fetch(part, known)
 
     async def _fetch_part(self, part: MediaPart) -> str | _Fetched:
         """The part's new URL; for an image to decode here, its bytes."""
@@ -235,7 +250,7 @@ class MediaPipeline:
                 return part.url
             return _bytes_url(await self._fetch(part))
         started = perf_counter()
-        data = await self._fetch(part)
+        data = await self._fetch_image(part)
         if not self.native:
             # A mode pixelwire does not decode: fetched here, through this
             # guard, and handed on as the bytes, never as a URL the worker

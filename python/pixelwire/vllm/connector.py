@@ -515,10 +515,18 @@ class PixelwireMediaConnector(MediaConnector):
     async def _load_url(
         self, url: str, mode: str | None, background: tuple[int, int, int], metrics: ImageMetrics
     ) -> Image.Image | MediaWithBytes:
+        cache = worker_image_cache()
+        digest: str | None = None
         if url[:5].lower() == "data:":
-            # vLLM's grammar and decoder (and vLLM's exceptions), not the
-            # Fetcher's more lenient ones.
-            data = await decode_data_url_async(url)
+            # A resent one: the bytes (and digest) of the first time.
+            known = cache.data_urls.lookup(url, None)
+            if known is not None:
+                data, digest = known, cache.data_urls.sha256(known)
+            else:
+                # vLLM's grammar and decoder (and vLLM's exceptions), not the
+                # Fetcher's more lenient ones.
+                data = await decode_data_url_async(url)
+                cache.data_urls.remember(url, None, data)
         else:
             data = await self._fetch(url)
         if mode not in DECODED_MODES:
@@ -526,10 +534,11 @@ class PixelwireMediaConnector(MediaConnector):
             return await self._vllm_load(data, mode, metrics)
         policy = worker_resize_policy() if mode == "RGB" and url_resize_allowed() else None
         # The same bytes decoded the same way: served from the worker's cache.
-        cache = worker_image_cache()
         key = None
         if cache.enabled:
-            digest = await asyncio.to_thread(lambda: hashlib.sha256(data).hexdigest())
+            if digest is None:
+                digest = await asyncio.to_thread(lambda: hashlib.sha256(data).hexdigest())
+                cache.data_urls.note_sha256(data, digest)
             key = ("url", digest, len(data), mode, background, None if policy is None else policy.identity)
             kept = cache.get(key)
             if kept is not None:

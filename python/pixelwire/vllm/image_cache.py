@@ -1,6 +1,8 @@
 """The plug-in's cache of images it handed vLLM: a repeated reference (the
 same signed identity and content hash) or, in worker mode, a repeated URL's
-same bytes is served from here instead of READ or decoded again.
+same bytes is served from here instead of READ or decoded again, and a
+resent ``data:`` URL of the same text is not even base64-decoded or hashed
+again (:attr:`ImageCache.data_urls`).
 
 Bounded by ``PIXELWIRE_WORKER_CACHE_BYTES`` (0: off), least recently used
 out first. Each image is kept as a copy (an image read over NIXL maps the
@@ -17,7 +19,8 @@ from typing import Any
 
 from PIL import Image
 
-from pixelwire.config import WORKER_CACHE_BYTES, env_bytes
+from pixelwire.config import DATA_URL_MEMO_SHARE, WORKER_CACHE_BYTES, env_bytes
+from pixelwire.data_url_memo import DataUrlMemo
 
 
 class ImageCache:
@@ -32,6 +35,9 @@ class ImageCache:
         self.misses = 0
         # vLLM may load a request's media on several threads.
         self._lock = threading.Lock()
+        # Worker mode's data: URLs behind the kept images: a resent one is
+        # neither base64-decoded nor hashed again (unsalted, as the keys are).
+        self.data_urls = DataUrlMemo(int(self.budget * DATA_URL_MEMO_SHARE))
 
     @property
     def enabled(self) -> bool:
