@@ -5,6 +5,7 @@ it refuses, and which vLLM flags each set of servers gets. No servers."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -54,3 +55,41 @@ def test_the_approximate_resize_is_off_unless_asked_for() -> None:
     variable) is off by default, as in the frontend."""
     assert not _settings().resize_approximate
     assert _settings("--resize-approximate").resize_approximate
+
+
+def test_the_multi_turn_paths_run_one_at_a_time_on_servers_of_their_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each path's servers are started for its own turns and stopped before
+    the next path's start: while a path is measured, no other path's
+    servers are up (their idle threads would share the machine with it)."""
+    from pixelwire.bench import multiturn, serve
+
+    running: list[list[str]] = []
+    measured: list[tuple[str, list[list[str]]]] = []
+
+    class FakeStack:
+        def __init__(self, settings: Settings, *args: object, caches: bool, images: int) -> None:
+            assert caches and images == settings.turns
+            self.paths = list(settings.paths)
+            self.services = self.paths
+
+        def wait_ready(self, timeout: float) -> None:
+            running.append(self.paths)
+
+        def stop(self) -> None:
+            running.remove(self.paths)
+
+    def fake_measure(stack: FakeStack, settings: Settings, *rest: object) -> list[dict[str, Any]]:
+        measured.append((settings.paths[0], [list(p) for p in running]))
+        return [{"path": settings.paths[0]}]
+
+    monkeypatch.setattr(serve, "Stack", FakeStack)
+    monkeypatch.setattr(multiturn, "measure_turns", fake_measure)
+    settings = _settings("--paths", "loader", "frontend-resize", "worker")
+    network = type("Network", (), {"host_address": "127.0.0.1"})()
+    environment: dict[str, object] = {}
+    cells = serve.measure_multi_turn(settings, network, None, 1.0, environment)
+    assert [c["path"] for c in cells] == ["loader", "frontend-resize", "worker"]
+    assert measured == [(p, [[p]]) for p in ("loader", "frontend-resize", "worker")]
+    assert running == [] and "multi_turn_startup_s" in environment

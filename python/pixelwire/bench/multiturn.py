@@ -2,7 +2,8 @@
 whose turn k resends the k - 1 earlier screenshots with a new one
 (``pixelwire.bench.conversation``), on servers of their own with every
 cache on (vLLM's processor and prefix caches, the frontend's and the
-worker's), since repeats are what it measures.
+worker's), since repeats are what it measures; a path's servers are up only
+for its own turns (``pixelwire.bench.serve.measure_multi_turn``).
 
 Per path and number of concurrent conversations, ``rounds`` sets of
 conversations run one after the other; within a set they advance a turn at

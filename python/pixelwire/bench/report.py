@@ -174,7 +174,8 @@ def _header(report: Report) -> list[str]:
     if "startup_s" in env:
         ready.append(f"servers ready after {env['startup_s']:.0f} s")
     if "multi_turn_startup_s" in env:
-        ready.append(f"the multi-turn servers after {env['multi_turn_startup_s']:.0f} s")
+        started = env["multi_turn_startup_s"]
+        ready.append(f"the multi-turn servers, a path at a time, after {started:.0f} s in all")
     return [
         "# pixelwire bench serve",
         "",

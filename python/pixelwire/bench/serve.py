@@ -48,7 +48,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -635,7 +635,7 @@ def _run(args: argparse.Namespace) -> int:
                 finally:
                     stack.stop()
         if MULTI_TURN in settings.workloads and not shared:
-            turn_cells = _measure_turns_apart(settings, network, placement, args.startup_timeout, environment)
+            turn_cells = measure_multi_turn(settings, network, placement, args.startup_timeout, environment)
     environment["load_average_at_end"] = os.getloadavg()
     environment["wall_s"] = round(time.monotonic() - started, 1)
     written = report.write_all(
@@ -685,24 +685,40 @@ def _measure_turns(stack: Stack, settings: Settings) -> list[dict[str, Any]]:
     return cells
 
 
-def _measure_turns_apart(
+def measure_multi_turn(
     settings: Settings, network: Any, placement: Any, startup_timeout: float, environment: dict[str, Any]
 ) -> list[dict[str, Any]]:
     """The multi-turn workload on servers of its own, every cache on,
-    started once the image workloads' have stopped (the two sets never
-    share the machine)."""
-    started = time.monotonic()
-    stack = Stack(
-        settings, network, placement, settings.results / "logs", network.host_address,
-        caches=True, images=settings.turns,
-    )  # fmt: skip
+    started once the image workloads' have stopped, one path at a time: a
+    path's servers are up only for its own turns, so what a path costs does
+    not depend on which other paths the run measures (servers idling beside
+    it take their share of a small machine)."""
+    from pixelwire.bench.multiturn import measure_turns
+    from pixelwire.bench.progress import Progress
+
+    progress = Progress(len(settings.conversations) * len(settings.paths))
+    cells: list[dict[str, Any]] = []
+    startup = 0.0
     try:
-        print(f"multi-turn: starting {len(stack.services)} servers ...", file=sys.stderr, flush=True)
-        stack.wait_ready(startup_timeout)
-        environment["multi_turn_startup_s"] = round(time.monotonic() - started, 1)
-        return _measure_turns(stack, settings)
+        for path in settings.paths:
+            alone = replace(settings, paths=[path])
+            started = time.monotonic()
+            stack = Stack(
+                alone, network, placement, settings.results / "logs", network.host_address,
+                caches=True, images=settings.turns,
+            )  # fmt: skip
+            try:
+                servers = len(stack.services)
+                print(f"multi-turn, {path}: starting {servers} servers", file=sys.stderr, flush=True)
+                stack.wait_ready(startup_timeout)
+                startup += time.monotonic() - started
+                cells += measure_turns(stack, alone, SERVED_MODEL_NAME, progress)
+            finally:
+                stack.stop()
     finally:
-        stack.stop()
+        progress.close()
+    environment["multi_turn_startup_s"] = round(startup, 1)
+    return cells
 
 
 def _settings_json(settings: Settings) -> dict[str, Any]:

@@ -83,7 +83,8 @@ def markdown(
     flags = " ".join(settings["multi_turn_vllm_flags"])
     if settings["multi_turn_caches"]:
         servers = (
-            f"Servers of their own, every cache on: vLLM flags `{flags}` (processor and prefix caches "
+            f"Servers of their own, a path's up only for its own turns, every cache on: vLLM flags "
+            f"`{flags}` (processor and prefix caches "
             f"on), frontends `--cache-bytes {settings['frontend_cache_bytes']}`, plug-in "
             f"`PIXELWIRE_WORKER_CACHE_BYTES={settings['worker_cache_bytes']}`."
         )
