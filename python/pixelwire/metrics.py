@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 from time import perf_counter
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -128,18 +129,29 @@ class ImageMetrics:
         self.video_frame_bytes = Counter(
             f"{prefix}_video_frame_bytes", helps["video_frame_bytes"], ["path"], registry=registry
         )
+        # Each metric's child for a path, looked up once: prometheus_client's
+        # labels() checks and locks on every call, several times an image,
+        # and the paths are a fixed few.
+        self._children: dict[tuple[int, str], Any] = {}
+
+    def _for_path(self, metric: Counter | Histogram, path: str) -> Any:
+        key = (id(metric), path)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(path=path)
+        return child
 
     def handled(self, path: str, nbytes: int, source_nbytes: int | None = None) -> None:
         """One image: `nbytes` of pixels shipped, `source_nbytes` (default
         the same) at its decoded size."""
-        self.images.labels(path=path).inc()
-        self.pixel_bytes.labels(path=path).inc(nbytes)
-        self.source_pixel_bytes.labels(path=path).inc(nbytes if source_nbytes is None else source_nbytes)
+        self._for_path(self.images, path).inc()
+        self._for_path(self.pixel_bytes, path).inc(nbytes)
+        self._for_path(self.source_pixel_bytes, path).inc(nbytes if source_nbytes is None else source_nbytes)
 
     def handled_video(self, path: str, nbytes: int) -> None:
         """One video: `nbytes` of sampled frames."""
-        self.videos.labels(path=path).inc()
-        self.video_frame_bytes.labels(path=path).inc(nbytes)
+        self._for_path(self.videos, path).inc()
+        self._for_path(self.video_frame_bytes, path).inc(nbytes)
 
     def handled_image(
         self, path: str, shape: tuple[int, int, int], source_size: tuple[int, int] | None = None
@@ -157,7 +169,7 @@ class ImageMetrics:
 
     def observe(self, path: str, seconds: float) -> None:
         """One image's fetch and decode (or read) took `seconds`."""
-        self.decode_seconds.labels(path=path).observe(seconds)
+        self._for_path(self.decode_seconds, path).observe(seconds)
 
     @contextlib.contextmanager
     def timed(self, path: str) -> Iterator[None]:

@@ -514,8 +514,9 @@ class Publisher:
         unknown = [data for data, sha256 in zip(sources, noted, strict=True) if sha256 is None]
         computed = iter(await loop.run_in_executor(_publish_executor(), _sha256s, unknown) if unknown else [])
         digests = [sha256 if sha256 is not None else next(computed) for sha256 in noted]
-        for data, sha256 in zip(sources, digests, strict=True):
-            self.data_urls.note_sha256(data, sha256)
+        for data, known, sha256 in zip(sources, noted, digests, strict=True):
+            if known is None:
+                self.data_urls.note_sha256(data, sha256)
         identity = None if resize is None else resize.identity
         keys = [
             CacheKey(digest, len(data), mode, background, layout, identity, salt)

@@ -123,7 +123,8 @@ def _unb64(text: str) -> bytes:
 
 
 def _mac(secret: bytes, signed: str) -> bytes:
-    return hmac.new(secret, signed.encode("ascii"), hashlib.sha256).digest()
+    # One-shot: OpenSSL's HMAC in one call, without an HMAC object per reference.
+    return hmac.digest(secret, signed.encode("ascii"), "sha256")
 
 
 def encode_reference(descriptor: dict[str, Any], secret: bytes | None = None) -> str:

@@ -196,23 +196,28 @@ class MediaPipeline:
     def _failed(self) -> bool:
         return any(isinstance(r, BaseException) for r in self.results)
 
-    async def _fetch(self, part: MediaPart, known: bytes | None = None) -> bytes:
-        """The part's bytes (``known``: its data: URL's, decoded before),
-        fetched through the guard and counted against the request's
-        encoded-bytes cap as they arrive."""
+    async def _fetch(self, part: MediaPart) -> bytes:
+        """The part's bytes, fetched through the guard and counted against
+        the request's encoded-bytes cap."""
         if self.over is not None:
             raise self.over
-        data = await self.fetcher.fetch(part.url) if known is None else known
+        return self._count(part, await self.fetcher.fetch(part.url))
+
+    def _count(self, part: MediaPart, data: bytes) -> bytes:
+        """``data`` (the part's bytes, fetched or remembered), counted
+        against the request's encoded-bytes cap: the part that goes over it
+        fails with the cap's error, and so does every part after it."""
+        if self.over is not None:
+            raise self.over
         self.fetched_bytes += len(data)
         limit = self.config.max_image_bytes_per_request
-        if self.fetched_bytes > limit and self.over is None:
+        if self.fetched_bytes > limit:
             self.over = OpenAIError(
                 400,
                 f"{part.where}: the request's media reach {self.fetched_bytes} encoded bytes, over the limit "
                 f"of {limit} bytes per request (max_image_bytes_per_request)",
                 param=part.where,
             )
-        if self.over is not None:
             raise self.over
         return data
 
@@ -228,7 +233,7 @@ class MediaPipeline:
             data = await self._fetch(part)
             memo.remember(part.url, self.cache_salt, data)
             return data
-        return await self._fetch(part, known)
+        return self._count(part, known)
 
     async def _fetch_part(self, part: MediaPart) -> str | _Fetched:
         """The part's new URL; for an image to decode here, its bytes."""
