@@ -50,7 +50,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pixelwire.resize import ResizePolicy, smart_resize
+from pixelwire.processor_sizes import smart_resize
+from pixelwire.resize import ResizePolicy
 
 try:
     import numpy as np

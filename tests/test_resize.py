@@ -17,14 +17,8 @@ import pytest
 from PIL import Image
 
 import pixelwire
-from pixelwire.resize import (
-    ResizePolicy,
-    qwen3_video_policy,
-    size_for_max_num_patches,
-    smart_resize,
-    temporal_smart_resize,
-    video_resize_policy,
-)
+from pixelwire.processor_sizes import size_for_max_num_patches, smart_resize, temporal_smart_resize
+from pixelwire.resize import ResizePolicy, qwen3_video_policy, video_resize_policy
 
 QWEN = {"image_processor_type": "Qwen2VLImageProcessor", "patch_size": 14, "merge_size": 2, "resample": 3}
 

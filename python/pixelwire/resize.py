@@ -65,6 +65,9 @@ Families (what transformers 5.19 does for each):
 
 Anything else (tiling, pan-and-scan, unknown processors) gets no policy and
 one log line saying why.
+
+The size arithmetic itself is :mod:`pixelwire.processor_sizes`; a model's
+config files are found and read by :mod:`pixelwire.model_files`.
 """
 
 from __future__ import annotations
@@ -72,12 +75,25 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Literal
+
+from pixelwire import model_files
+from pixelwire.processor_sizes import (
+    ANYRES_MAX_TILES,
+    anyres_features,
+    fit_in_resolution,
+    fit_to_patch_grid,
+    idefics3_longest_edge,
+    idefics3_tile_grid,
+    navit_size,
+    select_best_resolution,
+    size_for_max_num_patches,
+    smart_resize,
+    temporal_smart_resize,
+)
 
 log = logging.getLogger("pixelwire.resize")
 
@@ -114,12 +130,10 @@ _NAVIT = ("KimiK25VisionProcessor",)
 # sizes are too close to its base tile for the approximation
 # (benches/resize_approximate.py --processor next measures it): no policy.
 _ANYRES = ("LlavaOnevisionImageProcessor",)
-# vLLM 0.32's LLaVA-OneVision shrinks a feature grid over this many tiles'
-# worth (its "anyres_max_9", fixed in its token count).
-_ANYRES_MAX_TILES = 9
-_ANYRES_ASPECT = f"anyres_max_{_ANYRES_MAX_TILES}"
-# Idefics3's resize keeps both sides within this (transformers' MAX_IMAGE_SIZE).
-_IDEFICS3_MAX_SIDE = 4096
+# The aspect setting whose arithmetic is reproduced: vLLM 0.32's
+# LLaVA-OneVision shrinks a feature grid over ANYRES_MAX_TILES tiles' worth
+# (its "anyres_max_9", fixed in its token count).
+_ANYRES_ASPECT = f"anyres_max_{ANYRES_MAX_TILES}"
 # PixtralProcessor's defaults for its patch grid.
 _PIXTRAL_PATCH, _PIXTRAL_MERGE = 16, 1
 
@@ -571,14 +585,14 @@ class ResizePolicy:
         ``processor_config.json``, where transformers 5 saves it), the
         processor's own settings, and ``config.json`` where the family
         needs it. ``approximate``: see :meth:`from_processor_config`."""
-        config = _image_processor_config(str(model))
+        config = model_files.image_processor_config(str(model))
         name = _processor_name(config)
         return cls.from_processor_config(
             config,
             mm_processor_kwargs,
             kernel=kernel,
-            processor_config=_processor_settings(str(model)),
-            model_config=_model_config(str(model)) if name in _ANYRES else None,
+            processor_config=model_files.processor_settings(str(model)),
+            model_config=model_files.model_config(str(model)) if name in _ANYRES else None,
             approximate=approximate,
         )
 
@@ -617,7 +631,7 @@ def video_resize_policy(
     (vLLM passes them on to videos by rules of its own) or Qwen2-VL's
     per-frame pixel cap (``cap_pixels_per_frame``, which divides a token
     budget among frames; Qwen3-VL's is reproduced)."""
-    config = video_processor_config(str(model))
+    config = model_files.video_processor_config(str(model))
     if config is None:
         return _no_video_resize(f"{model}: no video processor config")
     name = str(config.get("video_processor_type") or "").removesuffix("Fast")
@@ -680,210 +694,6 @@ def qwen3_video_policy(config: Mapping[str, Any]) -> ResizePolicy | None:
     )
 
 
-def video_processor_config(model: str) -> dict[str, Any] | None:
-    """``model``'s video processor config, or None when it has none."""
-    places = (("video_preprocessor_config.json", None), ("processor_config.json", "video_processor"))
-    for name, part in places:
-        path = find_model_file(model, name)
-        if path is None:
-            continue
-        found = json.loads(path.read_text())
-        if part is not None:
-            found = found.get(part) if isinstance(found, dict) else None
-        if isinstance(found, dict):
-            return found
-    return None
-
-
-def smart_resize(height: int, width: int, factor: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
-    """Qwen2-VL's target size, as transformers 5.19 computes it (same
-    operations in the same order, so the same rounding)."""
-    if max(height, width) / min(height, width) > 200:
-        raise ValueError(
-            f"absolute aspect ratio must be smaller than 200, got {max(height, width) / min(height, width)}"
-        )
-    h_bar = round(height / factor) * factor
-    w_bar = round(width / factor) * factor
-    if h_bar * w_bar > max_pixels:
-        beta = math.sqrt((height * width) / max_pixels)
-        h_bar = max(factor, math.floor(height / beta / factor) * factor)
-        w_bar = max(factor, math.floor(width / beta / factor) * factor)
-    elif h_bar * w_bar < min_pixels:
-        beta = math.sqrt(min_pixels / (height * width))
-        h_bar = math.ceil(height * beta / factor) * factor
-        w_bar = math.ceil(width * beta / factor) * factor
-    return h_bar, w_bar
-
-
-def temporal_smart_resize(
-    num_frames: int,
-    height: int,
-    width: int,
-    factor: int,
-    temporal_factor: int,
-    min_pixels: int,
-    max_pixels: int,
-) -> tuple[int, int]:
-    """The target size of ``num_frames`` frames of (height, width), as
-    transformers 5.19's ``smart_resize`` of GLM-4.1V (an image is one
-    temporal patch of frames) and of Qwen3-VL's video processor (the same
-    function) computes it: tiny frames scaled up to the factor first, the
-    pixel budget counting the frames rounded to the temporal patch, beta
-    the frames themselves."""
-    if num_frames < temporal_factor:
-        raise ValueError(f"t:{num_frames} must be larger than temporal_factor:{temporal_factor}")
-    if height < factor or width < factor:
-        scale = max(factor / height, factor / width)
-        height = int(height * scale)
-        width = int(width * scale)
-    if max(height, width) / min(height, width) > 200:
-        raise ValueError(
-            f"absolute aspect ratio must be smaller than 200, got {max(height, width) / min(height, width)}"
-        )
-    h_bar = round(height / factor) * factor
-    w_bar = round(width / factor) * factor
-    t_bar = round(num_frames / temporal_factor) * temporal_factor
-    if t_bar * h_bar * w_bar > max_pixels:
-        beta = math.sqrt((num_frames * height * width) / max_pixels)
-        h_bar = max(factor, math.floor(height / beta / factor) * factor)
-        w_bar = max(factor, math.floor(width / beta / factor) * factor)
-    elif t_bar * h_bar * w_bar < min_pixels:
-        beta = math.sqrt(min_pixels / (num_frames * height * width))
-        h_bar = math.ceil(height * beta / factor) * factor
-        w_bar = math.ceil(width * beta / factor) * factor
-    return h_bar, w_bar
-
-
-def size_for_max_num_patches(height: int, width: int, patch: int, max_num_patches: int) -> tuple[int, int]:
-    """SigLIP2 NaFlex's target size, as transformers 5.19 computes it
-    (``get_image_size_for_max_num_patches``: the same binary search over
-    the scale, in the same floating-point steps)."""
-    eps = 1e-5
-
-    def scaled(scale: float, size: int) -> int:
-        return int(max(patch, math.ceil(size * scale / patch) * patch))
-
-    low, high = eps / 10, 100.0
-    while (high - low) >= eps:
-        scale = (low + high) / 2
-        if (scaled(scale, height) / patch) * (scaled(scale, width) / patch) <= max_num_patches:
-            low = scale
-        else:
-            high = scale
-    return scaled(low, height), scaled(low, width)
-
-
-def fit_to_patch_grid(
-    height: int, width: int, max_height: int, max_width: int, patch: int
-) -> tuple[int, int]:
-    """Pixtral's target size, as transformers 5.19 computes it
-    (``get_resize_output_image_size``): scaled down (never up) to fit the
-    bounds, floored, then each side rounded up to the patch grid."""
-    ratio = max(height / max_height, width / max_width)
-    if ratio > 1:
-        height = math.floor(height / ratio)
-        width = math.floor(width / ratio)
-    return ((height - 1) // patch + 1) * patch, ((width - 1) // patch + 1) * patch
-
-
-def navit_size(height: int, width: int, patch: int, patch_limit: int, side_patches: int) -> tuple[int, int]:
-    """Kimi-K2.5's target size, as vLLM 0.32 computes it
-    (``navit_resize_image`` of its fused processor, in the same
-    floating-point steps): scaled down to fit ``patch_limit`` whole patches
-    and ``side_patches`` patches a side, floored, never up."""
-    within_limit = math.sqrt(patch_limit / (max(1.0, width // patch) * max(1.0, height // patch)))
-    side = side_patches * patch
-    scale = min(1.0, within_limit, side / width, side / height)
-    return min(max(1, int(height * scale)), side), min(max(1, int(width * scale)), side)
-
-
-def select_best_resolution(height: int, width: int, grid: tuple[tuple[int, int], ...]) -> tuple[int, int]:
-    """The grid resolution (height, width) anyres picks for an image, as
-    transformers 5.19 (``select_best_resolution``) and vLLM pick it: the
-    most of the image's pixels kept, then the least padding, the first of
-    equals."""
-    best, most, least = grid[0], 0, math.inf
-    for grid_height, grid_width in grid:
-        scale = min(grid_width / width, grid_height / height)
-        kept = min(int(width * scale) * int(height * scale), width * height)
-        wasted = grid_width * grid_height - kept
-        if kept > most or (kept == most and wasted < least):
-            best, most, least = (grid_height, grid_width), kept, wasted
-    return best
-
-
-def fit_in_resolution(height: int, width: int, resolution: tuple[int, int]) -> tuple[int, int]:
-    """The size anyres resizes an image to within its grid resolution
-    (transformers' ``get_patch_output_size``): one side to the
-    resolution's, the other scaled and rounded up, within it."""
-    target_height, target_width = resolution
-    scale_width, scale_height = target_width / width, target_height / height
-    if scale_width < scale_height:
-        return min(math.ceil(height * scale_width), target_height), target_width
-    return target_height, min(math.ceil(width * scale_height), target_width)
-
-
-def anyres_features(
-    height: int, width: int, resolution: tuple[int, int], tile: int, tile_patches: int
-) -> tuple[int, int]:
-    """The (rows, columns) of the feature grid vLLM 0.32's LLaVA-OneVision
-    keeps for an image of (height, width) tiled at ``resolution``: the
-    padding's rows or columns cut from the tiles' patch grid (by the
-    image's aspect ratio), then shrunk when over nine tiles' worth; the
-    prompt's image tokens follow from it (rows x columns plus a newline a row)."""
-    rows = resolution[0] // tile * tile_patches
-    columns = resolution[1] // tile * tile_patches
-    if width / height > columns / rows:
-        kept = int(round(height * (columns / width), 7))
-        rows -= 2 * ((rows - kept) // 2)
-    else:
-        kept = int(round(width * (rows / height), 7))
-        columns -= 2 * ((columns - kept) // 2)
-    ratio = math.sqrt(rows * columns / (_ANYRES_MAX_TILES * tile_patches**2))
-    if ratio > 1.1:
-        return int(rows // ratio), int(columns // ratio)
-    return rows, columns
-
-
-def idefics3_longest_edge(height: int, width: int, longest_edge: int) -> tuple[int, int]:
-    """Idefics3's first resize, as transformers 5.19 computes it
-    (``get_resize_output_image_size``): the longest edge to
-    ``longest_edge``, up or down, the other side truncated and rounded up
-    to even; then both sides kept within 4096."""
-    aspect = width / height
-    if width >= height:
-        width = longest_edge
-        height = int(width / aspect)
-        height += height % 2
-    else:
-        height = longest_edge
-        width = int(height * aspect)
-        width += width % 2
-    height, width = max(height, 1), max(width, 1)
-    aspect = width / height
-    if width >= height and width > _IDEFICS3_MAX_SIDE:
-        width = _IDEFICS3_MAX_SIDE
-        height = int(width / aspect)
-    elif height > width and height > _IDEFICS3_MAX_SIDE:
-        height = _IDEFICS3_MAX_SIDE
-        width = int(height * aspect)
-    return max(height, 1), max(width, 1)
-
-
-def idefics3_tile_grid(height: int, width: int, tile: int) -> tuple[int, int]:
-    """Idefics3's second resize (``resize_for_vision_encoder``): the longest
-    side rounded up to the tile side, the other from the aspect ratio, then
-    rounded up too."""
-    aspect = width / height
-    if width >= height:
-        width = math.ceil(width / tile) * tile
-        height = math.ceil(int(width / aspect) / tile) * tile
-    else:
-        height = math.ceil(height / tile) * tile
-        width = math.ceil(int(height * aspect) / tile) * tile
-    return height, width
-
-
 def _positive(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
@@ -902,78 +712,4 @@ def _no_video_resize(why: str) -> ResizePolicy | None:
 
 def _none(why: str) -> ResizePolicy | None:
     log.info("no model-aware resize: %s; images travel at full resolution", why)
-    return None
-
-
-_CONFIG_FILES = ("preprocessor_config.json", "processor_config.json")
-
-
-def _image_processor_config(model: str) -> dict[str, Any]:
-    for name in _CONFIG_FILES:
-        path = find_model_file(model, name)
-        if path is None:
-            continue
-        config = json.loads(path.read_text())
-        if name == "processor_config.json" and isinstance(config, dict):
-            config = config.get("image_processor")
-        if not isinstance(config, dict):
-            raise ValueError(f"{path} holds no image processor config")
-        return config
-    if Path(model).expanduser().is_dir():
-        raise FileNotFoundError(f"{model!r}: the folder has no {' or '.join(_CONFIG_FILES)}")
-    raise FileNotFoundError(
-        f"{model!r} is not a folder, and neither the Hugging Face cache nor the Hub had its "
-        f"{' or '.join(_CONFIG_FILES)} (the Hub is not asked with HF_HUB_OFFLINE=1 set, or without "
-        f"huggingface_hub installed): check the id, or download it first with `huggingface-cli download "
-        f"{model} preprocessor_config.json` (unset HF_HUB_OFFLINE for that), or give the model's folder"
-    )
-
-
-def _model_config(model: str) -> dict[str, Any]:
-    """The model's ``config.json``; empty without one."""
-    path = find_model_file(model, "config.json")
-    config = json.loads(path.read_text()) if path is not None else {}
-    return config if isinstance(config, dict) else {}
-
-
-def _processor_settings(model: str) -> dict[str, Any]:
-    """The processor's own settings: the top level of
-    ``processor_config.json`` without its processors' parts; empty without
-    that file."""
-    path = find_model_file(model, "processor_config.json")
-    config = json.loads(path.read_text()) if path is not None else {}
-    if not isinstance(config, dict):
-        return {}
-    return {key: value for key, value in config.items() if not isinstance(value, dict)}
-
-
-def find_model_file(model: str, name: str) -> Path | None:
-    """``name`` of ``model``: in its folder, or through the Hugging Face
-    cache for a Hub id; None when it has no such file."""
-    local = Path(model).expanduser()
-    if local.is_dir():
-        return local / name if (local / name).is_file() else None
-    try:
-        from huggingface_hub import hf_hub_download  # type: ignore[import-not-found,unused-ignore]
-    except ImportError:
-        return _from_hub_cache(model, name)
-    try:
-        return Path(hf_hub_download(model, name))
-    except Exception:  # noqa: BLE001 - missing file, offline, no token: the cache may still have it
-        return _from_hub_cache(model, name)
-
-
-def _from_hub_cache(model: str, name: str) -> Path | None:
-    """A file of a Hub id from the Hugging Face cache (its documented
-    layout), for installs without huggingface_hub or offline."""
-    hub = os.environ.get("HF_HUB_CACHE") or os.path.join(
-        os.environ.get("HF_HOME") or os.path.expanduser("~/.cache/huggingface"), "hub"
-    )
-    repo = Path(hub) / ("models--" + model.replace("/", "--"))
-    ref = repo / "refs" / "main"
-    snapshots = [repo / "snapshots" / ref.read_text().strip()] if ref.is_file() else []
-    snapshots += sorted((repo / "snapshots").glob("*")) if (repo / "snapshots").is_dir() else []
-    for snapshot in snapshots:
-        if (snapshot / name).is_file():
-            return snapshot / name
     return None

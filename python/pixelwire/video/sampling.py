@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pixelwire import config
-from pixelwire.resize import video_processor_config
+from pixelwire.model_files import video_processor_config
 from pixelwire.video.loaders import LOADERS
 
 # The loader vLLM uses for a model's video processor (vLLM 0.32's
