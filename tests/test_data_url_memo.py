@@ -67,3 +67,48 @@ def test_a_memo_without_budget_holds_nothing() -> None:
     memo = DataUrlMemo(0)
     memo.remember(_url(b"x"), None, b"x")
     assert memo.held == 0 and memo.lookup(_url(b"x"), None) is None
+
+
+def test_a_url_held_by_its_digest_gives_the_digest_and_size_only_for_its_text_and_salt() -> None:
+    """What a worker-mode frontend keeps of the URLs its worker was sent:
+    the text and its bytes' digest, not the bytes; equal text under the
+    same salt finds them, another salt or another text does not, and a
+    forgotten one is gone."""
+    memo = DataUrlMemo(1 << 20)
+    data = bytes(range(256)) * 20
+    url = _url(data)
+    digest = hashlib.sha256(data).hexdigest()
+    memo.remember_digest(url, "tenant-1", digest, len(data))
+    assert memo.held == len(url), "the text only"
+    assert memo.lookup_digest("".join(list(url)), "tenant-1") == (digest, len(data))
+    assert memo.lookup_digest(url, "tenant-2") is None and memo.lookup_digest(url, None) is None
+    assert memo.lookup(url, "tenant-1") is None, "no bytes to hand out"
+    assert memo.by_sha256(digest) is None, "no bytes to hand out"
+    memo.forget(url, "tenant-1")
+    assert memo.lookup_digest(url, "tenant-1") is None and memo.held == 0
+
+
+def test_bytes_are_found_by_their_noted_digest_until_they_go() -> None:
+    """The plug-in's side: bytes whose digest was noted are found by it (a
+    resent image's reference), the same object; evicted or forgotten, they
+    are not, and a second URL of the same bytes keeps them findable when
+    the first goes."""
+    data = bytes(range(256)) * 4
+    first, second = _url(data), "data:image/x-png;base64," + base64.b64encode(data).decode()
+    digest = hashlib.sha256(data).hexdigest()
+    size = len(first) + len(data)
+    memo = DataUrlMemo(2 * size + len(second) - len(first))
+    memo.remember(first, None, data)
+    assert memo.by_sha256(digest) is None, "no digest noted yet"
+    memo.note_sha256(data, digest)
+    assert memo.by_sha256(digest) is data
+    copy = bytes(bytearray(data))
+    memo.remember(second, None, copy)
+    memo.note_sha256(copy, digest)
+    memo.forget(first, None)
+    assert memo.by_sha256(digest) is copy
+    other = bytes(2 * size)
+    memo.remember(_url(b"y"), None, b"y")
+    memo.remember(_url(other[: size // 2]), None, other[: size // 2])  # pushes the oldest out
+    assert memo.lookup(second, None) is None
+    assert memo.by_sha256(digest) is None

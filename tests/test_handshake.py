@@ -100,3 +100,21 @@ def test_the_info_line_is_read_from_metrics_text() -> None:
     older = worker_settings_in('pixelwire_worker_info{version="0.0.1",connector="pixelwire"} 1.0\n')
     assert older is not None and older.secret == "unknown"
     assert {m.setting for m in mismatches(_frontend(), older, VERSION)} >= {"version", "secret"}
+    assert older.memo == "unknown"
+
+
+@pytest.mark.parametrize(("cache", "memo"), [(None, "0"), ("0", "0"), ("64MiB", "1")])
+def test_a_worker_declares_whether_it_keeps_the_data_urls_it_decoded(
+    monkeypatch: pytest.MonkeyPatch, cache: str | None, memo: str
+) -> None:
+    """The memo label, from PIXELWIRE_WORKER_CACHE_BYTES (off by default):
+    a worker-mode frontend sends resent images as references only to a
+    worker that shows 1 there. It is no disagreement either way."""
+    if cache is None:
+        monkeypatch.delenv("PIXELWIRE_WORKER_CACHE_BYTES", raising=False)
+    else:
+        monkeypatch.setenv("PIXELWIRE_WORKER_CACHE_BYTES", cache)
+    declared = WorkerSettings.declared(VERSION, "pixelwire", "none")
+    assert declared.memo == memo and declared.labels()["memo"] == memo
+    worker_mode = _frontend(decode_at="worker")
+    assert mismatches(worker_mode, declared, VERSION) == []

@@ -400,6 +400,16 @@ def decode_at(value: str | None = None) -> DecodeAt:
     return "frontend" if chosen == "frontend" else "worker"
 
 
+def worker_cache_bytes_from_env() -> int:
+    """``PIXELWIRE_WORKER_CACHE_BYTES``: the vLLM plug-in's image cache (0: off)."""
+    return env_bytes("PIXELWIRE_WORKER_CACHE_BYTES", WORKER_CACHE_BYTES)
+
+
+def data_url_memo_bytes(cache_bytes: int) -> int:
+    """The memo of ``data:`` URLs kept beside a cache of ``cache_bytes``."""
+    return int(max(0, cache_bytes) * DATA_URL_MEMO_SHARE)
+
+
 def allow_private_from_env() -> bool:
     """``PIXELWIRE_ALLOW_PRIVATE``, the explicit opt-out of the fetcher's
     address guard, for deployments that fetch from their own network."""
@@ -565,7 +575,9 @@ class FrontendConfig:
     region_bytes: int = REGION_BYTES
     lease_seconds: float = LEASE_SECONDS
     publish_threads: int = PUBLISH_THREADS
-    # Pool bytes of published images kept for repeats (0: off).
+    # Pool bytes of published images kept for repeats (0: off). In worker
+    # mode, where nothing is published, its DATA_URL_MEMO_SHARE sizes the
+    # record of data: URLs the worker was sent (pixelwire.resent_reference).
     cache_bytes: int = CACHE_BYTES
     secret: bytes | None = None
     # Server-wide defaults for images, as vLLM's --media-io-kwargs '{"image": {...}}'.

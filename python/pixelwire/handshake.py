@@ -27,7 +27,13 @@ from typing import TYPE_CHECKING
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from pixelwire.config import allow_private_from_env, allow_unsigned_from_env, secret_from_env
+from pixelwire.config import (
+    allow_private_from_env,
+    allow_unsigned_from_env,
+    data_url_memo_bytes,
+    secret_from_env,
+    worker_cache_bytes_from_env,
+)
 from pixelwire.signing import secret_fingerprint
 from pixelwire.vllm import CONNECTOR_NAME
 
@@ -43,8 +49,11 @@ UNKNOWN = "unknown"
 class WorkerSettings:
     """What a worker declares: pixelwire's version, VLLM_MEDIA_CONNECTOR,
     the secret's fingerprint (``"none"`` without one), PIXELWIRE_ALLOW_UNSIGNED
-    and PIXELWIRE_ALLOW_PRIVATE (``"1"``/``"0"``) and the resize policy's
-    identity (``"none"`` when the plug-in has no policy)."""
+    and PIXELWIRE_ALLOW_PRIVATE (``"1"``/``"0"``), the resize policy's
+    identity (``"none"`` when the plug-in has no policy), and whether it
+    keeps the ``data:`` URLs it decoded (``memo``: PIXELWIRE_WORKER_CACHE_BYTES
+    on), which a worker-mode frontend needs before it sends resent images
+    as references to them (:mod:`pixelwire.resent_reference`)."""
 
     version: str
     connector: str
@@ -52,6 +61,7 @@ class WorkerSettings:
     unsigned: str = UNKNOWN
     private: str = UNKNOWN
     resize: str = UNKNOWN
+    memo: str = UNKNOWN
 
     @classmethod
     def declared(cls, version: str, connector: str, resize: str) -> WorkerSettings:
@@ -64,6 +74,7 @@ class WorkerSettings:
             unsigned=_flag(allow_unsigned_from_env()),
             private=_flag(allow_private_from_env()),
             resize=resize,
+            memo=_flag(data_url_memo_bytes(worker_cache_bytes_from_env()) > 0),
         )
 
     def labels(self) -> dict[str, str]:
@@ -75,7 +86,7 @@ class WorkerSettings:
         return cls(**{"version": UNKNOWN, "connector": UNKNOWN, **known})
 
 
-INFO_LABELS = ("version", "connector", "secret", "unsigned", "private", "resize")
+INFO_LABELS = ("version", "connector", "secret", "unsigned", "private", "resize", "memo")
 
 
 def _flag(value: bool) -> str:

@@ -22,7 +22,6 @@ from pixelwire._native import PixelwireError
 from pixelwire.config import (
     ACQUIRE_TIMEOUT,
     BACKGROUND,
-    DATA_URL_MEMO_SHARE,
     LEASE_SECONDS,
     POOL_BYTES,
     PUBLISH_CALLS,
@@ -32,6 +31,7 @@ from pixelwire.config import (
     Layout,
     Mode,
     allow_private_from_env,
+    data_url_memo_bytes,
 )
 from pixelwire.data_url_memo import DataUrlMemo
 from pixelwire.descriptor import Decoded, DecodedVideo, PassThrough
@@ -349,7 +349,7 @@ class Publisher:
         self.region_bytes = min(region_bytes, pool_bytes)
         self.publish_threads = publish_threads
         self.cache = PublishCache(max(0, min(cache_bytes, pool_bytes)))
-        self.data_urls = DataUrlMemo(int(self.cache.budget * DATA_URL_MEMO_SHARE))
+        self.data_urls = DataUrlMemo(data_url_memo_bytes(self.cache.budget))
         self._native: _native.NativePublisher | None = None
 
     # -- lifecycle -------------------------------------------------------------

@@ -818,3 +818,45 @@ def test_a_repeated_data_url_is_decoded_once_in_worker_mode(
     np.testing.assert_array_equal(_pixels(third), _pixels(first))
     assert worker_image_cache().data_urls.hits == 1
     assert (worker_image_cache().hits, worker_image_cache().misses) == (2, 1)
+
+
+def test_a_resent_images_reference_is_served_from_the_bytes_the_worker_holds(
+    connectors: tuple[Any, Any], worker_cache: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Worker mode: once a data: URL was loaded, a signed reference naming
+    its bytes' SHA-256 and size gives the same pixels and the same vLLM
+    cache key (the original bytes) without the URL, decoded once. One
+    naming bytes the worker does not hold, or another size, is answered
+    with the marker after which a frontend sends the URL in full; an
+    expired one, or one signed with another secret, is refused."""
+    import hashlib
+
+    from pixelwire.resend import NOT_HELD
+    from pixelwire.resent_reference import encode_resent
+    from pixelwire.vllm.image_cache import worker_image_cache
+
+    secret = b"resent-test-secret"
+    monkeypatch.setenv("PIXELWIRE_SECRET", secret.decode())
+    ours_cls, _ = connectors
+    data = (stack.CORPUS / "hopper.png").read_bytes()
+    digest = hashlib.sha256(data).hexdigest()
+
+    def fetch(url: str) -> Any:
+        return asyncio.run(ours_cls().fetch_image_async(url))
+
+    first = fetch(stack.data_url("hopper.png"))
+    resent = fetch(encode_resent(digest, len(data), secret, 30))
+    np.testing.assert_array_equal(_pixels(resent), _pixels(first))
+    assert resent.original_bytes == first.original_bytes == data
+    assert (worker_image_cache().hits, worker_image_cache().misses) == (1, 1)
+    for unknown in (
+        encode_resent(hashlib.sha256(b"never sent").hexdigest(), 10, secret, 30),
+        encode_resent(digest, len(data) + 1, secret, 30),
+    ):
+        with pytest.raises(ValueError) as not_held:
+            fetch(unknown)
+        assert str(not_held.value).startswith(NOT_HELD)
+    with pytest.raises(ValueError, match="expired"):
+        fetch(encode_resent(digest, len(data), secret, -1))
+    with pytest.raises(ValueError, match="signature does not match"):
+        fetch(encode_resent(digest, len(data), b"another secret", 30))

@@ -574,3 +574,51 @@ def test_a_conversation_resending_its_images_gets_vllms_tokens_each_turn(served:
     hits = stack.metric(text, "pixelwire_frontend_cache_hits_total")
     misses = stack.metric(text, "pixelwire_frontend_cache_misses_total")
     assert (hits, misses) == (4, 2)
+
+
+@pytest.fixture(scope="module")
+def resending(served: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """A vLLM whose plug-in keeps the images and data: URLs it decoded
+    (PIXELWIRE_WORKER_CACHE_BYTES), behind a worker-mode frontend that
+    remembers what it sent (--cache-bytes)."""
+    logs = tmp_path_factory.mktemp("resending")
+    worker_env = {"PIXELWIRE_SECRET": stack.SECRET, "PIXELWIRE_WORKER_CACHE_BYTES": "64MiB"}
+    vllm = stack.start_vllm("vllm-worker-cache", logs, connector="pixelwire", extra_env=worker_env)
+    frontend: stack.Service | None = None
+    try:
+        frontend = stack.start_frontend(
+            "frontend-worker-resent", logs, vllm.url, "--decode-at", "worker", "--cache-bytes", "64MiB",
+            env={"PIXELWIRE_SECRET": stack.SECRET},
+        )  # fmt: skip
+        for service in (vllm, frontend):
+            service.wait_ready("/health", timeout=600)
+        yield {"vllm": vllm, "frontend": frontend}
+    finally:
+        if frontend is not None:
+            frontend.stop()
+        vllm.stop()
+
+
+def test_resent_images_go_to_the_worker_as_references_and_get_vllms_tokens(
+    served: dict[str, Any], resending: dict[str, Any]
+) -> None:
+    """Worker mode, both caches on: turn k resends the earlier turns' images
+    as data: URLs; the frontend sends each one the worker was sent before
+    as a reference to the bytes it holds, and every turn gets vLLM's own
+    loader's tokens and logprobs, and the worker decodes each image once."""
+    # Both large enough to go as references (a few KiB of base64 at least).
+    a, b = stack.data_url(PNG), stack.data_url("flower_thumbnail.png")
+    front, vllm = resending["frontend"], resending["vllm"]
+    before = _metrics(vllm)
+    for turn in ([a], [a, b], [a, b, a]):
+        assert _complete(front, turn) == _complete(served["reference_vllm"], turn)
+    after = _metrics(vllm)
+
+    def grew(name: str) -> float:
+        return stack.metric(after, name, path="url") - stack.metric(before, name, path="url")
+
+    assert grew("pixelwire_worker_images_total") == 6
+    assert grew("pixelwire_worker_decode_seconds_count") == 2, "each image decoded once"
+    text = _metrics(front)
+    assert stack.metric(text, "pixelwire_frontend_resent_references_total") == 4
+    assert stack.metric(text, "pixelwire_frontend_resent_not_held_total") == 0

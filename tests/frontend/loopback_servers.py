@@ -17,7 +17,8 @@ import numpy as np
 from aiohttp import web
 
 import pixelwire
-from pixelwire.resend import READ_FAILED
+from pixelwire.resend import NOT_HELD, READ_FAILED
+from pixelwire.resent_reference import resent_image
 from pixelwire.signing import decode_reference, is_reference, secret_fingerprint
 
 import stack
@@ -48,7 +49,8 @@ INFO = worker_info()
 
 class Upstream:
     """An OpenAI-shaped server: for each image or video reference it READs
-        the pixels over NIXL and answers their shape and SHA-256; ``"hang"`` in the model
+        the pixels over NIXL and answers their shape and SHA-256 (for a resent
+        image's reference, the digest and size it names); ``"hang"`` in the model
         name makes it wait forever, ``"held"`` until :meth:`release` (its images
     unread till then), ``"stream"`` answers SSE. Its /metrics
         shows ``metrics_text`` (a worker's info line, or none), which a test may
@@ -69,6 +71,9 @@ class Upstream:
         self.refuse_with = ""  # an image request is answered 400 with this message when set
         # The next this many image requests are answered with the plug-in's READ failure, unread.
         self.read_failures = 0
+        # The next this many requests with a resent image's reference are
+        # answered as by a plug-in that no longer holds it.
+        self.not_held = 0
         self.calls = 0
         self.paths: list[str] = []  # every request but /metrics and /health, as the upstream saw its path
         self.bodies: list[dict[str, Any]] = []  # every chat-shaped body, as the upstream got it
@@ -147,6 +152,10 @@ class Upstream:
             failed = f"{READ_FAILED}READ of 49152 bytes from pixelwire-front-x timed out after 5s"
             error = {"message": failed, "type": "BadRequestError", "code": 400}
             return web.json_response({"error": error}, status=400)
+        if self.not_held and "pixelwire:" in json.dumps(body):
+            self.not_held -= 1
+            error = {"message": f"{NOT_HELD}this worker no longer holds it", "type": "BadRequestError"}
+            return web.json_response({"error": {**error, "code": 400}}, status=400)
         if self.refuse_with and "pixelwire:" in json.dumps(body):
             # As vLLM answers the ValueError its plug-in raises.
             return web.json_response({"error": {"message": self.refuse_with, "code": 400}}, status=400)
@@ -157,7 +166,11 @@ class Upstream:
                 url = part.get("image_url") or part.get("video_url")
                 url = url.get("url") if isinstance(url, dict) else url
                 if isinstance(url, str):
-                    if is_reference(url):
+                    resent = resent_image(decode_reference(url, SECRET)) if is_reference(url) else None
+                    if resent is not None:
+                        # A resent image's reference: what it names.
+                        images.append({"resent": resent.sha256, "bytes": resent.nbytes})
+                    elif is_reference(url):
                         # The worker's plug-in asks for PIL images; numpy here otherwise (and for videos).
                         output = "pil" if "pil" in body["model"] and "image_url" in part else "numpy"
                         read = await self.reader.read_decoded(decode_reference(url, SECRET), output=output)

@@ -181,12 +181,15 @@ def test_a_requests_images_are_decoded_as_one_batch(frontend: stack.Service, ups
 
 
 def test_decode_at_worker_passes_urls_through_but_checks_them(upstream: Upstream, tmp_path: Path) -> None:
-    service = started_frontend(tmp_path, upstream.url, "--decode-at", "worker")
+    service = started_frontend(tmp_path, upstream.url, "--decode-at", "worker", "--cache-bytes", "64MiB")
     try:
         url = stack.data_url("hopper.png")
-        code, raw = post(service, chat(url, "https://images.test/a.png"))
-        assert code == 201
-        assert json.loads(raw)["images"] == [{"url": url[:40]}, {"url": "https://images.test/a.png"}]
+        for _ in range(2):
+            # The worker does not show that it keeps what it decoded (no memo
+            # label): a resent URL goes in full too.
+            code, raw = post(service, chat(url, "https://images.test/a.png"))
+            assert code == 201
+            assert json.loads(raw)["images"] == [{"url": url[:40]}, {"url": "https://images.test/a.png"}]
         code, body = post(service, chat("https://elsewhere.test/a.png"))
         assert code == 400 and "not in allowed_domains" in body["error"]["message"]
     finally:
@@ -606,3 +609,45 @@ def test_repeated_images_are_decoded_once_per_salt(upstream: Upstream, tmp_path:
             time.sleep(0.1)
     finally:
         service.stop()
+
+
+def test_a_resent_data_url_goes_to_the_worker_as_a_reference_to_the_bytes_it_holds(tmp_path: Path) -> None:
+    """Worker mode, the worker's handshake showing this frontend's secret
+    and its memo: a data: URL sent in full in a request the worker answered
+    goes on, when the same text comes again under the same salt, as a
+    signed reference naming the SHA-256 and size of its bytes; a URL seen
+    for the first time, or under another salt, goes in full. When the
+    worker answers that it no longer holds one, the request goes once more
+    with its URLs in full, and its answer is the client's."""
+    upstream = Upstream()
+    upstream.metrics_text = worker_info(memo="1")
+    service = started_frontend(tmp_path, upstream.url, "--decode-at", "worker", "--cache-bytes", "64MiB")
+    try:
+        hopper, flower = stack.data_url("hopper.png"), stack.data_url("flower2.jpg")
+        data = (CORPUS / "hopper.png").read_bytes()
+        named = {"resent": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
+
+        def images(*urls: str, **extra: Any) -> list[dict[str, Any]]:
+            code, raw = post(service, chat(*urls, **extra))
+            assert code == 201, raw
+            return list(json.loads(raw)["images"])
+
+        assert images(hopper) == [{"url": hopper[:40]}]
+        assert images(hopper, flower) == [named, {"url": flower[:40]}]
+        sent = json.dumps(upstream.bodies[-1])
+        assert len(sent) < len(flower) + 2000, "the resent image went as a reference, not its bytes"
+        assert images(hopper, cache_salt="another-tenant") == [{"url": hopper[:40]}]
+        assert images(hopper, cache_salt="another-tenant") == [named]
+        metrics = service.get("/metrics")
+        assert stack.metric(metrics, "pixelwire_frontend_resent_references_total") == 2
+
+        upstream.not_held = 1
+        calls = upstream.calls
+        assert images(hopper, flower) == [{"url": hopper[:40]}, {"url": flower[:40]}]
+        assert upstream.calls == calls + 2, "sent once more, in full"
+        assert stack.metric(service.get("/metrics"), "pixelwire_frontend_resent_not_held_total") == 1
+        # Noted again from the request that went in full.
+        assert images(hopper) == [named]
+    finally:
+        service.stop()
+        upstream.close()

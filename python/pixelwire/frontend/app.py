@@ -13,10 +13,12 @@ is known to hold no medium and no descriptor.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import hmac
 import ipaddress
 import logging
+from collections.abc import Callable
 from time import perf_counter
 from typing import Any
 
@@ -32,7 +34,8 @@ from prometheus_client import (
 )
 from yarl import URL
 
-from pixelwire.config import FrontendConfig
+from pixelwire.config import FrontendConfig, data_url_memo_bytes
+from pixelwire.data_url_memo import DataUrlMemo
 from pixelwire.fetch import Fetcher
 from pixelwire.frontend.access_log import access_log, note_media
 from pixelwire.frontend.drain import Drain
@@ -52,7 +55,9 @@ from pixelwire.frontend.pipeline import MediaPipeline
 from pixelwire.frontend.upstream_watch import UpstreamWatch
 from pixelwire.metrics import CacheMetrics, ImageMetrics
 from pixelwire.publisher import Publisher
-from pixelwire.resend import is_read_failure
+from pixelwire.resend import asks_for_resend
+from pixelwire.resent_reference import data_url_digest
+from pixelwire.signing import secret_fingerprint
 
 # The package's one logger: its name is what the frontend's log lines carry.
 log = logging.getLogger("pixelwire.frontend")
@@ -142,6 +147,28 @@ class Frontend:
             "pixelwire_frontend_resent_after_read_failure",
             "Requests sent upstream once more, their images published anew, after the plug-in "
             "answered that it could not READ one of them (nothing was generated)",
+            registry=self.registry,
+        )
+        # Worker mode: the data: URLs the worker was sent in requests it
+        # answered, by digest, so that a resend goes as a reference to the
+        # bytes it holds (pixelwire.resent_reference). Needs the secret.
+        worker_mode = config.decode_at == "worker" and config.secret is not None
+        self.sent_urls = DataUrlMemo(data_url_memo_bytes(config.cache_bytes) if worker_mode else 0)
+        # What the worker's handshake shows for a secret it shares (slow to
+        # compute on purpose: once, here, not on the event loop).
+        self._fingerprint = secret_fingerprint(config.secret) if worker_mode else None
+        # Digests being computed for that record, held until done.
+        self._noting: set[asyncio.Task[Any]] = set()
+        self.resent_references = Counter(
+            "pixelwire_frontend_resent_references",
+            "Images whose data: URL the worker was sent before, sent on as a reference to the bytes it "
+            "holds (worker mode)",
+            registry=self.registry,
+        )
+        self.resent_not_held = Counter(
+            "pixelwire_frontend_resent_not_held",
+            "Requests sent upstream once more, their data: URLs in full, after the plug-in answered that "
+            "it no longer held a resent image (worker mode; nothing was generated)",
             registry=self.registry,
         )
         self.upstream_retries = Counter(
@@ -342,7 +369,13 @@ class Frontend:
                     # Refused while the worker's settings disagree with ours.
                     await self.watch.admit_images()
                     pipeline = MediaPipeline(
-                        self.config, self.fetcher, self.publisher, self.metrics, body, parts
+                        self.config,
+                        self.fetcher,
+                        self.publisher,
+                        self.metrics,
+                        body,
+                        parts,
+                        sent=None if last_try else self._sent_record(),
                     )
                     pipelines.append(pipeline)
                     await pipeline.run()
@@ -350,12 +383,29 @@ class Frontend:
                 else:
                     payload = read.raw  # nothing rewritten: the client's bytes, as sent
                 resend = pipeline is not None and not last_try
+                digests = self._digests(pipeline) if pipeline is not None else None
                 try:
-                    answer = await self._forward(request, payload, route=route, path=path, resend=resend)
+                    answer = await self._forward(
+                        request,
+                        payload,
+                        route=route,
+                        path=path,
+                        resend=resend,
+                        answered=functools.partial(self._answered, pipeline, digests),
+                    )
                 except _ReadFailed:
                     assert pipeline is not None
-                    log.info("the upstream could not READ an image for %s: publishing it anew, once", path)
-                    self.resent.inc()
+                    if pipeline.referenced:
+                        # Worker mode has nothing to READ: the worker no longer holds one.
+                        log.info("the upstream no longer holds a resent image for %s: sending in full", path)
+                        self.resent_not_held.inc()
+                        for url in pipeline.referenced:
+                            self.sent_urls.forget(url, pipeline.cache_salt)
+                    else:
+                        log.info(
+                            "the upstream could not READ an image for %s: publishing it anew, once", path
+                        )
+                        self.resent.inc()
                     self._release(pipeline)
                     continue
                 if pipeline is not None and 400 <= answer.status < 500:
@@ -372,6 +422,57 @@ class Frontend:
             # whatever its worker did not read is freed now, not at lease end.
             for pipeline in pipelines:
                 self._release(pipeline)
+
+    def _sent_record(self) -> DataUrlMemo | None:
+        """The record to send resent images by: only while the worker's last
+        handshake says it keeps the data: URLs it decoded and checks this
+        frontend's signatures."""
+        worker = self.watch.worker
+        if not self.sent_urls.budget or worker is None or worker.memo != "1":
+            return None
+        return self.sent_urls if worker.secret == self._fingerprint else None
+
+    def _digests(self, pipeline: MediaPipeline) -> asyncio.Task[list[tuple[str, int] | None]] | None:
+        """The digests of the data: URLs a worker-mode request sends in full,
+        computed off the loop (a base64 decode and a SHA-256 each) while
+        the request is upstream; None when there are none to note."""
+        if not pipeline.sent_in_full or self._sent_record() is None:
+            return None
+        urls = pipeline.sent_in_full
+        task = asyncio.create_task(asyncio.to_thread(lambda: [data_url_digest(url) for url in urls]))
+        # Held until done: noting goes on after the request's handler ends.
+        self._noting.add(task)
+        task.add_done_callback(self._noting.discard)
+        return task
+
+    def _answered(
+        self,
+        pipeline: MediaPipeline | None,
+        digests: asyncio.Task[list[tuple[str, int] | None]] | None,
+        status: int,
+    ) -> None:
+        """The upstream's status for a request, known before its answer is
+        relayed. A 2xx means the worker loaded the request's media (vLLM
+        loads them before it schedules a request): its data: URLs sent in
+        full are noted, for their resends to go as references."""
+        if pipeline is None or not 200 <= status < 300:
+            return
+        self.resent_references.inc(len(pipeline.referenced))
+        if digests is None:
+            return
+        salt, urls = pipeline.cache_salt, pipeline.sent_in_full
+
+        def note(done: asyncio.Task[list[tuple[str, int] | None]]) -> None:
+            if done.cancelled() or done.exception() is not None:
+                return
+            for url, digest in zip(urls, done.result(), strict=True):
+                if digest is not None:
+                    self.sent_urls.remember_digest(url, salt, *digest)
+
+        if digests.done():
+            note(digests)
+        else:
+            digests.add_done_callback(note)
 
     def _release(self, pipeline: MediaPipeline) -> None:
         for decoded in pipeline.published:
@@ -390,7 +491,14 @@ class Frontend:
             self.refused_upstream.labels(path="passthrough").inc(images - published)
 
     async def _forward(
-        self, request: web.Request, body: bytes, *, route: str, path: str | None = None, resend: bool = False
+        self,
+        request: web.Request,
+        body: bytes,
+        *,
+        route: str,
+        path: str | None = None,
+        resend: bool = False,
+        answered: Callable[[int], None] | None = None,
     ) -> web.StreamResponse:
         """Sends the request upstream: to ``path`` (the canonical route the
         body was inspected for) when given, else to the path as the client
@@ -400,7 +508,9 @@ class Frontend:
         request's failure, uvicorn drops it) is sent once more, on a fresh
         connection; until an answer begins, the upstream has done nothing
         for it. With ``resend``, the plug-in's answer that it could not READ
-        an image raises :class:`_ReadFailed` instead of going to the client."""
+        an image, or no longer held a resent one, raises :class:`_ReadFailed`
+        instead of going to the client. ``answered`` gets the status of the
+        answer that is relayed, before it is."""
         assert self._session is not None and self._fresh_session is not None
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_HEADERS}
         target = request.raw_path
@@ -410,12 +520,14 @@ class Frontend:
         url = URL(f"{self.upstream}{target}", encoded=True)
         self.upstream_calls.inc()
         try:
-            return await self._relay(self._session, request, url, headers, body, route, resend)
+            return await self._relay(self._session, request, url, headers, body, route, resend, answered)
         except _StaleConnection as stale:
             log.info("upstream connection closed before answering %s (%r); sending it again", target, stale)
             self.upstream_retries.inc()
         try:
-            return await self._relay(self._fresh_session, request, url, headers, body, route, resend)
+            return await self._relay(
+                self._fresh_session, request, url, headers, body, route, resend, answered
+            )
         except _StaleConnection as stale:
             log.warning("the upstream %s closed a fresh connection too: %r", self.upstream, stale)
             raise OpenAIError(502, "the upstream closed the connection without answering") from None
@@ -429,6 +541,7 @@ class Frontend:
         body: bytes,
         route: str,
         resend: bool = False,
+        answered: Callable[[int], None] | None = None,
     ) -> web.StreamResponse:
         """One try of :meth:`_forward`: raises :class:`_StaleConnection` when
         the connection closed before the answer began, and (with ``resend``)
@@ -445,8 +558,10 @@ class Frontend:
                     # is sent, to tell the plug-in's READ failure.
                     while len(head) < _REFUSAL_HEAD_BYTES and not upstream.content.at_eof():
                         head += await upstream.content.read(_REFUSAL_HEAD_BYTES - len(head))
-                    if resend and is_read_failure(bytes(head)):
+                    if resend and asks_for_resend(bytes(head)):
                         raise _ReadFailed()
+                if answered is not None:
+                    answered(upstream.status)
                 out_headers = {k: v for k, v in upstream.headers.items() if k.lower() not in _HOP_HEADERS}
                 if upstream.headers.get("Content-Encoding"):
                     out_headers["Content-Encoding"] = upstream.headers["Content-Encoding"]

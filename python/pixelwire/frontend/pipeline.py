@@ -28,6 +28,7 @@ from pixelwire._native import (
     probe_image,
 )
 from pixelwire.config import DECODED_MODES, FrontendConfig, Layout, Mode
+from pixelwire.data_url_memo import DataUrlMemo
 from pixelwire.descriptor import Decoded, DecodedVideo, PassThrough
 from pixelwire.fetch import Fetcher
 from pixelwire.frontend.errors import OpenAIError
@@ -35,6 +36,7 @@ from pixelwire.frontend.inspect import image_settings, video_sampling
 from pixelwire.media_parts import MediaPart
 from pixelwire.metrics import ImageMetrics
 from pixelwire.publisher import Publisher
+from pixelwire.resent_reference import MIN_URL_CHARS, encode_resent
 from pixelwire.signing import encode_reference
 
 # The package's one logger: its name is what the frontend's log lines carry.
@@ -118,6 +120,7 @@ class MediaPipeline:
         metrics: ImageMetrics,
         body: dict[str, Any],
         parts: list[MediaPart],
+        sent: DataUrlMemo | None = None,
     ) -> None:
         self.config = config
         self.fetcher = fetcher
@@ -154,6 +157,13 @@ class MediaPipeline:
         self.cache_salt = body.get("cache_salt")
         if self.cache_salt is not None and not (isinstance(self.cache_salt, str) and self.cache_salt):
             raise OpenAIError(400, "cache_salt must be a non-empty string", param="cache_salt")
+        # Worker mode: the data: URLs the worker was sent before, by digest
+        # (None: every URL goes in full). An image's URL found there goes on
+        # as a resent image's reference (pixelwire.resent_reference).
+        self.sent = sent if config.decode_at == "worker" and config.secret is not None else None
+        # The image data: URLs sent as such references, and those sent in full.
+        self.referenced: list[str] = []
+        self.sent_in_full: list[str] = []
 
     async def run(self) -> None:
         """Puts each part's new URL in its place in the body, or raises the
@@ -243,6 +253,7 @@ class MediaPipeline:
             self.fetcher.check(part.url)
             if part.kind == "image":
                 self.metrics.handled("passthrough", 0)
+                return self._passed_image(part.url)
             return part.url
         if part.kind == "video" and self.video is not None and not _jpeg_frames(part.url):
             return await self._publish_video(part, await self._fetch(part))
@@ -263,6 +274,20 @@ class MediaPipeline:
             self.metrics.handled("passthrough", 0)
             return _bytes_url(data)
         return _Fetched(data, started)
+
+    def _passed_image(self, url: str) -> str:
+        """A worker-mode image's URL as it goes on: a large ``data:`` URL
+        the worker was sent before (the same text, under the same salt) as
+        a resent image's reference, else as it came."""
+        if len(url) < MIN_URL_CHARS or url[:5].lower() != "data:":
+            return url
+        known = self.sent.lookup_digest(url, self.cache_salt) if self.sent is not None else None
+        if known is None:
+            self.sent_in_full.append(url)
+            return url
+        assert self.config.secret is not None
+        self.referenced.append(url)
+        return encode_resent(*known, self.config.secret, self.config.lease_seconds)
 
     async def _publish_video(self, part: MediaPart, data: bytes) -> str:
         """The reference of a video sampled and published here (checked

@@ -44,6 +44,8 @@ from pixelwire.handshake import INFO_LABELS, INFO_METRIC, WorkerSettings
 from pixelwire.metrics import ImageMetrics
 from pixelwire.outputs import as_output
 from pixelwire.reader import Reader
+from pixelwire.resend import NOT_HELD
+from pixelwire.resent_reference import ResentImage, resent_image
 from pixelwire.resize import ResizePolicy
 from pixelwire.signing import decode_reference, is_reference, reference_secret, signing_policy
 from pixelwire.transfer import default_reader
@@ -215,7 +217,8 @@ def install_metrics(selected: str) -> ImageMetrics:
                 "(PIXELWIRE_SECRET's fingerprint, never the secret, or none), unsigned "
                 "(PIXELWIRE_ALLOW_UNSIGNED), private (PIXELWIRE_ALLOW_PRIVATE), resize (the policy of "
                 "vLLM's --model and --mm-processor-kwargs, or of PIXELWIRE_MODEL and "
-                "PIXELWIRE_MM_PROCESSOR_KWARGS, or none)",
+                "PIXELWIRE_MM_PROCESSOR_KWARGS, or none), memo (1 when PIXELWIRE_WORKER_CACHE_BYTES "
+                "keeps the data: URLs it decoded, so that a frontend may send resent ones as references)",
                 list(INFO_LABELS),
                 registry=REGISTRY,
             )
@@ -467,6 +470,9 @@ class PixelwireMediaConnector(MediaConnector):
         # PIXELWIRE_SECRET every reference is refused unless
         # PIXELWIRE_ALLOW_UNSIGNED=1 (reference_secret raises).
         descriptor = decode_reference(reference, reference_secret())
+        resent = resent_image(descriptor)
+        if resent is not None:
+            return await self._load_resent(resent, mode, background, metrics)
         if is_video_descriptor(descriptor):
             raise DescriptorError("this reference names a video, sent as an image part")
         made, made_on = decoded_as(descriptor)
@@ -529,6 +535,36 @@ class PixelwireMediaConnector(MediaConnector):
                 cache.data_urls.remember(url, None, data)
         else:
             data = await self._fetch(url)
+        return await self._load_bytes(data, digest, mode, background, metrics)
+
+    async def _load_resent(
+        self, resent: ResentImage, mode: str | None, background: tuple[int, int, int], metrics: ImageMetrics
+    ) -> Image.Image | MediaWithBytes:
+        """A resent image's reference: the bytes remembered under its digest,
+        loaded as the ``data:`` URL they came in would be; when they are no
+        longer held, the answer after which the frontend sends the URLs in
+        full (:data:`pixelwire.resend.NOT_HELD`)."""
+        resent.check(time.time())
+        data = worker_image_cache().data_urls.by_sha256(resent.sha256)
+        if data is None or len(data) != resent.nbytes:
+            raise ValueError(f"{NOT_HELD}this worker no longer holds the image of SHA-256 {resent.sha256}")
+        return await self._load_bytes(data, resent.sha256, mode, background, metrics)
+
+    async def _load_bytes(
+        self,
+        data: bytes,
+        digest: str | None,
+        mode: str | None,
+        background: tuple[int, int, int],
+        metrics: ImageMetrics,
+    ) -> Image.Image | MediaWithBytes:
+        """An image's encoded bytes (``digest``: their SHA-256 when known),
+        decoded here or by vLLM's loader."""
+        cache = worker_image_cache()
+        if cache.enabled and digest is None:
+            # Noted for the memo too: a resent image's reference finds the bytes by it.
+            digest = await asyncio.to_thread(lambda: hashlib.sha256(data).hexdigest())
+            cache.data_urls.note_sha256(data, digest)
         if mode not in DECODED_MODES:
             # A mode pixelwire does not decode (P, None = the file's own, ...).
             return await self._vllm_load(data, mode, metrics)
@@ -536,9 +572,6 @@ class PixelwireMediaConnector(MediaConnector):
         # The same bytes decoded the same way: served from the worker's cache.
         key = None
         if cache.enabled:
-            if digest is None:
-                digest = await asyncio.to_thread(lambda: hashlib.sha256(data).hexdigest())
-                cache.data_urls.note_sha256(data, digest)
             key = ("url", digest, len(data), mode, background, None if policy is None else policy.identity)
             kept = cache.get(key)
             if kept is not None:

@@ -2,7 +2,8 @@
 same signed identity and content hash) or, in worker mode, a repeated URL's
 same bytes is served from here instead of READ or decoded again, and a
 resent ``data:`` URL of the same text is not even base64-decoded or hashed
-again (:attr:`ImageCache.data_urls`).
+again (:attr:`ImageCache.data_urls`; a resent image's reference,
+:mod:`pixelwire.resent_reference`, finds its bytes there).
 
 Bounded by ``PIXELWIRE_WORKER_CACHE_BYTES`` (0: off), least recently used
 out first. Each image is kept as a copy (an image read over NIXL maps the
@@ -19,7 +20,7 @@ from typing import Any
 
 from PIL import Image
 
-from pixelwire.config import DATA_URL_MEMO_SHARE, WORKER_CACHE_BYTES, env_bytes
+from pixelwire.config import data_url_memo_bytes, worker_cache_bytes_from_env
 from pixelwire.data_url_memo import DataUrlMemo
 
 
@@ -37,7 +38,7 @@ class ImageCache:
         self._lock = threading.Lock()
         # Worker mode's data: URLs behind the kept images: a resent one is
         # neither base64-decoded nor hashed again (unsalted, as the keys are).
-        self.data_urls = DataUrlMemo(int(self.budget * DATA_URL_MEMO_SHARE))
+        self.data_urls = DataUrlMemo(data_url_memo_bytes(self.budget))
 
     @property
     def enabled(self) -> bool:
@@ -80,7 +81,7 @@ def worker_image_cache() -> ImageCache:
     global _cache
     with _lock:
         if _cache is None:
-            _cache = ImageCache(env_bytes("PIXELWIRE_WORKER_CACHE_BYTES", WORKER_CACHE_BYTES))
+            _cache = ImageCache(worker_cache_bytes_from_env())
         return _cache
 
 
