@@ -8,7 +8,9 @@ each through real vLLM servers, per path:
 - ``frontend-resize``: the same with ``--model``: the frontend resizes to the
   size the model's processor would (model-aware resize);
 - ``worker``: the frontend in ``--decode-at worker``: it passes the image
-  bytes on and the plug-in decodes (and resizes) natively inside vLLM.
+  bytes on and the plug-in decodes (and resizes) natively inside vLLM
+  (with every cache on, a resent ``data:`` URL goes as a reference to the
+  bytes the plug-in holds: ``pixelwire.resent_reference``).
 
 One vLLM serves the loader path, another (with the plug-in) the three
 frontends. vLLM's multimodal processor cache and prefix caching are off, so
