@@ -18,7 +18,7 @@ import hashlib
 import hmac
 import ipaddress
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from time import perf_counter
 from typing import Any
 
@@ -440,39 +440,33 @@ class Frontend:
             return None
         urls = pipeline.sent_in_full
         task = asyncio.create_task(asyncio.to_thread(lambda: [data_url_digest(url) for url in urls]))
-        # Held until done: noting goes on after the request's handler ends.
+        # Held until done, whatever becomes of the request.
         self._noting.add(task)
         task.add_done_callback(self._noting.discard)
         return task
 
-    def _answered(
+    async def _answered(
         self,
         pipeline: MediaPipeline | None,
         digests: asyncio.Task[list[tuple[str, int] | None]] | None,
         status: int,
     ) -> None:
-        """The upstream's status for a request, known before its answer is
-        relayed. A 2xx means the worker loaded the request's media (vLLM
-        loads them before it schedules a request): its data: URLs sent in
-        full are noted, for their resends to go as references."""
+        """The upstream's status for a request, before its answer is relayed.
+        A 2xx means the worker loaded the request's media (vLLM loads them
+        before it schedules a request): its data: URLs sent in full are
+        noted, for their resends to go as references. Noted before the
+        answer goes out, so a client's next turn finds them; the digests
+        were computed while the request was upstream, so this rarely waits."""
         if pipeline is None or not 200 <= status < 300:
             return
         self.resent_references.inc(len(pipeline.referenced))
         if digests is None:
             return
-        salt, urls = pipeline.cache_salt, pipeline.sent_in_full
-
-        def note(done: asyncio.Task[list[tuple[str, int] | None]]) -> None:
-            if done.cancelled() or done.exception() is not None:
-                return
-            for url, digest in zip(urls, done.result(), strict=True):
-                if digest is not None:
-                    self.sent_urls.remember_digest(url, salt, *digest)
-
-        if digests.done():
-            note(digests)
-        else:
-            digests.add_done_callback(note)
+        # Shielded: a client gone meanwhile cancels this wait, not the digests.
+        found = await asyncio.shield(digests)
+        for url, digest in zip(pipeline.sent_in_full, found, strict=True):
+            if digest is not None:
+                self.sent_urls.remember_digest(url, pipeline.cache_salt, *digest)
 
     def _release(self, pipeline: MediaPipeline) -> None:
         for decoded in pipeline.published:
@@ -498,7 +492,7 @@ class Frontend:
         route: str,
         path: str | None = None,
         resend: bool = False,
-        answered: Callable[[int], None] | None = None,
+        answered: Callable[[int], Awaitable[None]] | None = None,
     ) -> web.StreamResponse:
         """Sends the request upstream: to ``path`` (the canonical route the
         body was inspected for) when given, else to the path as the client
@@ -541,7 +535,7 @@ class Frontend:
         body: bytes,
         route: str,
         resend: bool = False,
-        answered: Callable[[int], None] | None = None,
+        answered: Callable[[int], Awaitable[None]] | None = None,
     ) -> web.StreamResponse:
         """One try of :meth:`_forward`: raises :class:`_StaleConnection` when
         the connection closed before the answer began, and (with ``resend``)
@@ -561,7 +555,7 @@ class Frontend:
                     if resend and asks_for_resend(bytes(head)):
                         raise _ReadFailed()
                 if answered is not None:
-                    answered(upstream.status)
+                    await answered(upstream.status)
                 out_headers = {k: v for k, v in upstream.headers.items() if k.lower() not in _HOP_HEADERS}
                 if upstream.headers.get("Content-Encoding"):
                     out_headers["Content-Encoding"] = upstream.headers["Content-Encoding"]
