@@ -411,9 +411,10 @@ def test_the_worker_declares_its_settings_for_the_handshake(
 ) -> None:
     """pixelwire_worker_info, on vLLM's /metrics, carries the settings a
     frontend compares with its own: version, connector, the secret's
-    fingerprint (never the secret), the unsigned and private policies and
-    the resize policy of PIXELWIRE_MODEL/PIXELWIRE_MM_PROCESSOR_KWARGS, or
-    without them of vLLM's --model and --mm-processor-kwargs."""
+    fingerprint (never the secret), the unsigned and private policies, the
+    resize policy of PIXELWIRE_MODEL/PIXELWIRE_MM_PROCESSOR_KWARGS, or
+    without them of vLLM's --model and --mm-processor-kwargs, and whether it
+    keeps the data: URLs it decoded (PIXELWIRE_WORKER_CACHE_BYTES)."""
     import json
 
     from prometheus_client import REGISTRY, generate_latest
@@ -434,6 +435,7 @@ def test_the_worker_declares_its_settings_for_the_handshake(
     monkeypatch.delenv("PIXELWIRE_ALLOW_UNSIGNED", raising=False)
     monkeypatch.setenv("PIXELWIRE_MODEL", str(tmp_path))
     monkeypatch.setenv("PIXELWIRE_MM_PROCESSOR_KWARGS", json.dumps({"max_pixels": 1 << 18}))
+    monkeypatch.setenv("PIXELWIRE_WORKER_CACHE_BYTES", "64MiB")
     connector.worker_resize_policy.cache_clear()
     try:
         labels = connector.declared_settings("pixelwire").labels()
@@ -448,6 +450,7 @@ def test_the_worker_declares_its_settings_for_the_handshake(
         "unsigned": "0",
         "private": "1",
         "resize": policy.identity,
+        "memo": "1",
     }
     assert "worker-secret" not in json.dumps(labels)
     # Without the variables, from vLLM's command line: the same label.
