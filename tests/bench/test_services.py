@@ -50,6 +50,26 @@ def test_a_reading_counts_each_threads_own_cpu_clock() -> None:
         assert during - before >= spent[0] / 1e9
 
 
+def test_a_thread_that_began_and_ended_between_two_readings_is_counted() -> None:
+    """A thread that burns CPU and ends between two readings is in neither
+    one's threads, but its time is in the process's ticks: the difference
+    counts it (a video decoder's threads live and die within one request)."""
+    before = cpu_seconds(os.getpid())
+    spent: list[int] = []
+
+    def burn() -> None:
+        total = 0
+        while time.thread_time_ns() < 300_000_000:
+            total += sum(range(10_000))
+        spent.append(time.thread_time_ns())
+
+    worker = threading.Thread(target=burn)
+    worker.start()
+    worker.join()
+    after = cpu_seconds(os.getpid())
+    assert after - before >= spent[0] / 1e9 - 0.02
+
+
 def test_a_thread_that_ended_leaves_the_ticks_to_count() -> None:
     """Nanoseconds where the earlier reading's threads all remain (a new one
     counts whole); the ticks where one is gone, or a counter went back (its
@@ -58,5 +78,8 @@ def test_a_thread_that_ended_leaves_the_ticks_to_count() -> None:
     assert CpuReading(1.02, {1: 9_000_000, 2: 7_000_000, 3: 1_000_000}) - earlier == 0.005
     assert CpuReading(1.5, {1: 9_000_000}) - earlier == 0.5
     assert CpuReading(1.5, {1: 9_000_000, 2: 1}) - earlier == 0.5
+    # every thread kept, but the ticks grew by more than they can be off
+    # (a tick per process per reading): a thread came and went between
+    assert CpuReading(1.5, {1: 9_000_000, 2: 7_000_000}) - earlier == 0.5
     # no threads read (no schedstat): the ticks
     assert CpuReading(2.0) - CpuReading(1.0) == 1.0

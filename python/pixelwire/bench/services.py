@@ -120,32 +120,42 @@ class CpuReading:
     /proc/PID/task/TID/schedstat. ``later - earlier`` is the seconds
     between two readings: from the threads' nanoseconds where every thread
     of the earlier one is still there, no counter gone back (a thread
-    started in between counts whole); else from the ticks (a thread that
-    ended took its nanoseconds with it)."""
+    started in between counts whole), and the ticks grew by no more than
+    that plus what truncating to ticks can lose (a tick per process per
+    reading); else from the ticks (a thread that ended took its nanoseconds
+    with it, and one that began and ended in between is in neither
+    reading's threads: a video decoder's threads live within one request)."""
 
     seconds: float
     thread_ns: dict[int, int] = field(default_factory=dict)
+    processes: int = 1
 
     def __sub__(self, earlier: CpuReading) -> float:
         later = self.thread_ns
+        ticks = self.seconds - earlier.seconds
         kept = earlier.thread_ns and all(later.get(tid, -1) >= ns for tid, ns in earlier.thread_ns.items())
         if kept:
-            return (sum(later.values()) - sum(earlier.thread_ns.values())) / 1e9
-        return self.seconds - earlier.seconds
+            threads = (sum(later.values()) - sum(earlier.thread_ns.values())) / 1e9
+            slack = (self.processes + earlier.processes) / CLOCK_TICKS
+            if ticks <= threads + slack:
+                return threads
+        return ticks
 
 
 def cpu_seconds(pid: int, *, with_descendants: bool = False) -> CpuReading:
     """User + system CPU time of a process (and of its live descendants):
     see :class:`CpuReading`."""
     ticks = 0
+    processes = 0
     threads: dict[int, int] = {}
     for one in [pid, *(descendants(pid) if with_descendants else [])]:
         fields = _stat_fields(one)
         if fields:
             # utime and stime: fields 14 and 15 of /proc/PID/stat.
             ticks += int(fields[11]) + int(fields[12])
+            processes += 1
             threads.update(_thread_ns(one))
-    return CpuReading(ticks / CLOCK_TICKS, threads)
+    return CpuReading(ticks / CLOCK_TICKS, threads, max(processes, 1))
 
 
 def _thread_ns(pid: int) -> dict[int, int]:
