@@ -48,6 +48,12 @@ pub enum Error {
     /// corrupt or truncated headers, no video stream, or no decodable frame.
     #[error("{0}")]
     Video(String),
+    /// A read found that the frame count a capture gave before it (its
+    /// end-of-stream check shared with the read) was not OpenCV's: the
+    /// frames were sampled over the wrong count. The caller opens the video
+    /// again with the check settled at open and samples again.
+    #[error("{0}")]
+    VideoFrameCountChanged(String),
     /// A video stream in a codec this build does not decode.
     #[error("{0}")]
     UnsupportedVideo(String),

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import pixelwire
+from pixelwire._native import VideoCapture
 from pixelwire.config import Layout
 from pixelwire.publisher_process import PublisherProcess
 from pixelwire.resize import ResizePolicy, qwen3_video_policy
@@ -294,6 +295,31 @@ def test_a_video_publish_whose_caller_goes_away_stops_decoding(long_video: bytes
 
     stats = asyncio.run(main())
     assert stats["published"] == 1 and stats["bytes_in_use"] == 0, stats
+
+
+def test_a_video_whose_provisional_frame_count_was_wrong_is_sampled_again(
+    video_clips: dict[str, bytes],
+) -> None:
+    """A video whose last frames do not decode: the count left to the read
+    turns out wrong there, so the publish samples again over the count
+    OpenCV gives; what ships is decode_video's frames and metadata, and the
+    first attempt's slot went back."""
+    data = video_clips["h264_unreadable_tail.mp4"]
+
+    async def main() -> dict[str, int]:
+        async with pixelwire.Publisher() as publisher, pixelwire.Reader() as reader:
+            video = await publisher.decode_and_publish_video(data, sampling=VideoSampling(num_frames=32))
+            assert isinstance(video, pixelwire.DecodedVideo)
+            frames = await reader.read_decoded(video.to_dict(), output="numpy")
+            expected, metadata = pixelwire.decode_video(data, num_frames=32)
+            assert video.loader_metadata == metadata
+            header = VideoCapture(data).info()["header_frame_count"]
+            assert metadata["total_num_frames"] < header
+            np.testing.assert_array_equal(frames, expected)
+            return publisher.stats()
+
+    stats = asyncio.run(main())
+    assert stats["published"] == 1, stats
 
 
 def test_a_video_at_the_worker_passes_through() -> None:

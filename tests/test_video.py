@@ -22,8 +22,9 @@ from pixelwire import (
     VideoTooLarge,
     decode_video,
 )
-from pixelwire._native import VideoCapture
+from pixelwire._native import VideoCapture, VideoFrameCountChanged
 from pixelwire.resize import ResizePolicy, qwen3_video_policy
+from pixelwire.video.decode import sample_video
 
 import video_clips as video_clips_module
 
@@ -142,6 +143,66 @@ def test_variable_frame_rate_counts_the_frames_that_are_there(video_clips):
     the seek to the end that vLLM does finds the 12 real frames."""
     info = VideoCapture(video_clips["h264_vfr.mkv"]).info()
     assert info["header_frame_count"] > 12 and info["frame_count"] == 12
+
+
+def _sampled(capture: VideoCapture, **kwargs: Any) -> list[int]:
+    return sample_video(capture, "opencv", 32, None, kwargs)[1]
+
+
+def test_h264_and_hevc_mp4s_leave_the_frame_count_to_the_read_unless_settled(video_clips):
+    """The end-of-stream count is shared with the read for an H.264 or HEVC
+    stream whose seek to the end lands on an IDR picture: provisional at
+    open (the header's); other codecs, and settle_count, settle it at open."""
+    for name in ("h264_high_bframes.mp4", "hevc.mp4", "h264_unreadable_tail.mp4"):
+        shared = VideoCapture(video_clips[name]).info()
+        assert not shared["frame_count_settled"], name
+        assert shared["frame_count"] == shared["header_frame_count"], name
+        assert VideoCapture(video_clips[name], settle_count=True).info()["frame_count_settled"], name
+    for name in ("vp9.webm", "av1.mkv", "mpeg4.mp4"):
+        assert VideoCapture(video_clips[name]).info()["frame_count_settled"], name
+
+
+def test_a_count_shared_with_the_read_gives_the_frames_of_the_count_settled_at_open(
+    video_clips, corrupt_video
+):
+    """On every clip, the corrupt one and the one whose last frames do not
+    decode: where the provisional count is the settled one, the read gives
+    the settled read's frames; where it is not, the read refuses with
+    VideoFrameCountChanged; decode_video gives the settled frames either way."""
+    changed = []
+    for name, data in {**video_clips, "corrupt.mp4": corrupt_video}.items():
+        settled = VideoCapture(data, settle_count=True)
+        count = settled.info()["frame_count"]
+        wanted = _sampled(settled)
+        frames, indices = settled.read(wanted)
+        shared = VideoCapture(data)
+        if shared.info()["frame_count"] == count:
+            again, again_indices = shared.read(_sampled(shared))
+            assert again_indices == indices, name
+            assert np.array_equal(again, frames), name
+        else:
+            changed.append(name)
+            with pytest.raises(VideoFrameCountChanged):
+                shared.read(_sampled(shared))
+        decoded, metadata = decode_video(data)
+        assert metadata["total_num_frames"] == count and metadata["frames_indices"] == indices, name
+        assert np.array_equal(decoded, frames), name
+    assert changed == ["h264_unreadable_tail.mp4"]
+
+
+def test_a_read_that_stops_before_the_end_still_settles_the_count(video_clips):
+    """A read whose last index is before where the seek to the end lands
+    does not read on to the end: it settles the count (decoding the end as
+    OpenCV does) and refuses when that is not the count it was sampled over."""
+    data = video_clips["h264_unreadable_tail.mp4"]
+    count = VideoCapture(data, settle_count=True).info()["frame_count"]
+    assert count < VideoCapture(data).info()["frame_count"]
+    with pytest.raises(VideoFrameCountChanged, match=f"has {count} frames"):
+        VideoCapture(data).read([0, 1])
+    good = video_clips["h264_high_bframes.mp4"]
+    early, early_indices = VideoCapture(good).read([0, 1])
+    assert early_indices == [0, 1]
+    assert np.array_equal(early, VideoCapture(good, settle_count=True).read([0, 1])[0])
 
 
 def test_rgb24_direct_differs_from_bgr24_swapped_at_high_bit_depth(video_clips):

@@ -54,6 +54,9 @@ CLIPS: dict[str, list[str]] = {
     ],
     "h264_odd_853x480_444.mp4": [*PATTERN, *ODD_SIZE, *X264[:2], "-pix_fmt", "yuv444p"],
     "h264_scene.mp4": [*SCENE, "-frames:v", "12", *X264, "-bf", "3"],
+    # Two IDR pictures, the frames behind the second ending in two that do
+    # not decode (UNREADABLE_TAILS).
+    "h264_unreadable_tail.mp4": [*PATTERN, "-frames:v", "40", *X264, "-bf", "3", "-g", "20"],
     "h264_vfr.mkv": [*PATTERN, "-frames:v", "12", "-vf", "setpts=N*N/100/TB", "-fps_mode", "vfr", *X264],
     "h264_rotated_90.mp4": [*PATTERN, "-frames:v", "8", *X264],
     "h264_rotated_270.mp4": [*PATTERN, "-frames:v", "8", *X264, "-bf", "2"],
@@ -81,6 +84,11 @@ CLIPS: dict[str, list[str]] = {
 ROTATIONS = {"h264_rotated_90.mp4": 90, "h264_rotated_270.mp4": 270}
 # hvcC temporal-layer counts written over the encoder's afterwards.
 LAYER_CLAIMS = {"hevc_claims_one_layer.mp4": 1}
+
+# Reference pictures at the end whose NAL units are made unspecified
+# (type 0) afterwards, so no frame comes out of them: the end-of-stream
+# count finds fewer frames than the packets promise.
+UNREADABLE_TAILS = {"h264_unreadable_tail.mp4": 2}
 
 # Files that are not decodable videos, for the error tests.
 # A long clip (3000 frames, about 6 MB; seconds to decode on one core):
@@ -119,6 +127,41 @@ def rotate_mp4(data: bytes, degrees: int) -> bytes:
     cos = {0: 1, 90: 0, 180: -1, 270: 0}[degrees] << 16
     matrix = struct.pack(">9i", cos, sin, 0, -sin, cos, 0, 0, 0, 1 << 30)
     return data[: at + 48] + matrix + data[at + 84 :]
+
+
+def unreadable_tail_mp4(path: Path, pictures: int) -> bytes:
+    """The mp4 with its last ``pictures`` non-IDR reference pictures (in
+    decoding order; one slice each, lengths of 4 bytes) turned into
+    unspecified NAL units, which a decoder ignores."""
+    ffprobe = shutil.which("ffprobe")
+    if ffprobe is None:
+        raise RuntimeError("the video tests need the ffprobe CLI (make setup installs it)")
+    shown = subprocess.run(
+        [
+            ffprobe,
+            "-v",
+            "error",
+            "-select_streams",
+            "v:0",
+            "-show_entries",
+            "packet=pos",
+            "-of",
+            "csv=p=0",
+            str(path),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    data = bytearray(path.read_bytes())
+    header_at = [int(line.strip().rstrip(",")) + 4 for line in shown.stdout.split()]
+    referenced = [at for at in header_at if data[at] & 0x1F == 1 and data[at] >> 5 != 0]
+    if len(referenced) < pictures:
+        raise ValueError(f"fewer than {pictures} non-IDR reference pictures")
+    for at in referenced[-pictures:]:
+        data[at] = 0
+    return bytes(data)
 
 
 def claim_temporal_layers_mp4(data: bytes, layers: int) -> bytes:
@@ -197,6 +240,8 @@ def make(name: str, args: list[str], folder: Path) -> bytes:
             out.write_bytes(rotate_mp4(out.read_bytes(), ROTATIONS[name]))
         if name in LAYER_CLAIMS:
             out.write_bytes(claim_temporal_layers_mp4(out.read_bytes(), LAYER_CLAIMS[name]))
+        if name in UNREADABLE_TAILS:
+            out.write_bytes(unreadable_tail_mp4(out, UNREADABLE_TAILS[name]))
     return out.read_bytes()
 
 

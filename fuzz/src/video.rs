@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 
 use pixelwire::errors::Error;
-use pixelwire::video::{Capture, Conversion, VideoLimits};
+use pixelwire::video::{Capture, Conversion, EndCheck, VideoLimits};
 
 /// Bytes of the video target's header, before the file.
 pub const VIDEO_HEADER: usize = 4;
@@ -14,14 +14,18 @@ pub const VIDEO_HEADER: usize = 4;
 /// * `h[0]`: bit 0 two decoder threads (else one); bit 1 RGB24 straight
 ///   from swscale (else OpenCV's BGR24 then a swap); bits 2-3 `max_pixels`
 ///   (2^12, 2^16, 2^18, 2^20); bits 4-5 `max_seconds` (1, 10, 60, 3600);
-///   bit 6 `max_bytes` one below the file's length (must refuse).
+///   bit 6 `max_bytes` one below the file's length (must refuse); bit 7
+///   the frame count's end-of-stream check shared with the read (else
+///   settled at open).
 /// * `h[1]`: frames sampled (1..=4; `max_frames` is 3, so 4 must refuse).
 /// * `h[2]`, `h[3]`: the first sampled index and the step between them.
 ///
 /// Checks: no crash, hang or unbounded memory (libFuzzer's -timeout and
 /// -rss_limit_mb); what `open` accepts is within the limits; a read returns
 /// sorted, distinct indices among those asked for and exactly their frames'
-/// bytes; a capture reads once.
+/// bytes, or `VideoFrameCountChanged` from a count left provisional at open
+/// (then settled to another); a read settles the count; a capture reads
+/// once.
 pub fn video_one(data: &[u8]) {
     crate::init();
     video_inner(data);
@@ -47,7 +51,12 @@ fn video_inner(data: &[u8]) {
     } else {
         Conversion::BgrSwapped
     };
-    let mut capture = match Capture::open(Box::new(file.to_vec()), threads, limits) {
+    let end_check = if h[0] & 0x80 != 0 {
+        EndCheck::SharedWithRead
+    } else {
+        EndCheck::AtOpen
+    };
+    let mut capture = match Capture::open(Box::new(file.to_vec()), threads, limits, end_check) {
         Ok(capture) => capture,
         Err(Error::Video(_) | Error::UnsupportedVideo(_) | Error::VideoOverLimit { .. }) => {
             return
@@ -78,6 +87,7 @@ fn video_inner(data: &[u8]) {
     let (first, step) = (usize::from(h[2] % 32), usize::from(h[3] % 16));
     let wanted: Vec<usize> = (0..count).map(|i| first + i * step).collect();
     let distinct = wanted.iter().collect::<BTreeSet<_>>().len();
+    let mut refused = false;
     match capture.read_frames(&wanted, conversion, None) {
         Ok(frames) => {
             assert!(distinct <= limits.max_frames, "read {distinct} frames over max_frames");
@@ -88,13 +98,22 @@ fn video_inner(data: &[u8]) {
             assert!(frames.indices.iter().all(|i| wanted.contains(i)), "{:?}", frames.indices);
         }
         Err(Error::VideoOverLimit { setting, .. }) => {
+            refused = true;
             assert!(
                 matches!(setting, "max_frames" | "max_frame_bytes"),
                 "read refused by {setting}"
             );
         }
+        Err(Error::VideoFrameCountChanged(_)) => {
+            assert!(!info.frame_count_settled, "a settled count changed");
+            assert_ne!(capture.info().frame_count, info.frame_count);
+        }
         Err(other) => panic!("read failed: {other:?}"),
     }
+    assert!(
+        capture.info().frame_count_settled || refused,
+        "a read left the count provisional"
+    );
     assert!(
         capture.read_frames(&wanted, conversion, None).is_err(),
         "a capture read twice"

@@ -94,6 +94,11 @@ class VideoDecodeError(DecodeError):
 class UnsupportedVideo(VideoDecodeError):
     """The video stream is in a codec pixelwire does not decode."""
 
+class VideoFrameCountChanged(VideoDecodeError):
+    """A read found the frame count the capture gave before it wrong (the
+    end-of-stream check was shared with the read): open the video again with
+    ``settle_count=True`` and sample again."""
+
 class VideoTooLarge(ImageTooLarge):
     """The video is over a ``VideoLimits`` setting (``max_bytes``,
     ``max_frames``, ``max_pixels``, ``max_frame_bytes``, ``max_seconds``)."""
@@ -185,6 +190,7 @@ class VideoInfo(TypedDict):
     height: int
     frame_count: int
     header_frame_count: int
+    frame_count_settled: bool
     fps: float
     duration: float
     rotation: int
@@ -197,8 +203,20 @@ class VideoCapture:
     """An opened in-memory video, read as ``cv2.VideoCapture`` reads it."""
 
     def __new__(
-        cls, data: Buffer, *, threads: int = 0, limits: VideoLimits | None = None
-    ) -> VideoCapture: ...
+        cls,
+        data: Buffer,
+        *,
+        threads: int = 0,
+        limits: VideoLimits | None = None,
+        settle_count: bool = False,
+    ) -> VideoCapture:
+        """Opens ``data`` and reads its headers. With ``settle_count`` the
+        frame count is settled here, decoding the end of the stream as
+        OpenCV's seek to the end does; without it that decoding is shared
+        with ``read`` where it can be (an H.264 or HEVC stream whose end is
+        behind an IDR picture), ``frame_count`` is then the header's,
+        provisionally, and ``read`` raises ``VideoFrameCountChanged`` if
+        OpenCV would have counted otherwise."""
     def info(self) -> VideoInfo: ...
     def read(
         self,

@@ -13,7 +13,7 @@ import hashlib
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -37,7 +37,7 @@ from pixelwire.data_url_memo import DataUrlMemo
 from pixelwire.descriptor import Decoded, DecodedVideo, PassThrough
 from pixelwire.nixl import ensure_nixl
 from pixelwire.publish_cache import CacheKey, Outcome, PublishCache
-from pixelwire.video.decode import frame_resize, loader_metadata, sample_video
+from pixelwire.video.decode import frame_resize, loader_metadata, sample_video, with_settled_count
 from pixelwire.video.sampling import VideoSampling
 
 if TYPE_CHECKING:
@@ -267,7 +267,25 @@ def _publish_video(
     """Opens the video, samples it as the loader does and decodes the
     sampled frames into a slot, each resized as `resize` says (GIL released
     throughout); stops with :class:`Cancelled` once `control` is cancelled."""
-    capture = _native.VideoCapture(data, threads=threads, limits=limits)
+
+    def publish(settle_count: bool) -> _PublishedVideo:
+        def open_video() -> _native.VideoCapture:
+            return _native.VideoCapture(data, threads=threads, limits=limits, settle_count=settle_count)
+
+        return _publish_opened(native, open_video, data, sampling, resize, control)
+
+    return with_settled_count(publish)
+
+
+def _publish_opened(
+    native: _native.NativePublisher,
+    open_video: Callable[[], _native.VideoCapture],
+    data: bytes | bytearray,
+    sampling: VideoSampling,
+    resize: ResizePolicy | None,
+    control: _native.BatchControl,
+) -> _PublishedVideo:
+    capture = open_video()
     info = capture.info()
     source, wanted = sample_video(
         capture, sampling.loader, sampling.num_frames, sampling.fps, sampling.loader_kwargs
@@ -281,8 +299,7 @@ def _publish_video(
         # depends on: the decoded frames again, at the size for that count.
         native.release(fields["slot"], fields["generation"], fields["handout"])
         decoded = fields["indices"]
-        capture = _native.VideoCapture(data, threads=threads, limits=limits)
-        fields = native.publish_video(capture, decoded, control=control, **settled)
+        fields = native.publish_video(open_video(), decoded, control=control, **settled)
         if fields["indices"] != decoded:
             native.release(fields["slot"], fields["generation"], fields["handout"])
             raise _native.VideoDecodeError(

@@ -46,6 +46,12 @@ create_exception!(
 );
 create_exception!(
     pixelwire,
+    VideoFrameCountChanged,
+    VideoDecodeError,
+    "A read found the frame count the capture gave before it wrong (the end-of-stream check was shared with the read): open the video again with settle_count=True and sample again."
+);
+create_exception!(
+    pixelwire,
     VideoTooLarge,
     ImageTooLarge,
     "The video is over a VideoLimits setting (attributes: setting, limit, actual)."
@@ -102,6 +108,7 @@ impl From<Error> for PyErr {
             } => over_limit::<ImageTooLarge>(message, setting, limit, actual),
             Error::Video(m) => VideoDecodeError::new_err(m),
             Error::UnsupportedVideo(m) => UnsupportedVideo::new_err(m),
+            Error::VideoFrameCountChanged(m) => VideoFrameCountChanged::new_err(m),
             Error::VideoOverLimit {
                 message,
                 setting,
@@ -261,6 +268,10 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("VideoDecodeError", py.get_type::<VideoDecodeError>())?;
     m.add("UnsupportedVideo", py.get_type::<UnsupportedVideo>())?;
     m.add("VideoTooLarge", py.get_type::<VideoTooLarge>())?;
+    m.add(
+        "VideoFrameCountChanged",
+        py.get_type::<VideoFrameCountChanged>(),
+    )?;
     m.add("FetchError", py.get_type::<FetchError>())?;
     m.add("BlockedURL", py.get_type::<BlockedURL>())?;
     m.add("DescriptorError", py.get_type::<DescriptorError>())?;

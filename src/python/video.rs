@@ -6,7 +6,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
 use super::{resize_target, Encoded, ResizeArg};
-use crate::video::{self, Capture, Conversion};
+use crate::video::{self, Capture, Conversion, EndCheck};
 
 /// Bounds on one video, checked before the memory they guard is taken.
 #[pyclass(module = "pixelwire", name = "VideoLimits", frozen, eq)]
@@ -108,14 +108,19 @@ pub struct PyVideoCapture {
 #[pymethods]
 impl PyVideoCapture {
     /// Opens `data` and reads the container and codec headers. `threads`:
-    /// the decoder's threads (0: min(cores, 16), as OpenCV).
+    /// the decoder's threads (0: min(cores, 16), as OpenCV). `settle_count`
+    /// decodes the end of the stream here for the frame count, as OpenCV;
+    /// without it that work is shared with `read` where it can be, and
+    /// `frame_count` may be provisional until `read` settles it (raising
+    /// `VideoFrameCountChanged` when it was wrong).
     #[new]
-    #[pyo3(signature = (data, *, threads = 0, limits = None))]
+    #[pyo3(signature = (data, *, threads = 0, limits = None, settle_count = false))]
     fn new(
         py: Python<'_>,
         data: Encoded<'_>,
         threads: usize,
         limits: Option<PyRef<'_, PyVideoLimits>>,
+        settle_count: bool,
     ) -> PyResult<Self> {
         let limits = limits.map(|l| l.inner).unwrap_or_default();
         let source = match data {
@@ -129,15 +134,20 @@ impl PyVideoCapture {
             }
             Encoded::Owned(v) => Source::Owned(v),
         };
-        let capture = py.detach(|| Capture::open(Box::new(source), threads, limits))?;
+        let end_check = if settle_count {
+            EndCheck::AtOpen
+        } else {
+            EndCheck::SharedWithRead
+        };
+        let capture = py.detach(|| Capture::open(Box::new(source), threads, limits, end_check))?;
         Ok(PyVideoCapture {
             inner: Some(capture),
         })
     }
 
     /// The stream as OpenCV reports it: width, height, frame_count (as vLLM
-    /// corrects it), header_frame_count, fps, duration, rotation, threads,
-    /// codec, pix_fmt.
+    /// corrects it), header_frame_count, frame_count_settled, fps, duration,
+    /// rotation, threads, codec, pix_fmt.
     fn info<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let info = self.capture()?.info();
         let d = PyDict::new(py);
@@ -145,6 +155,7 @@ impl PyVideoCapture {
         d.set_item("height", info.height)?;
         d.set_item("frame_count", info.frame_count)?;
         d.set_item("header_frame_count", info.header_frame_count)?;
+        d.set_item("frame_count_settled", info.frame_count_settled)?;
         d.set_item("fps", info.fps)?;
         d.set_item("duration", info.duration)?;
         d.set_item("rotation", info.rotation)?;

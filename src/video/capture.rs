@@ -25,6 +25,10 @@ pub struct StreamInfo {
     pub frame_count: i64,
     /// `CAP_PROP_FRAME_COUNT` as the headers state it.
     pub header_frame_count: i64,
+    /// Whether `frame_count` is final. With [`EndCheck::SharedWithRead`] it
+    /// may be provisional until the read confirms it (or fails with
+    /// [`Error::VideoFrameCountChanged`]).
+    pub frame_count_settled: bool,
     /// `CAP_PROP_FPS`.
     pub fps: f64,
     /// The container's duration in seconds (vLLM's metadata uses
@@ -49,6 +53,81 @@ pub struct Frames {
     pub indices: Vec<usize>,
     pub height: usize,
     pub width: usize,
+}
+
+/// When vLLM's end-of-stream frame count check (OpenCV's seek to the end,
+/// which decodes from the last keyframe to the end) is done. `AtOpen`
+/// decodes the end there, as OpenCV does. `SharedWithRead` does so only
+/// where it cannot be shared: for an H.264 or HEVC stream whose seek to the
+/// end lands on an IDR picture with enough packets after it for the
+/// header's count, the count is the header's, provisionally, and the read
+/// (which decodes those frames from the start anyway) confirms it. A read
+/// that cannot settles it then, as `AtOpen` would have, and fails with
+/// [`Error::VideoFrameCountChanged`] if the count was wrong.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EndCheck {
+    AtOpen,
+    SharedWithRead,
+}
+
+/// The seek to the end's landing, which a read must confirm.
+#[derive(Clone, Copy, Debug)]
+struct PendingCount {
+    landing_pts: i64,
+    landing_number: i64,
+}
+
+/// What a read saw from the frame the seek to the end landed on (its
+/// timestamp) onwards: that frame's number, the last number reached with
+/// every frame from there decoding, in presentation order.
+struct EndTrack {
+    landing_pts: i64,
+    from: Option<usize>,
+    last: usize,
+    last_pts: Option<i64>,
+    broken: bool,
+}
+
+impl EndTrack {
+    fn new(landing_pts: i64) -> EndTrack {
+        EndTrack {
+            landing_pts,
+            from: None,
+            last: 0,
+            last_pts: None,
+            broken: false,
+        }
+    }
+
+    /// Frame `index` was output with timestamp `pts`.
+    fn grabbed(&mut self, index: usize, pts: i64) {
+        if self.last_pts.is_some_and(|last| pts <= last) {
+            // Timestamps out of order: the landing frame's place in the
+            // read need not be its place after the seek.
+            self.broken = true;
+        }
+        self.last_pts = Some(pts);
+        if pts == self.landing_pts {
+            self.from = Some(index);
+        }
+        self.last = index;
+    }
+
+    /// A frame did not decode: OpenCV's check would stop there.
+    fn missed(&mut self) {
+        self.broken = true;
+    }
+
+    /// Whether OpenCV's check, grabbing from the landing (numbered
+    /// `landing_number`) towards `count` - 1, would reach it, so that it
+    /// keeps the header's `count`: it needs `count` - 1 - landing_number
+    /// more frames, and the read decoded `count` - 1 - from of them.
+    fn confirms(&self, pending: &PendingCount, count: i64) -> bool {
+        let Some(from) = self.from else {
+            return false;
+        };
+        !self.broken && from as i64 <= pending.landing_number + 1 && self.last as i64 >= count - 1
+    }
 }
 
 /// How a frame becomes RGB. `BgrSwapped` is OpenCV's path (swscale to
@@ -87,6 +166,7 @@ pub struct Capture {
     info: StreamInfo,
     limits: VideoLimits,
     read: bool,
+    pending: Option<PendingCount>,
     // Dropped after `raw` is closed (see Drop).
     _source: Box<dyn AsRef<[u8]> + Send + Sync>,
 }
@@ -115,11 +195,13 @@ fn c_string(chars: &[c_char]) -> String {
 
 impl Capture {
     /// Opens `source` and reads its headers. `threads` is the decoder's
-    /// thread count; 0 means OpenCV's default, min(cores, 16).
+    /// thread count; 0 means OpenCV's default, min(cores, 16). `end_check`
+    /// says when the frame count is settled.
     pub fn open(
         source: Box<dyn AsRef<[u8]> + Send + Sync>,
         threads: usize,
         limits: VideoLimits,
+        end_check: EndCheck,
     ) -> Result<Capture> {
         let data = (*source).as_ref();
         limits.check_encoded(data.len())?;
@@ -172,6 +254,7 @@ impl Capture {
             height: raw_info.height.max(0) as u32,
             frame_count: raw_info.frame_count,
             header_frame_count: raw_info.frame_count,
+            frame_count_settled: true,
             fps: raw_info.fps,
             duration: raw_info.duration_sec,
             rotation: raw_info.rotation,
@@ -184,6 +267,7 @@ impl Capture {
             info,
             limits,
             read: false,
+            pending: None,
             _source: source,
         };
         limits.check_frame_size(capture.info.width, capture.info.height)?;
@@ -197,8 +281,26 @@ impl Capture {
             let info = &mut capture.info;
             std::mem::swap(&mut info.width, &mut info.height);
         }
-        // SAFETY: `raw` is an open handle, used by this thread only.
-        capture.info.frame_count = unsafe { ffi::pw_video_presentable_frames(capture.raw) };
+        match end_check {
+            EndCheck::AtOpen => {
+                // SAFETY: `raw` is an open handle, used by this thread only.
+                capture.info.frame_count = unsafe { ffi::pw_video_presentable_frames(capture.raw) };
+            }
+            EndCheck::SharedWithRead => {
+                let mut end = ffi::pw_video_end::default();
+                // SAFETY: as above; the shim fills `end`.
+                let deferred =
+                    unsafe { ffi::pw_video_presentable_frames_deferred(capture.raw, &mut end) };
+                capture.info.frame_count = end.frame_count;
+                if deferred != 0 {
+                    capture.info.frame_count_settled = false;
+                    capture.pending = Some(PendingCount {
+                        landing_pts: end.landing_pts,
+                        landing_number: end.landing_number,
+                    });
+                }
+            }
+        }
         Ok(capture)
     }
 
@@ -303,6 +405,14 @@ impl Capture {
         }
         self.read = true;
         let wanted: BTreeSet<usize> = wanted.iter().copied().collect();
+        let count = self.info.frame_count;
+        if let (Some(pending), Some(&last)) = (self.pending, wanted.last()) {
+            if (last as i64) < pending.landing_number {
+                // The read stops before the landing: decoding from it to the
+                // end would be work the read does not share.
+                self.settle()?;
+            }
+        }
         let (width, height) = (self.info.width as usize, self.info.height as usize);
         // The stream's own (unrotated) size, which the shim writes.
         let coded = if self.info.rotation % 180 != 0 {
@@ -324,27 +434,71 @@ impl Capture {
             failed: None,
             stop,
         };
+        let mut track = self.pending.map(|p| EndTrack::new(p.landing_pts));
         if let Some(&last) = wanted.last() {
-            match self.read_skipping(&wanted, last, &mut output) {
+            // A provisional count is confirmed by reading on to its last frame.
+            let through = match self.pending {
+                Some(_) => last.max(usize::try_from(count - 1).unwrap_or(last)),
+                None => last,
+            };
+            match self.read_skipping(&wanted, through, &mut output, track.as_mut()) {
                 Skipping::Done => {}
-                Skipping::Off => self.read_every(&wanted, last, &mut output),
+                Skipping::Off => self.read_every(&wanted, through, &mut output, track.as_mut()),
                 Skipping::Failed => {
                     output.indices.clear();
+                    track = self.pending.map(|p| EndTrack::new(p.landing_pts));
                     // SAFETY: `raw` is an open handle, used by this thread only.
                     unsafe { ffi::pw_video_rewind(self.raw) };
-                    self.read_every(&wanted, last, &mut output);
+                    self.read_every(&wanted, through, &mut output, track.as_mut());
                 }
             }
         }
-        match output.failed {
-            Some(error) => Err(error),
-            None => Ok(output.indices),
+        if let Some(error) = output.failed {
+            return Err(error);
         }
+        if let Some(pending) = self.pending {
+            if track.is_some_and(|t| t.confirms(&pending, count)) {
+                self.pending = None;
+                self.info.frame_count_settled = true;
+            } else {
+                self.settle()?;
+            }
+        }
+        Ok(output.indices)
+    }
+
+    /// Settles a provisional frame count as OpenCV's check does (decoding
+    /// the end of the stream), back at the start: an error when it is not
+    /// the count the frames were sampled over.
+    fn settle(&mut self) -> Result<()> {
+        if self.pending.take().is_none() {
+            return Ok(());
+        }
+        // SAFETY: `raw` is an open handle, used by this thread only.
+        let count = unsafe {
+            ffi::pw_video_rewind(self.raw);
+            ffi::pw_video_presentable_frames(self.raw)
+        };
+        self.info.frame_count_settled = true;
+        let sampled = std::mem::replace(&mut self.info.frame_count, count);
+        if count != sampled {
+            return Err(Error::VideoFrameCountChanged(format!(
+                "the video has {count} frames as OpenCV counts them, not the {sampled} \
+                 it was sampled over"
+            )));
+        }
+        Ok(())
     }
 
     /// OpenCV's read: one grab per frame number up to `last`, a frame that
     /// does not decode taking its number with it.
-    fn read_every(&mut self, wanted: &BTreeSet<usize>, last: usize, out: &mut Output<'_>) {
+    fn read_every(
+        &mut self,
+        wanted: &BTreeSet<usize>,
+        last: usize,
+        out: &mut Output<'_>,
+        mut track: Option<&mut EndTrack>,
+    ) {
         for index in 0..=last {
             if out.stopped() {
                 return;
@@ -354,7 +508,14 @@ impl Capture {
                 if unsafe { ffi::pw_video_finished(self.raw) } != 0 {
                     break;
                 }
+                if let Some(track) = track.as_deref_mut() {
+                    track.missed();
+                }
                 continue;
+            }
+            if let Some(track) = track.as_deref_mut() {
+                // SAFETY: as above.
+                track.grabbed(index, unsafe { ffi::pw_video_frame_pts(self.raw) });
             }
             if wanted.contains(&index) {
                 out.keep(self.raw, index);
@@ -371,6 +532,7 @@ impl Capture {
         wanted: &BTreeSet<usize>,
         last: usize,
         out: &mut Output<'_>,
+        mut track: Option<&mut EndTrack>,
     ) -> Skipping {
         let numbers: Vec<i64> = wanted.iter().map(|&i| i as i64).collect();
         // SAFETY: `raw` is an open handle; the shim copies `numbers`.
@@ -395,6 +557,10 @@ impl Capture {
             let Ok(index) = usize::try_from(index) else {
                 return Skipping::Failed;
             };
+            if let Some(track) = track.as_deref_mut() {
+                // SAFETY: as above.
+                track.grabbed(index, unsafe { ffi::pw_video_frame_pts(self.raw) });
+            }
             if wanted.contains(&index) {
                 out.keep(self.raw, index);
             }

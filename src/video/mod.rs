@@ -12,6 +12,6 @@ mod capture;
 mod limits;
 mod publish;
 
-pub use capture::{Capture, Conversion, Frames, StreamInfo};
+pub use capture::{Capture, Conversion, EndCheck, Frames, StreamInfo};
 pub use limits::VideoLimits;
 pub use publish::{publish_video, PublishedVideo};

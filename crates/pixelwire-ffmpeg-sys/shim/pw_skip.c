@@ -282,3 +282,23 @@ void skip_after_grab(struct skipper *k, const AVFrame *frame, int finished) {
     k->outputs++;
     k->last_pts = pts;
 }
+
+int pw_access_unit_is_idr(enum AVCodecID codec, int nal_length_size, const uint8_t *p, size_t size) {
+    int idr = 0, more;
+    size_t at = 0, len;
+    const uint8_t *nal;
+    while ((more = next_nal(p, size, nal_length_size, &at, &nal, &len)) > 0) {
+        if (codec == AV_CODEC_ID_H264) {
+            int type = nal[0] & 0x1f;
+            if (type >= 1 && type <= 4)
+                return 0;
+            idr |= type == 5;
+        } else {
+            int type = (nal[0] >> 1) & 0x3f;
+            if (type <= 31 && type != 19 && type != 20)
+                return 0;
+            idr |= type == 19 || type == 20;
+        }
+    }
+    return more == 0 && idr;
+}

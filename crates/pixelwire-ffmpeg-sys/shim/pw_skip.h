@@ -46,5 +46,8 @@ int skip_packet(struct skipper *k, AVPacket *pkt);
 /* After each grab, with the frame output (NULL when none) and whether the
  * stream has ended: sets `index`, or `failed`. */
 void skip_after_grab(struct skipper *k, const AVFrame *frame, int finished);
+/* 1 when every slice of an H.264 or HEVC access unit belongs to an IDR
+ * picture (and there is one), 0 otherwise or when it is malformed. */
+int pw_access_unit_is_idr(enum AVCodecID codec, int nal_length_size, const uint8_t *p, size_t size);
 
 #endif

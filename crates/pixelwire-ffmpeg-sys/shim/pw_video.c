@@ -467,9 +467,12 @@ static int64_t total_frames(const pw_video *v) {
     return info.frame_count;
 }
 
-/* seek(int64_t) (l. 2309): to the keyframe before the target, then grab
- * forward to it, widening the step back while the landing is past it. */
-static void seek_frame(pw_video *v, int64_t target) {
+/* The first half of seek(int64_t) (l. 2309): to the keyframe before the
+ * target, one grab there, widening the step back while the landing is past
+ * the target. 1 when it landed before the target, with `frame_number` the
+ * landing frame's number and frames still to be grabbed forward to it; 0
+ * when OpenCV's seek ends here. `*seek_ts` gets the timestamp last sought. */
+static int seek_land(pw_video *v, int64_t target, int64_t *seek_ts) {
     AVStream *st = v->ic->streams[v->stream];
     int64_t total = total_frames(v);
     if (target > total)
@@ -488,41 +491,57 @@ static void seek_frame(pw_video *v, int64_t target) {
             time_stamp += ts_norm;
         if (total > 1)
             av_seek_frame(v->ic, v->stream, time_stamp, AVSEEK_FLAG_BACKWARD);
+        if (seek_ts)
+            *seek_ts = total > 1 ? time_stamp : AV_NOPTS_VALUE;
         avcodec_flush_buffers(v->ctx);
         v->finished = 0;
         if (target <= 0) {
             v->frame_number = 0;
             v->picture_pts = AV_NOPTS_VALUE;
-            return;
+            return 0;
         }
         pw_video_grab(v);
         if (target == 1) {
             v->frame_number = 1;
-            return;
+            return 0;
         }
         v->frame_number = dts_to_frame_number(v, v->picture_pts) - v->first_frame_number;
         if (v->frame_number < 0 || v->frame_number > target - 1) {
             if (temp == 0 || delta >= INT_MAX / 4)
-                return;
+                return 0;
             delta = delta < 16 ? delta * 2 : delta * 3 / 2;
             continue;
         }
-        while (v->frame_number < target - 1) {
-            if (!pw_video_grab(v))
-                break;
-        }
-        v->frame_number++;
-        return;
+        return 1;
     }
+}
+
+/* seek(int64_t): the landing, then grabs forward to the target. */
+static void seek_frame(pw_video *v, int64_t target) {
+    int64_t total = total_frames(v);
+    if (target > total)
+        target = total;
+    if (!seek_land(v, target, NULL))
+        return;
+    while (v->frame_number < target - 1) {
+        if (!pw_video_grab(v))
+            break;
+    }
+    v->frame_number++;
+}
+
+/* cap.set(CAP_PROP_POS_AVI_RATIO, 1.0): seek((int64_t)(1.0 * duration)),
+ * a frame number far past the end, which the seek caps at the count. */
+static int64_t end_target(const pw_video *v) {
+    return (int64_t)(1.0 * (double)v->ic->duration);
 }
 
 int64_t pw_video_presentable_frames(pw_video *v) {
     int64_t total = total_frames(v);
     if (total <= 0)
         return total;
-    /* cap.set(CAP_PROP_POS_AVI_RATIO, 1.0): seek((int64_t)(1.0 * duration)). */
     if (v->ic->duration != AV_NOPTS_VALUE)
-        seek_frame(v, (int64_t)(1.0 * (double)v->ic->duration));
+        seek_frame(v, end_target(v));
     else
         v->frame_number = 0;
     int64_t visible = v->frame_number;
@@ -531,6 +550,91 @@ int64_t pw_video_presentable_frames(pw_video *v) {
     if (at_end && 0 < visible && visible < total - 1)
         return visible;
     return total;
+}
+
+/* 1 when an access unit starts an H.264 or HEVC coded video sequence with
+ * an IDR picture (no picture after it refers to one before it, none is
+ * shown before it). */
+static int starts_with_idr(const pw_video *v, const AVPacket *pkt) {
+    const uint8_t *extra = v->ctx->extradata;
+    int extra_size = v->ctx->extradata_size;
+    if (v->codec->id == AV_CODEC_ID_H264 && extra && extra_size >= 7 && extra[0] == 1)
+        return pw_access_unit_is_idr(AV_CODEC_ID_H264, (extra[4] & 3) + 1, pkt->data, (size_t)pkt->size);
+    if (v->codec->id == AV_CODEC_ID_HEVC && extra && extra_size >= 23 && extra[0] == 1)
+        return pw_access_unit_is_idr(AV_CODEC_ID_HEVC, (extra[21] & 3) + 1, pkt->data, (size_t)pkt->size);
+    return 0;
+}
+
+/* Video packets from where `seek_ts` lands to the end, without decoding
+ * them: their count when the first is an IDR access unit whose timestamp
+ * is `landing_pts` (the frame the decoder output first there) and none
+ * after it is shown before it; -1 otherwise. */
+static int64_t packets_from_landing(pw_video *v, int64_t seek_ts, int64_t landing_pts) {
+    AVPacket *pkt = av_packet_alloc();
+    if (!pkt)
+        return -1;
+    int64_t count = 0;
+    av_seek_frame(v->ic, v->stream, seek_ts, AVSEEK_FLAG_BACKWARD);
+    avcodec_flush_buffers(v->ctx);
+    for (size_t reads = 0;; reads++) {
+        int ret = av_read_frame(v->ic, pkt);
+        if (ret == AVERROR_EOF)
+            break;
+        if (ret == AVERROR(EAGAIN) && reads < MAX_READ_ATTEMPTS)
+            continue;
+        if (ret < 0) {
+            count = -1;
+            break;
+        }
+        int ours = pkt->stream_index == v->stream && !(pkt->flags & AV_PKT_FLAG_DISCARD);
+        if (ours && count == 0 && (pkt->pts != landing_pts || !starts_with_idr(v, pkt))) {
+            count = -1;
+            av_packet_unref(pkt);
+            break;
+        }
+        if (ours && (pkt->pts == AV_NOPTS_VALUE || (count > 0 && pkt->pts <= landing_pts))) {
+            count = -1;
+            av_packet_unref(pkt);
+            break;
+        }
+        count += ours;
+        av_packet_unref(pkt);
+    }
+    av_packet_free(&pkt);
+    return count;
+}
+
+int pw_video_presentable_frames_deferred(pw_video *v, pw_video_end *end) {
+    memset(end, 0, sizeof *end);
+    int64_t total = total_frames(v);
+    end->frame_count = total;
+    if (total <= 1 || v->ic->duration == AV_NOPTS_VALUE ||
+        (v->codec->id != AV_CODEC_ID_H264 && v->codec->id != AV_CODEC_ID_HEVC)) {
+        end->frame_count = pw_video_presentable_frames(v);
+        return 0;
+    }
+    int64_t seek_ts = AV_NOPTS_VALUE;
+    int landed = seek_land(v, end_target(v), &seek_ts);
+    int64_t landing_pts = v->picture->pts;
+    int64_t landing_number = v->frame_number;
+    int64_t packets = -1;
+    if (landed && seek_ts != AV_NOPTS_VALUE && landing_pts != AV_NOPTS_VALUE)
+        packets = packets_from_landing(v, seek_ts, landing_pts);
+    /* With as many frames as packets from the landing on, OpenCV's check
+     * would find the header's count (the read confirms that many decode);
+     * with fewer, the stream ends early and is decoded here, as OpenCV. */
+    if (packets < 0 || landing_number + packets < total - 1) {
+        end->frame_count = pw_video_presentable_frames(v);
+        return 0;
+    }
+    seek_frame(v, 0);
+    end->landing_pts = landing_pts;
+    end->landing_number = landing_number;
+    return 1;
+}
+
+int64_t pw_video_frame_pts(const pw_video *v) {
+    return v->picture->pts;
 }
 
 /* 1 when every PPS in hvcC's arrays is readable and outputs every picture

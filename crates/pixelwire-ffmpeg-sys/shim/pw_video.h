@@ -45,6 +45,23 @@ void pw_video_get_info(const pw_video *v, pw_video_info *info);
  * lead-in, a count the header overstates), as vLLM's get_video_metadata
  * checks. Seeks back to the start afterwards, as vLLM does. */
 int64_t pw_video_presentable_frames(pw_video *v);
+/* The same count with the decoding shared with the read, where that can
+ * give OpenCV's answer: an H.264 or HEVC stream whose seek to the end lands
+ * on an IDR picture with at least as many packets after it as the header's
+ * count leaves there. Then it returns 1 with `frame_count` the header's
+ * count, provisional: it holds when a read from the start finds the frame
+ * shown at `landing_pts` numbered at most `landing_number` + 1 and every
+ * frame from there to `frame_count` - 1 decoding (frames the check would
+ * decode). Otherwise it decodes the end as pw_video_presentable_frames and
+ * returns 0 with the settled `frame_count`. Back at the start either way. */
+typedef struct {
+    int64_t frame_count;
+    int64_t landing_pts;    /* the raw timestamp of the frame the seek lands on */
+    int64_t landing_number; /* OpenCV's number for it after the seek */
+} pw_video_end;
+int pw_video_presentable_frames_deferred(pw_video *v, pw_video_end *end);
+/* The raw timestamp of the last grabbed frame. */
+int64_t pw_video_frame_pts(const pw_video *v);
 /* Decodes the next frame: 1 when there is one (OpenCV's grab() == true). */
 int pw_video_grab(pw_video *v);
 /* 1 once every later grab must fail too (end of stream, decoder drained),

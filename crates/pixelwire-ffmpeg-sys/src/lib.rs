@@ -32,6 +32,14 @@ pub struct pw_video_info {
     pub pix_fmt: [c_char; 32],
 }
 
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct pw_video_end {
+    pub frame_count: i64,
+    pub landing_pts: i64,
+    pub landing_number: i64,
+}
+
 extern "C" {
     pub fn pw_video_open(
         data: *const u8,
@@ -44,6 +52,8 @@ extern "C" {
     ) -> i32;
     pub fn pw_video_get_info(v: *const pw_video, info: *mut pw_video_info);
     pub fn pw_video_presentable_frames(v: *mut pw_video) -> i64;
+    pub fn pw_video_presentable_frames_deferred(v: *mut pw_video, end: *mut pw_video_end) -> i32;
+    pub fn pw_video_frame_pts(v: *const pw_video) -> i64;
     pub fn pw_video_grab(v: *mut pw_video) -> i32;
     pub fn pw_video_finished(v: *const pw_video) -> i32;
     pub fn pw_video_retrieve(v: *mut pw_video, dst: *mut u8) -> i32;

@@ -3,18 +3,21 @@ frames (GIL released), and return vLLM's ``(frames, metadata)``."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
 from pixelwire import config
-from pixelwire._native import VideoCapture, VideoDecodeError, VideoLimits
+from pixelwire._native import VideoCapture, VideoDecodeError, VideoFrameCountChanged, VideoLimits
 from pixelwire.video.loaders import LOADERS, SourceMetadata
 
 if TYPE_CHECKING:
     from pixelwire._native import Buffer
     from pixelwire.resize import ResizePolicy
+
+T = TypeVar("T")
 
 
 def decode_video(
@@ -54,7 +57,35 @@ def decode_video(
     check_backend(backend, frame_recovery)
     if limits is None:
         limits = config.video_limits_from_env()
-    capture = VideoCapture(data, threads=threads, limits=limits)
+
+    def decode(settle_count: bool) -> tuple[npt.NDArray[np.uint8], dict[str, Any]]:
+        def open_video() -> VideoCapture:
+            return VideoCapture(data, threads=threads, limits=limits, settle_count=settle_count)
+
+        return _decode_opened(open_video, loader, num_frames, fps, resize, loader_kwargs)
+
+    return with_settled_count(decode)
+
+
+def with_settled_count(attempt: Callable[[bool], T]) -> T:
+    """``attempt(settle_count)`` once with the frame count's check shared
+    with the read, and once more with it settled at open when the read
+    found the provisional count wrong (the frames were sampled over it)."""
+    try:
+        return attempt(False)
+    except VideoFrameCountChanged:
+        return attempt(True)
+
+
+def _decode_opened(
+    open_video: Callable[[], VideoCapture],
+    loader: str,
+    num_frames: int,
+    fps: float | None,
+    resize: ResizePolicy | None,
+    loader_kwargs: dict[str, Any],
+) -> tuple[npt.NDArray[np.uint8], dict[str, Any]]:
+    capture = open_video()
     info = capture.info()
     size = (info["height"], info["width"])
     source, wanted = sample_video(capture, loader, num_frames, fps, loader_kwargs)
@@ -66,7 +97,7 @@ def decode_video(
     if settled != options:
         # A frame that did not decode changed the count a per-video size
         # depends on: the decoded frames again, at the size for that count.
-        frames, again = VideoCapture(data, threads=threads, limits=limits).read(valid, **settled)
+        frames, again = open_video().read(valid, **settled)
         if again != valid:
             raise VideoDecodeError(f"the video's frames {valid} decoded as {again} when read again")
     return frames, loader_metadata(source, valid)
