@@ -552,17 +552,27 @@ int64_t pw_video_presentable_frames(pw_video *v) {
     return total;
 }
 
-/* 1 when an access unit starts an H.264 or HEVC coded video sequence with
- * an IDR picture (no picture after it refers to one before it, none is
- * shown before it). */
-static int starts_with_idr(const pw_video *v, const AVPacket *pkt) {
+/* The length prefix size of the stream's NAL units, from its avcC (H.264)
+ * or hvcC (HEVC) configuration record; 0 without one (Annex B start
+ * codes, or another codec). */
+static int config_nal_length_size(const pw_video *v) {
     const uint8_t *extra = v->ctx->extradata;
     int extra_size = v->ctx->extradata_size;
     if (v->codec->id == AV_CODEC_ID_H264 && extra && extra_size >= 7 && extra[0] == 1)
-        return pw_access_unit_is_idr(AV_CODEC_ID_H264, (extra[4] & 3) + 1, pkt->data, (size_t)pkt->size);
+        return (extra[4] & 3) + 1;
     if (v->codec->id == AV_CODEC_ID_HEVC && extra && extra_size >= 23 && extra[0] == 1)
-        return pw_access_unit_is_idr(AV_CODEC_ID_HEVC, (extra[21] & 3) + 1, pkt->data, (size_t)pkt->size);
+        return (extra[21] & 3) + 1;
     return 0;
+}
+
+/* 1 when an access unit starts an H.264 or HEVC coded video sequence with
+ * an IDR picture (no picture after it refers to one before it, none is
+ * shown before it); 0 also for a stream without avcC or hvcC. */
+static int starts_with_idr(const pw_video *v, const AVPacket *pkt) {
+    int nal_length_size = config_nal_length_size(v);
+    if (!nal_length_size)
+        return 0;
+    return pw_access_unit_is_idr(v->codec->id, nal_length_size, pkt->data, (size_t)pkt->size);
 }
 
 /* Video packets from where `seek_ts` lands to the end, without decoding
@@ -670,15 +680,14 @@ int pw_video_skip_unwanted(pw_video *v, const int64_t *wanted, size_t n) {
     const uint8_t *extra = v->ctx->extradata;
     int extra_size = v->ctx->extradata_size;
     if (v->codec->id == AV_CODEC_ID_H264) {
-        if (extra && extra_size >= 7 && extra[0] == 1)
-            k->nal_length_size = (extra[4] & 3) + 1; /* avcC */
+        k->nal_length_size = config_nal_length_size(v); /* 0: Annex B */
     } else if (v->codec->id == AV_CODEC_ID_HEVC) {
         /* Only with hvcC, whose numTemporalLayers (0: unknown) says which
          * sub-layer is the highest; Annex B HEVC is read without skipping. */
         int layers = extra && extra_size >= 23 && extra[0] == 1 ? (extra[21] >> 3) & 7 : 0;
         if (layers == 0 || !hvcc_pps_output_all(extra, extra_size))
             return 0;
-        k->nal_length_size = (extra[21] & 3) + 1;
+        k->nal_length_size = config_nal_length_size(v);
         k->highest_tid = layers - 1;
     } else {
         return 0;
