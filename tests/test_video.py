@@ -5,6 +5,7 @@ loader is the vLLM group's (tests/e2e/test_video_parity.py)."""
 from __future__ import annotations
 
 import json
+import random
 import subprocess
 import sys
 import time
@@ -80,6 +81,8 @@ def test_all_frames_when_fewer_than_asked_and_fps_bounds_the_count(video_clips):
         "hevc_10bit.mkv",
         "hevc_temporal_layers.mp4",
         "hevc_claims_one_layer.mp4",
+        "h264_short_gops.mp4",
+        "hevc_short_gops.mp4",
     ],
 )
 def test_sampled_frames_are_the_same_frames_as_decoding_everything(video_clips, name):
@@ -92,6 +95,77 @@ def test_sampled_frames_are_the_same_frames_as_decoding_everything(video_clips, 
         some, metadata = decode_video(data, num_frames=num_frames)
         assert len(metadata["frames_indices"]) == num_frames
         assert np.array_equal(some, every[metadata["frames_indices"]]), num_frames
+
+
+SHORT_GOPS = ["h264_short_gops.mp4", "hevc_short_gops.mp4"]
+
+
+@pytest.mark.parametrize("name", SHORT_GOPS)
+def test_a_read_decodes_only_the_gops_of_its_frames_up_to_the_last_of_each(video_clips, name):
+    """No picture after an IDR picture refers to one before it: a read
+    leaves undecoded every GOP that holds no wanted frame, and each other
+    GOP's packets after the last that a wanted frame needs."""
+    gop = video_clips_module.SHORT_GOP
+    data = video_clips[name]
+    for wanted in ([3], [3, 5 * gop + 3], [gop - 1, 4 * gop + 2], [2 * gop, 2 * gop + 1]):
+        capture = VideoCapture(data, settle_count=True)
+        before = capture.packets_decoded()
+        _, indices = capture.read(wanted)
+        assert indices == wanted
+        gops = {index // gop for index in wanted}
+        # The reference frames alone of every GOP up to the last wanted
+        # frame's would be more than these GOPs' packets.
+        assert capture.packets_decoded() - before <= len(gops) * gop, wanted
+    first = VideoCapture(data, settle_count=True)
+    before = first.packets_decoded()
+    first.read([0])
+    assert first.packets_decoded() - before < gop // 2
+
+
+@pytest.mark.parametrize("name", [*SHORT_GOPS, "h264_unreadable_tail.mp4", "h264_high_bframes.mp4"])
+def test_any_frames_read_are_those_of_decoding_everything(video_clips, name):
+    """Random sets of frames, with the count settled at open and shared
+    with the read: each read gives the frames of decoding every frame."""
+    data = video_clips[name]
+    count = VideoCapture(data, settle_count=True).info()["frame_count"]
+    every, every_indices = VideoCapture(data, settle_count=True).read(list(range(count)))
+    assert every_indices == list(range(count))
+    rng = random.Random(name)
+    for _ in range(30):
+        wanted = sorted(rng.sample(range(count), rng.randint(1, 6)))
+        for settle_count in (True, False):
+            capture = VideoCapture(data, settle_count=settle_count)
+            if capture.info()["frame_count"] != count:
+                with pytest.raises(VideoFrameCountChanged):
+                    capture.read(wanted)
+                continue
+            frames, indices = capture.read(wanted)
+            assert indices == wanted, (wanted, settle_count)
+            assert np.array_equal(frames, every[wanted]), (wanted, settle_count)
+
+
+def test_frames_read_from_a_damaged_h264_stream_are_those_of_decoding_everything(video_clips):
+    """The decoder conceals a damaged H.264 picture from the last picture
+    it decoded, which is another one when frames were skipped: a read that
+    skips gives up on the decoder's first error and decodes every frame,
+    so its frames are those of decoding everything (one decoder thread,
+    where decoding is deterministic)."""
+    data = video_clips["h264_short_gops.mp4"]
+    rng = random.Random(7)
+    differing = []
+    for trial in range(12):
+        bad = video_clips_module.damage(data, rng)
+        capture = VideoCapture(bad, threads=1, settle_count=True)
+        count = capture.info()["frame_count"]
+        every, every_indices = capture.read(list(range(count)))
+        at = {index: k for k, index in enumerate(every_indices)}
+        for _ in range(4):
+            wanted = sorted(rng.sample(range(count), rng.randint(1, 6)))
+            frames, indices = VideoCapture(bad, threads=1, settle_count=True).read(wanted)
+            assert indices == [i for i in wanted if i in at], (trial, wanted)
+            if not all(np.array_equal(frame, every[at[i]]) for frame, i in zip(frames, indices, strict=True)):
+                differing.append((trial, wanted))
+    assert differing == []
 
 
 def test_qwen3_vl_loader_samples_at_two_fps_with_at_least_four_frames(video_clips):

@@ -21,6 +21,10 @@ VP9 = ["-c:v", "libvpx-vp9", "-deadline", "realtime", "-cpu-used", "8"]
 SVTAV1 = ["-c:v", "libsvtav1", "-preset", "12"]
 ODD_SIZE = ["-vf", "scale=853:480", "-frames:v", "6"]
 
+# Frames from one IDR picture to the next in the short-GOP clips.
+SHORT_GOP = 10
+FIXED_GOPS = f"keyint={SHORT_GOP}:min-keyint={SHORT_GOP}:scenecut=0"
+
 # name -> ffmpeg arguments between the input and the output file. The
 # codec x container grid, B-frames and open GOP, an odd size, 10-bit, full
 # range and BT.709, variable frame rate and rotation.
@@ -57,6 +61,13 @@ CLIPS: dict[str, list[str]] = {
     # Two IDR pictures, the frames behind the second ending in two that do
     # not decode (UNREADABLE_TAILS).
     "h264_unreadable_tail.mp4": [*PATTERN, "-frames:v", "40", *X264, "-bf", "3", "-g", "20"],
+    # An IDR picture every 10 frames and B-frames: a read of a few frames
+    # leaves whole GOPs, and the ends of others, undecoded (SHORT_GOP).
+    "h264_short_gops.mp4": [*PATTERN, "-frames:v", "60", *X264, "-bf", "3", "-x264-params", FIXED_GOPS],
+    "hevc_short_gops.mp4": [
+        *[*PATTERN, "-frames:v", "60", "-c:v", "libx265"],
+        *["-x265-params", f"log-level=none:bframes=3:{FIXED_GOPS}:open-gop=0"],
+    ],
     "h264_vfr.mkv": [*PATTERN, "-frames:v", "12", "-vf", "setpts=N*N/100/TB", "-fps_mode", "vfr", *X264],
     "h264_rotated_90.mp4": [*PATTERN, "-frames:v", "8", *X264],
     "h264_rotated_270.mp4": [*PATTERN, "-frames:v", "8", *X264, "-bf", "2"],
@@ -199,6 +210,15 @@ def scramble(data: bytes, start: int, length: int, seed: int = 1) -> bytes:
     """``length`` random bytes written over ``data`` from ``start``."""
     noise = random.Random(seed).randbytes(length)
     return data[:start] + noise + data[start + length :]
+
+
+def damage(data: bytes, rng: random.Random) -> bytes:
+    """Six bytes of ``data`` replaced, between a tenth and eight tenths of
+    the way in (the coded frames of the test clips, not their index)."""
+    out = bytearray(data)
+    for _ in range(6):
+        out[rng.randrange(len(out) // 10, len(out) * 8 // 10)] = rng.randrange(256)
+    return bytes(out)
 
 
 def hostile(clips: dict[str, bytes], bad: dict[str, bytes]) -> dict[str, bytes]:

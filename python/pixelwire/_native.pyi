@@ -232,6 +232,9 @@ class VideoCapture:
         ``resize=(height, width)``, each frame resized to that size with the
         named processor arithmetic, as ``NativePublisher.publish_video``
         resizes. Reads once."""
+    def packets_decoded(self) -> int:
+        """Packets the decoder has been given since open: by the
+        end-of-stream check and, once read, by the read."""
     def close(self) -> None: ...
 
 class ProbeResult(TypedDict):

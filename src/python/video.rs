@@ -103,6 +103,8 @@ impl AsRef<[u8]> for Source {
 #[pyclass(module = "pixelwire._native", name = "VideoCapture")]
 pub struct PyVideoCapture {
     inner: Option<Capture>,
+    /// Packets the decoder was given, as the read left them.
+    packets_decoded: u64,
 }
 
 #[pymethods]
@@ -142,6 +144,7 @@ impl PyVideoCapture {
         let capture = py.detach(|| Capture::open(Box::new(source), threads, limits, end_check))?;
         Ok(PyVideoCapture {
             inner: Some(capture),
+            packets_decoded: 0,
         })
     }
 
@@ -187,11 +190,22 @@ impl PyVideoCapture {
         } else {
             Conversion::BgrSwapped
         };
-        let frames =
-            py.detach(move || capture.read_frames(&indices, conversion, target.as_ref()))?;
+        let frames = py.detach(move || capture.read_frames(&indices, conversion, target.as_ref()));
+        if let Ok(frames) = &frames {
+            self.packets_decoded = frames.packets_decoded;
+        }
+        let frames = frames?;
         let shape = [frames.indices.len(), frames.height, frames.width, 3];
         let array = PyArray1::from_vec(py, frames.pixels).reshape(shape)?;
         Ok((array.into_any(), frames.indices))
+    }
+
+    /// Packets the decoder has been given since open: by the end-of-stream
+    /// check and, once read, by the read (what skipping leaves to decode).
+    fn packets_decoded(&self) -> u64 {
+        self.inner
+            .as_ref()
+            .map_or(self.packets_decoded, Capture::packets_decoded)
     }
 
     /// Frees the decoder now rather than when the object goes.

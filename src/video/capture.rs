@@ -53,6 +53,8 @@ pub struct Frames {
     pub indices: Vec<usize>,
     pub height: usize,
     pub width: usize,
+    /// Packets given to the decoder since the capture opened.
+    pub packets_decoded: u64,
 }
 
 /// When vLLM's end-of-stream frame count check (OpenCV's seek to the end,
@@ -167,8 +169,12 @@ pub struct Capture {
     limits: VideoLimits,
     read: bool,
     pending: Option<PendingCount>,
+    /// The decoder threads `raw` was opened with, for a fresh handle.
+    threads: i32,
+    /// Packets decoded by the handles `raw` replaced.
+    packets_before: u64,
     // Dropped after `raw` is closed (see Drop).
-    _source: Box<dyn AsRef<[u8]> + Send + Sync>,
+    source: Box<dyn AsRef<[u8]> + Send + Sync>,
 }
 
 // SAFETY: the shim's handle is only used through `&mut self` (and closed in
@@ -193,6 +199,45 @@ fn c_string(chars: &[c_char]) -> String {
     String::from_utf8_lossy(&bytes).into_owned()
 }
 
+/// A shim handle over `data` (which must outlive it), its headers read.
+fn open_raw(data: &[u8], threads: i32, limits: &VideoLimits) -> Result<*mut ffi::pw_video> {
+    let max_pixels = i64::try_from(limits.max_pixels).unwrap_or(i64::MAX);
+    let mut raw = std::ptr::null_mut();
+    let mut err = [0 as c_char; 256];
+    // SAFETY: `data` outlives the handle (both live in the Capture, the
+    // handle is closed first); `err` is writable for its length.
+    let code = unsafe {
+        ffi::pw_video_open(
+            data.as_ptr(),
+            data.len(),
+            threads,
+            max_pixels,
+            &mut raw,
+            err.as_mut_ptr(),
+            err.len(),
+        )
+    };
+    // SAFETY: the shim always NUL-terminates inside `err`.
+    let message = unsafe { CStr::from_ptr(err.as_ptr()) }
+        .to_string_lossy()
+        .into_owned();
+    match code {
+        ffi::PW_OK => {}
+        ffi::PW_ERR_NO_DECODER => return Err(Error::UnsupportedVideo(message)),
+        ffi::PW_ERR_TOO_LARGE => {
+            let (w, h) = message
+                .split_once('x')
+                .and_then(|(w, h)| Some((w.parse().ok()?, h.parse().ok()?)))
+                .unwrap_or((u32::MAX, u32::MAX));
+            limits.check_frame_size(w, h)?;
+            return Err(Error::Video(format!("video frames are {message}")));
+        }
+        ffi::PW_ERR_MEMORY => return Err(Error::Video("out of memory".into())),
+        _ => return Err(Error::Video(message)),
+    }
+    Ok(raw)
+}
+
 impl Capture {
     /// Opens `source` and reads its headers. `threads` is the decoder's
     /// thread count; 0 means OpenCV's default, min(cores, 16). `end_check`
@@ -209,40 +254,7 @@ impl Capture {
             return Err(Error::Video("empty video data".into()));
         }
         let threads = i32::try_from(threads.min(1024)).unwrap_or(0);
-        let max_pixels = i64::try_from(limits.max_pixels).unwrap_or(i64::MAX);
-        let mut raw = std::ptr::null_mut();
-        let mut err = [0 as c_char; 256];
-        // SAFETY: `data` outlives the handle (both live in the Capture, the
-        // handle is closed first); `err` is writable for its length.
-        let code = unsafe {
-            ffi::pw_video_open(
-                data.as_ptr(),
-                data.len(),
-                threads,
-                max_pixels,
-                &mut raw,
-                err.as_mut_ptr(),
-                err.len(),
-            )
-        };
-        // SAFETY: the shim always NUL-terminates inside `err`.
-        let message = unsafe { CStr::from_ptr(err.as_ptr()) }
-            .to_string_lossy()
-            .into_owned();
-        match code {
-            ffi::PW_OK => {}
-            ffi::PW_ERR_NO_DECODER => return Err(Error::UnsupportedVideo(message)),
-            ffi::PW_ERR_TOO_LARGE => {
-                let (w, h) = message
-                    .split_once('x')
-                    .and_then(|(w, h)| Some((w.parse().ok()?, h.parse().ok()?)))
-                    .unwrap_or((u32::MAX, u32::MAX));
-                limits.check_frame_size(w, h)?;
-                return Err(Error::Video(format!("video frames are {message}")));
-            }
-            ffi::PW_ERR_MEMORY => return Err(Error::Video("out of memory".into())),
-            _ => return Err(Error::Video(message)),
-        }
+        let raw = open_raw(data, threads, &limits)?;
         let mut raw_info = std::mem::MaybeUninit::<ffi::pw_video_info>::zeroed();
         // SAFETY: `raw` is an open handle; the shim fills the whole struct.
         let raw_info = unsafe {
@@ -268,7 +280,9 @@ impl Capture {
             limits,
             read: false,
             pending: None,
-            _source: source,
+            threads,
+            packets_before: 0,
+            source,
         };
         limits.check_frame_size(capture.info.width, capture.info.height)?;
         if capture.info.width == 0 || capture.info.height == 0 {
@@ -306,6 +320,14 @@ impl Capture {
 
     pub fn info(&self) -> &StreamInfo {
         &self.info
+    }
+
+    /// Packets given to the decoder since open (the end-of-stream check's
+    /// and any read's).
+    pub fn packets_decoded(&self) -> u64 {
+        // SAFETY: `raw` is an open handle.
+        let n = unsafe { ffi::pw_video_packets_decoded(self.raw) };
+        self.packets_before + u64::try_from(n).unwrap_or(0)
     }
 
     /// Bytes of one returned (RGB, rotated) frame, at its size after
@@ -361,6 +383,7 @@ impl Capture {
             indices,
             height,
             width,
+            packets_decoded: self.packets_decoded(),
         })
     }
 
@@ -445,11 +468,13 @@ impl Capture {
                 Skipping::Done => {}
                 Skipping::Off => self.read_every(&wanted, through, &mut output, track.as_mut()),
                 Skipping::Failed => {
+                    // Every frame again, from a decoder that has decoded
+                    // what OpenCV's has when its read starts.
                     output.indices.clear();
-                    track = self.pending.map(|p| EndTrack::new(p.landing_pts));
-                    // SAFETY: `raw` is an open handle, used by this thread only.
-                    unsafe { ffi::pw_video_rewind(self.raw) };
-                    self.read_every(&wanted, through, &mut output, track.as_mut());
+                    track = None;
+                    self.pending = None;
+                    self.settle_afresh()?;
+                    self.read_every(&wanted, last, &mut output, None);
                 }
             }
         }
@@ -474,9 +499,24 @@ impl Capture {
         if self.pending.take().is_none() {
             return Ok(());
         }
-        // SAFETY: `raw` is an open handle, used by this thread only.
+        self.settle_afresh()
+    }
+
+    /// A fresh handle in place of `raw`, its frame count settled as
+    /// OpenCV settles it at open, so that its decoder holds what OpenCV's
+    /// holds when its read starts (a damaged stream's pictures can depend
+    /// on what was decoded before them): an error when the count is not
+    /// the one the frames were sampled over.
+    fn settle_afresh(&mut self) -> Result<()> {
+        let data = (*self.source).as_ref();
+        let raw = open_raw(data, self.threads, &self.limits)?;
+        // SAFETY: `self.raw` and `raw` are open handles, used by this
+        // thread only; the old one is closed once, and `raw` replaces it.
         let count = unsafe {
-            ffi::pw_video_rewind(self.raw);
+            self.packets_before +=
+                u64::try_from(ffi::pw_video_packets_decoded(self.raw)).unwrap_or(0);
+            ffi::pw_video_close(self.raw);
+            self.raw = raw;
             ffi::pw_video_presentable_frames(self.raw)
         };
         self.info.frame_count_settled = true;
@@ -526,7 +566,7 @@ impl Capture {
     /// The same frames with the shim skipping (H.264, HEVC) frames that nothing
     /// sampled refers to, numbered by the shim: `Off` where it does not
     /// skip (other codecs), `Failed` once it cannot vouch for its numbering
-    /// (the caller then rewinds and reads every frame).
+    /// (the caller then reads every frame, from a fresh handle).
     fn read_skipping(
         &mut self,
         wanted: &BTreeSet<usize>,
@@ -535,8 +575,20 @@ impl Capture {
         mut track: Option<&mut EndTrack>,
     ) -> Skipping {
         let numbers: Vec<i64> = wanted.iter().map(|&i| i as i64).collect();
+        // Frames from the landing of the seek to the end on are all decoded
+        // while the count is pending: the read confirms it by them.
+        let decode_from = self.pending.map_or(i64::MAX, |p| p.landing_number);
         // SAFETY: `raw` is an open handle; the shim copies `numbers`.
-        if unsafe { ffi::pw_video_skip_unwanted(self.raw, numbers.as_ptr(), numbers.len()) } == 0 {
+        let on = unsafe {
+            ffi::pw_video_skip_unwanted(
+                self.raw,
+                numbers.as_ptr(),
+                numbers.len(),
+                last as i64,
+                decode_from,
+            )
+        };
+        if on == 0 {
             return Skipping::Off;
         }
         loop {

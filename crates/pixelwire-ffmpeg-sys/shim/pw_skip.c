@@ -8,6 +8,7 @@ void skipper_free(struct skipper *k) {
     av_freep(&k->wanted);
     av_freep(&k->seen);
     av_freep(&k->skipped);
+    av_freep(&k->cut);
     memset(k, 0, sizeof *k);
 }
 
@@ -26,6 +27,62 @@ static size_t lower_bound(const int64_t *a, size_t n, int64_t x) {
 static int is_wanted(const struct skipper *k, int64_t index) {
     size_t at = lower_bound(k->wanted, k->n_wanted, index);
     return at < k->n_wanted && k->wanted[at] == index;
+}
+
+static int is_cut(const struct skipper *k, int64_t pts) {
+    size_t at = lower_bound(k->cut, k->n_cut, pts);
+    return at < k->n_cut && k->cut[at] == pts;
+}
+
+static int compare_int64(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+void skipper_plan(struct skipper *k, const struct planned_packet *p, size_t n, int64_t through,
+                  int64_t decode_from) {
+    av_freep(&k->cut);
+    k->n_cut = 0;
+    int64_t *ranks = av_malloc_array(n ? n : 1, sizeof *ranks);
+    int64_t *cut = av_malloc_array(n ? n : 1, sizeof *cut);
+    size_t n_ranks = 0, n_cut = 0;
+    int ok = ranks && cut;
+    for (size_t i = 0; ok && i < n; i++) {
+        if (p[i].pts == AV_NOPTS_VALUE)
+            ok = 0;
+        else if (!p[i].discard)
+            ranks[n_ranks++] = p[i].pts;
+    }
+    if (ok)
+        qsort(ranks, n_ranks, sizeof *ranks, compare_int64);
+    for (size_t i = 1; ok && i < n_ranks; i++)
+        ok = ranks[i - 1] != ranks[i];
+    /* Each coded video sequence [start, end): the packets after its last
+     * needed one are cut, unless one of them is decoded and never output
+     * (its number is not its rank). */
+    for (size_t start = 0, end; ok && start < n; start = end) {
+        int discard = p[start].discard;
+        for (end = start + 1; end < n && !p[end].idr; end++)
+            discard |= p[end].discard;
+        if (discard)
+            continue;
+        size_t keep = start; /* packets [start, keep) are decoded */
+        for (size_t i = start; i < end; i++) {
+            int64_t number = (int64_t)lower_bound(ranks, n_ranks, p[i].pts);
+            if (number == through || number >= decode_from || is_wanted(k, number))
+                keep = i + 1;
+        }
+        for (size_t i = keep; i < end; i++)
+            cut[n_cut++] = p[i].pts;
+    }
+    av_free(ranks);
+    if (!ok || n_cut == 0) {
+        av_free(cut);
+        return;
+    }
+    qsort(cut, n_cut, sizeof *cut, compare_int64);
+    k->cut = cut;
+    k->n_cut = n_cut;
 }
 
 /* Inserts into a sorted array; timestamps come nearly in order, so the
@@ -189,6 +246,17 @@ static int hevc_unreferenced(const uint8_t *p, size_t size, int nal_length_size,
     return more == 0 && slices > 0 && !referenced;
 }
 
+/* Notes a packet not sent as skipped and unreferences it: 1, or 0 (not
+ * skipped, the skipper failed) when out of memory. */
+static int drop(struct skipper *k, AVPacket *pkt) {
+    if (!insert_sorted(&k->skipped, &k->n_skipped, &k->cap_skipped, pkt->pts)) {
+        k->failed = 1;
+        return 0;
+    }
+    av_packet_unref(pkt);
+    return 1;
+}
+
 /* Called with each packet of the video stream before it is sent: 1 when it
  * is not to be decoded (the caller drops it). */
 int skip_packet(struct skipper *k, AVPacket *pkt) {
@@ -227,6 +295,10 @@ int skip_packet(struct skipper *k, AVPacket *pkt) {
         if (!k->irap_seen)
             unreferenced = 0;
     }
+    /* Nothing decoded from now on refers to a cut packet, and its number
+     * (its rank among every packet's timestamp) is not wanted. */
+    if (is_cut(k, pkt->pts))
+        return drop(k, pkt);
     enum { MARGIN = 1 };
     size_t next = lower_bound(k->wanted, k->n_wanted, lowest);
     if (next < k->n_wanted && k->wanted[next] <= lowest + MARGIN)
@@ -235,12 +307,7 @@ int skip_packet(struct skipper *k, AVPacket *pkt) {
         unreferenced = h264_unreferenced(pkt->data, (size_t)pkt->size, k->nal_length_size);
     if (!unreferenced)
         return 0;
-    if (!insert_sorted(&k->skipped, &k->n_skipped, &k->cap_skipped, pkt->pts)) {
-        k->failed = 1;
-        return 0;
-    }
-    av_packet_unref(pkt);
-    return 1;
+    return drop(k, pkt);
 }
 
 /* Skipped frames whose timestamp is below `pts` now have their final

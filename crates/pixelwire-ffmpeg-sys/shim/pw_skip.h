@@ -8,7 +8,7 @@
 #include <stdint.h>
 
 /* Skipping H.264 and HEVC frames that no sampled frame needs
- * (pw_video_skip_unwanted): an H.264 packet whose slices all have
+ * (pw_video_skip_unwanted): those that skipper_plan cuts, and an H.264 packet whose slices all have
  * nal_ref_idc 0, or an HEVC packet of sub-layer non-reference pictures of
  * the highest sub-layer, is never referenced, so when its frame is not
  * sampled it is not sent to the decoder. OpenCV numbers a
@@ -31,12 +31,33 @@ struct skipper {
     int64_t *skipped;    /* pts of the packets not sent, sorted */
     size_t n_skipped, cap_skipped;
     size_t n_checked;    /* skipped[..n_checked] are known not to be sampled */
+    int64_t *cut;        /* pts of the packets skipper_plan cuts, sorted */
+    size_t n_cut;
     int64_t outputs;     /* frames output since skipping began */
     int64_t last_pts;    /* of the last frame output */
     int64_t index;       /* OpenCV's number of the last frame output */
 };
 
 void skipper_free(struct skipper *k);
+/* A packet of the video stream, in decoding order, for skipper_plan. */
+struct planned_packet {
+    int64_t pts;
+    int idr;     /* an access unit whose slices are all IDR */
+    int discard; /* AV_PKT_FLAG_DISCARD: decoded, never output */
+};
+/* Reference frames that nothing sampled depends on, planned from every
+ * packet of the stream (`p`, `n`, in decoding order) before the read: no
+ * picture decoded after an IDR access unit refers to one decoded before
+ * it, so the packets of a coded video sequence (an IDR access unit up to
+ * the next) that come after the last one whose frame is needed, and all
+ * those of a sequence with no needed frame, are cut. A frame is needed
+ * when its number (its timestamp's rank, every packet giving a frame) is
+ * wanted, is `through` (the last the read grabs) or is at least
+ * `decode_from`. No plan where a timestamp is missing or repeated, or a
+ * sequence holds a packet that is decoded and never output. What the
+ * numbers assume is checked as for the frames nothing refers to. */
+void skipper_plan(struct skipper *k, const struct planned_packet *p, size_t n, int64_t through,
+                  int64_t decode_from);
 /* For hvcC's parameter sets: 1 when an HEVC PPS NAL unit lets a slice
  * withhold its picture from output, 0 when not, -1 when unreadable. */
 int pw_hevc_pps_output_flag_present(const uint8_t *nal, size_t len);

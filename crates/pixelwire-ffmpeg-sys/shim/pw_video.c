@@ -12,6 +12,7 @@
 #include <libswscale/swscale.h>
 #include <limits.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -19,6 +20,8 @@
 /* OpenCV's retry budgets (OPENCV_FFMPEG_READ_ATTEMPTS / _DECODE_ATTEMPTS). */
 #define MAX_READ_ATTEMPTS 4096
 #define MAX_DECODE_ATTEMPTS 64
+/* skipper_plan's packets: 16 MiB of them at most. */
+#define MAX_PLANNED_PACKETS ((size_t)1 << 20)
 /* OpenCV's stream reader buffer. */
 #define AVIO_BUFFER_SIZE 4096
 
@@ -45,6 +48,9 @@ struct pw_video {
     int64_t first_frame_number;
     int64_t ts_offset_avtb;
     int ts_offset_decided;
+    int64_t packets_decoded; /* sent to the decoder since open */
+    int decoder_errors;      /* reported by the decoder (count_decoder_error), atomic */
+    int errors_before_skip;  /* decoder_errors when skipping began */
     struct skipper skip;
 };
 
@@ -118,10 +124,27 @@ void pw_video_close(pw_video *v) {
     av_free(v);
 }
 
+/* FFmpeg's log callback: nothing is printed (as with AV_LOG_QUIET), but an
+ * error a video's decoder reports (its context, or a frame thread's copy,
+ * names the video in `opaque`) is counted on the video. A read that skips
+ * packets gives up on an error (pw_video_grab): the decoder's error
+ * concealment fills a damaged picture from the last one it decoded, which
+ * is another picture when packets were skipped. */
+static void count_decoder_error(void *avcl, int level, const char *fmt, va_list vl) {
+    (void)fmt;
+    (void)vl;
+    if (level > AV_LOG_WARNING || !avcl || *(const AVClass **)avcl != avcodec_get_class())
+        return;
+    pw_video *v = ((AVCodecContext *)avcl)->opaque;
+    if (v)
+        __atomic_fetch_add(&v->decoder_errors, 1, __ATOMIC_RELAXED);
+}
+
 int pw_video_open(const uint8_t *data, size_t size, int threads, int64_t max_pixels,
                   pw_video **out, char *err, size_t err_len) {
     *out = NULL;
     av_log_set_level(AV_LOG_QUIET);
+    av_log_set_callback(count_decoder_error);
     pw_video *v = av_mallocz(sizeof *v);
     if (!v)
         return PW_ERR_MEMORY;
@@ -192,6 +215,7 @@ int pw_video_open(const uint8_t *data, size_t size, int threads, int64_t max_pix
         if (!v->ctx)
             goto fail;
         v->ctx->thread_count = threads > 0 ? threads : default_threads();
+        v->ctx->opaque = v;
         if (avcodec_parameters_to_context(v->ctx, par) < 0)
             goto fail;
         if (max_pixels > 0)
@@ -383,6 +407,7 @@ int pw_video_grab(pw_video *v) {
                 v->finished = 1;
             break;
         }
+        v->packets_decoded += ret != AVERROR_EOF;
         ret = avcodec_receive_frame(v->ctx, v->picture);
         if (ret >= 0)
             valid = 1;
@@ -393,8 +418,14 @@ int pw_video_grab(pw_video *v) {
     }
     if (valid)
         track_position(v);
-    if (v->skip.on)
+    if (v->skip.on) {
+        /* Damage the decoder met or concealed, in this frame or one
+         * decoded before it: decoding every frame may give other pixels. */
+        if (__atomic_load_n(&v->decoder_errors, __ATOMIC_RELAXED) != v->errors_before_skip ||
+            (valid && (v->picture->decode_error_flags || (v->picture->flags & AV_FRAME_FLAG_CORRUPT))))
+            v->skip.failed = 1;
         skip_after_grab(&v->skip, valid ? v->picture : NULL, v->finished);
+    }
     return valid;
 }
 
@@ -643,6 +674,10 @@ int pw_video_presentable_frames_deferred(pw_video *v, pw_video_end *end) {
     return 1;
 }
 
+int64_t pw_video_packets_decoded(const pw_video *v) {
+    return v->packets_decoded;
+}
+
 int64_t pw_video_frame_pts(const pw_video *v) {
     return v->picture->pts;
 }
@@ -672,7 +707,55 @@ static int hvcc_pps_output_all(const uint8_t *extra, int size) {
     return 1;
 }
 
-int pw_video_skip_unwanted(pw_video *v, const int64_t *wanted, size_t n) {
+/* Every packet of the video stream from the start, in decoding order, for
+ * skipper_plan (NULL when out of memory, unreadable or over
+ * MAX_PLANNED_PACKETS); back at the start after. */
+static struct planned_packet *planned_packets(pw_video *v, int nal_length_size, size_t *n) {
+    struct planned_packet *list = NULL;
+    size_t cap = 0;
+    AVPacket *pkt = av_packet_alloc();
+    int ok = pkt != NULL;
+    *n = 0;
+    for (size_t reads = 0; ok;) {
+        int ret = av_read_frame(v->ic, pkt);
+        if (ret == AVERROR_EOF)
+            break;
+        if (ret == AVERROR(EAGAIN) && ++reads < MAX_READ_ATTEMPTS)
+            continue;
+        if (ret < 0) {
+            ok = 0;
+            break;
+        }
+        if (pkt->stream_index == v->stream) {
+            if (*n == cap) {
+                size_t grown = cap ? cap * 2 : 1024;
+                struct planned_packet *bigger =
+                    grown > MAX_PLANNED_PACKETS ? NULL : av_realloc_array(list, grown, sizeof *list);
+                if (!bigger) {
+                    ok = 0;
+                    av_packet_unref(pkt);
+                    break;
+                }
+                list = bigger;
+                cap = grown;
+            }
+            list[(*n)++] = (struct planned_packet){
+                .pts = pkt->pts,
+                .idr = pw_access_unit_is_idr(v->codec->id, nal_length_size, pkt->data, (size_t)pkt->size),
+                .discard = (pkt->flags & AV_PKT_FLAG_DISCARD) != 0,
+            };
+        }
+        av_packet_unref(pkt);
+    }
+    av_packet_free(&pkt);
+    seek_frame(v, 0);
+    if (!ok)
+        av_freep(&list);
+    return list;
+}
+
+int pw_video_skip_unwanted(pw_video *v, const int64_t *wanted, size_t n, int64_t through,
+                           int64_t decode_from) {
     skipper_free(&v->skip);
     if (n == 0 || v->frame_number != 0)
         return 0;
@@ -705,6 +788,16 @@ int pw_video_skip_unwanted(pw_video *v, const int64_t *wanted, size_t n) {
     }
     k->n_wanted = n;
     k->index = -1;
+    /* Only with avcC or hvcC, whose packets are whole access units, and
+     * where the rewind after reading them really seeks. */
+    if (k->nal_length_size && total_frames(v) > 1) {
+        size_t n_packets = 0;
+        struct planned_packet *packets = planned_packets(v, k->nal_length_size, &n_packets);
+        if (packets)
+            skipper_plan(k, packets, n_packets, through, decode_from);
+        av_free(packets);
+    }
+    v->errors_before_skip = __atomic_load_n(&v->decoder_errors, __ATOMIC_RELAXED);
     k->on = 1;
     return 1;
 }
@@ -717,7 +810,3 @@ int pw_video_skip_failed(const pw_video *v) {
     return v->skip.on && v->skip.failed;
 }
 
-void pw_video_rewind(pw_video *v) {
-    skipper_free(&v->skip);
-    seek_frame(v, 0);
-}

@@ -60,6 +60,8 @@ typedef struct {
     int64_t landing_number; /* OpenCV's number for it after the seek */
 } pw_video_end;
 int pw_video_presentable_frames_deferred(pw_video *v, pw_video_end *end);
+/* How many packets the decoder has been given since open (seeks included). */
+int64_t pw_video_packets_decoded(const pw_video *v);
 /* The raw timestamp of the last grabbed frame. */
 int64_t pw_video_frame_pts(const pw_video *v);
 /* Decodes the next frame: 1 when there is one (OpenCV's grab() == true). */
@@ -76,15 +78,18 @@ int pw_video_retrieve_rgb_direct(pw_video *v, uint8_t *dst);
 /* Reading only some frames, from the start (frame_number 0): for H.264 and
  * HEVC (with hvcC), packets of frames nobody references are not decoded
  * unless their frame is among `wanted` (sorted, distinct, OpenCV's frame
- * numbers). 1 when skipping is on; then pw_video_frame_index names each
- * grabbed frame, and once pw_video_skip_failed says so the numbers can no
- * longer be trusted: the caller rewinds and reads again without skipping. */
-int pw_video_skip_unwanted(pw_video *v, const int64_t *wanted, size_t n);
+ * numbers), nor (with avcC or hvcC) those of reference frames that no
+ * frame needed depends on (skipper_plan: `through` is the last frame the
+ * read grabs, frames from `decode_from` on are all decoded). 1 when
+ * skipping is on; then pw_video_frame_index names each grabbed frame, and
+ * once pw_video_skip_failed says so the numbers, or (the decoder reported
+ * an error) the pixels, can no longer be trusted: the caller reads again
+ * without skipping, from a fresh handle. */
+int pw_video_skip_unwanted(pw_video *v, const int64_t *wanted, size_t n, int64_t through,
+                           int64_t decode_from);
 /* OpenCV's number of the last grabbed frame. */
 int64_t pw_video_frame_index(const pw_video *v);
 int pw_video_skip_failed(const pw_video *v);
-/* Back to the start as after pw_video_presentable_frames, skipping off. */
-void pw_video_rewind(pw_video *v);
 void pw_video_close(pw_video *v);
 
 #endif

@@ -58,10 +58,16 @@ extern "C" {
     pub fn pw_video_finished(v: *const pw_video) -> i32;
     pub fn pw_video_retrieve(v: *mut pw_video, dst: *mut u8) -> i32;
     pub fn pw_video_retrieve_rgb_direct(v: *mut pw_video, dst: *mut u8) -> i32;
-    pub fn pw_video_skip_unwanted(v: *mut pw_video, wanted: *const i64, n: usize) -> i32;
+    pub fn pw_video_skip_unwanted(
+        v: *mut pw_video,
+        wanted: *const i64,
+        n: usize,
+        through: i64,
+        decode_from: i64,
+    ) -> i32;
+    pub fn pw_video_packets_decoded(v: *const pw_video) -> i64;
     pub fn pw_video_frame_index(v: *const pw_video) -> i64;
     pub fn pw_video_skip_failed(v: *const pw_video) -> i32;
-    pub fn pw_video_rewind(v: *mut pw_video);
     pub fn pw_video_close(v: *mut pw_video);
     pub fn pw_hevc_pps_output_flag_present(nal: *const u8, len: usize) -> i32;
 }
