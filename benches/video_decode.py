@@ -1,7 +1,8 @@
 """Video decode throughput: 32 frames sampled as vLLM's ``opencv`` loader
-samples them, from a 30 s 1080p H.264 (GOP 250, B-frames) and a 10 s 4K
-HEVC, on one core and on all of them, pixelwire against the decoders vLLM
-and others use, in the same run.
+samples them, from a 30 s 1080p H.264 (GOP 250, B-frames), a 2 min 720p
+H.264 with a keyframe every 2 s and a 10 s 4K HEVC, on one core and on
+all of them, pixelwire against the decoders vLLM and others use, in the
+same run.
 
 Decoders, each returning the sampled frames as (T, H, W, 3) uint8 RGB:
 
@@ -29,15 +30,16 @@ All cores: a child with every CPU and each decoder's default threads
 child also compares every decoder's frames with OpenCV's (pixelwire's when
 OpenCV is missing): the same indices, max |d| and mean |d|.
 
-Inputs come from ``--inputs DIR``: ``h264_1080p_30s.mp4`` and
-``hevc_4k_10s.mp4``; missing ones are made there with the ``ffmpeg`` CLI
-(libx264/libx265; ``--make-inputs`` makes them and stops), about 34 MB
-together, so a folder can be carried to a machine without the CLI.
+Inputs come from ``--inputs DIR``: ``h264_1080p_30s.mp4``,
+``h264_720p_2min_gop2s.mp4`` and ``hevc_4k_10s.mp4``; missing ones are
+made there with the ``ffmpeg`` CLI (libx264/libx265; ``--make-inputs``
+makes them and stops), about 49 MB together, so a folder can be carried
+to a machine without the CLI.
 
 Usage::
 
     python benches/video_decode.py [--inputs DIR] [--rounds N] [--json PATH]
-        [--decoders pixelwire,opencv,pyav,torchcodec] [--make-inputs]
+        [--decoders pixelwire,opencv,pyav,torchcodec] [--only INPUT,...] [--make-inputs]
 """
 
 from __future__ import annotations
@@ -75,6 +77,13 @@ INPUTS: dict[str, list[str]] = {
         *["-c:v", "libx264", "-preset", "fast", "-pix_fmt", "yuv420p", "-g", "250", "-bf", "3"],
         *["-b:v", "5M", "-maxrate", "6M", "-bufsize", "10M"],
     ],
+    # A longer upload with streaming-style keyframes (one every 2 s): most
+    # of its GOPs hold no sampled frame.
+    "h264_720p_2min_gop2s.mp4": [
+        *["-f", "lavfi", "-i", SOURCE.format(size="1280x720", rate=25), "-t", "120"],
+        *["-c:v", "libx264", "-preset", "fast", "-pix_fmt", "yuv420p", "-g", "50", "-bf", "3"],
+        *["-b:v", "1M", "-maxrate", "1500k", "-bufsize", "2M"],
+    ],
     "hevc_4k_10s.mp4": [
         *["-f", "lavfi", "-i", SOURCE.format(size="3840x2160", rate=25), "-t", "10"],
         *["-c:v", "libx265", "-preset", "ultrafast", "-pix_fmt", "yuv420p", "-tag:v", "hvc1"],
@@ -83,9 +92,9 @@ INPUTS: dict[str, list[str]] = {
 }
 
 
-def make_inputs(folder: Path) -> None:
+def make_inputs(folder: Path, names: list[str]) -> None:
     folder.mkdir(parents=True, exist_ok=True)
-    for name, args in INPUTS.items():
+    for name in names:
         out = folder / name
         if out.exists():
             continue
@@ -94,7 +103,9 @@ def make_inputs(folder: Path) -> None:
             sys.exit(f"{out} is missing and there is no ffmpeg CLI to make it: copy the inputs folder here")
         print(f"making {out} ...", file=sys.stderr, flush=True)
         tmp = out.with_suffix(".part" + out.suffix)
-        subprocess.run([ffmpeg, "-hide_banner", "-loglevel", "error", "-y", *args, str(tmp)], check=True)
+        subprocess.run(
+            [ffmpeg, "-hide_banner", "-loglevel", "error", "-y", *INPUTS[name], str(tmp)], check=True
+        )
         tmp.rename(out)
 
 
@@ -217,9 +228,8 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
     threads = 1 if one_core else 0
     names = [n for n in args.decoders if available(n) is None]
     result: dict[str, Any] = {"cores": len(os.sched_getaffinity(0)), "inputs": {}}
-    for path in sorted(Path(args.inputs).glob("*.mp4")):
-        if path.name not in INPUTS:
-            continue
+    for name in args.only:
+        path = args.inputs / name
         data = path.read_bytes()
         indices = sampled_indices(data)
         times: dict[str, list[float]] = {n: [] for n in names}
@@ -266,7 +276,14 @@ def difference(got: Frames, ref: Frames) -> dict[str, Any]:
 
 def run_child(args: argparse.Namespace, which: str) -> dict[str, Any]:
     cmd = [sys.executable, __file__, "--child", which, "--inputs", str(args.inputs)]
-    cmd += ["--rounds", str(args.rounds), "--decoders", ",".join(args.decoders)]
+    cmd += [
+        "--rounds",
+        str(args.rounds),
+        "--decoders",
+        ",".join(args.decoders),
+        "--only",
+        ",".join(args.only),
+    ]
     env = dict(os.environ)
     if which == "one":
         # Pinned before the interpreter imports anything (OpenCV counts the
@@ -330,16 +347,25 @@ def main() -> None:
     parser.add_argument("--make-inputs", action="store_true", help="make the missing inputs and stop")
     parser.add_argument("--rounds", type=int, default=3, help="timed decodes a decoder, after a warm-up")
     parser.add_argument("--decoders", type=lambda s: s.split(","), default=list(DECODERS))
+    parser.add_argument(
+        "--only",
+        type=lambda s: s.split(","),
+        default=list(INPUTS),
+        help="the inputs to measure (all of them)",
+    )
     parser.add_argument("--json", type=Path, help="write the report here")
     parser.add_argument("--child", choices=["one", "all"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     unknown = set(args.decoders) - set(DECODERS)
     if unknown:
         parser.error(f"unknown decoders {sorted(unknown)}; known: {DECODERS}")
+    unknown = set(args.only) - set(INPUTS)
+    if unknown:
+        parser.error(f"unknown inputs {sorted(unknown)}; known: {list(INPUTS)}")
     if args.child:
         print(json.dumps(child(args)))
         return
-    make_inputs(args.inputs)
+    make_inputs(args.inputs, args.only)
     if args.make_inputs:
         for path in sorted(args.inputs.iterdir()):
             print(f"{path}: {path.stat().st_size / 1e6:.1f} MB")
@@ -349,7 +375,7 @@ def main() -> None:
         "decoders": args.decoders,
         "missing": missing,
         "rounds": args.rounds,
-        "inputs": {p.name: p.stat().st_size for p in sorted(args.inputs.glob("*.mp4")) if p.name in INPUTS},
+        "inputs": {name: (args.inputs / name).stat().st_size for name in args.only},
         "environment": environment(),
         "one_core": run_child(args, "one"),
         "all_cores": run_child(args, "all"),
