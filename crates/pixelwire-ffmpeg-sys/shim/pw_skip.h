@@ -8,15 +8,16 @@
 #include <stdint.h>
 
 /* Skipping H.264 and HEVC frames that no sampled frame needs
- * (pw_video_skip_unwanted): those that skipper_plan cuts, and an H.264 packet whose slices all have
- * nal_ref_idc 0, or an HEVC packet of sub-layer non-reference pictures of
- * the highest sub-layer, is never referenced, so when its frame is not
- * sampled it is not sent to the decoder. OpenCV numbers a
- * frame by how many the decoder output before it, which, the decoder output
- * being in presentation order, is its rank among the timestamps of every
- * packet; the skipper keeps those timestamps and checks that rank against
- * what was really output and skipped, and gives up (`failed`) wherever the
- * two could differ, so that the caller reads again without skipping. */
+ * (pw_video_skip_unwanted): the packets skipper_plan cuts, and frames
+ * nothing refers to. An H.264 packet whose slices all have nal_ref_idc 0,
+ * or an HEVC packet of sub-layer non-reference pictures of the highest
+ * sub-layer, is never referenced, so when its frame is not sampled it is
+ * not sent to the decoder. OpenCV numbers a frame by how many the decoder
+ * output before it, which, the decoder output being in presentation
+ * order, is its rank among the timestamps of every packet; the skipper
+ * keeps those timestamps and checks that rank against what was really
+ * output and skipped, and gives up (`failed`) wherever the two could
+ * differ, so that the caller reads again without skipping. */
 struct skipper {
     int on;
     int failed;

@@ -125,9 +125,9 @@ void pw_video_close(pw_video *v) {
 }
 
 /* FFmpeg's log callback: nothing is printed (as with AV_LOG_QUIET), but an
- * error a video's decoder reports (its context, or a frame thread's copy,
- * names the video in `opaque`) is counted on the video. A read that skips
- * packets gives up on an error (pw_video_grab): the decoder's error
+ * error or warning a video's decoder reports (its context, or a frame
+ * thread's copy, names the video in `opaque`) is counted on the video. A
+ * read that skips packets gives up on one (pw_video_grab): the decoder's error
  * concealment fills a damaged picture from the last one it decoded, which
  * is another picture when packets were skipped. */
 static void count_decoder_error(void *avcl, int level, const char *fmt, va_list vl) {
@@ -789,7 +789,7 @@ int pw_video_skip_unwanted(pw_video *v, const int64_t *wanted, size_t n, int64_t
     k->n_wanted = n;
     k->index = -1;
     /* Only with avcC or hvcC, whose packets are whole access units, and
-     * where the rewind after reading them really seeks. */
+     * where the seek back to the start after reading them really seeks. */
     if (k->nal_length_size && total_frames(v) > 1) {
         size_t n_packets = 0;
         struct planned_packet *packets = planned_packets(v, k->nal_length_size, &n_packets);
