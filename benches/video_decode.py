@@ -18,6 +18,21 @@ Decoders, each returning the sampled frames as (T, H, W, 3) uint8 RGB:
   else ``VideoDecoder(...).get_frames_at(indices)`` (it needs a system
   FFmpeg).
 
+Two gauges, timed like the decoders but returning no frames, say what the
+work itself costs with FFmpeg's decoders (the ``ffmpeg`` CLI, its output
+thrown away, so nothing is converted):
+
+* ``ffmpeg-every``: every frame of the stream decoded;
+* ``ffmpeg-refs``:  only its reference pictures (``-skip_frame noref``):
+  what any decoder giving frames identical to OpenCV's must at least
+  decode for frames sampled across the whole stream (each sampled frame
+  needs every reference picture before it back to its IDR picture). The
+  frames after a GOP's last sampled one are decoded here and need not be;
+  the sampled non-reference frames, and turning 32 frames into RGB, are
+  needed and not done here. OpenCV's time over this gauge's is about the
+  most a decoder built on FFmpeg's could gain per core with frames
+  identical.
+
 A decoder that cannot be imported is reported as missing, not an error.
 Every decoder gets the same frame indices (pixelwire's, which are vLLM's).
 
@@ -39,7 +54,12 @@ to a machine without the CLI.
 Usage::
 
     python benches/video_decode.py [--inputs DIR] [--rounds N] [--json PATH]
-        [--decoders pixelwire,opencv,pyav,torchcodec] [--only INPUT,...] [--make-inputs]
+        [--decoders pixelwire,opencv,pyav,torchcodec,ffmpeg-every,ffmpeg-refs]
+        [--only INPUT,...] [--video PATH ...] [--make-inputs]
+
+``--video`` adds videos of one's own (``--only ''`` leaves the made ones
+out), e.g. the 10 s clip ``pixelwire bench serve`` sends, which it leaves
+in its results folder as ``images/video.mp4``.
 """
 
 from __future__ import annotations
@@ -65,7 +85,9 @@ Frames = npt.NDArray[np.uint8]
 Decoder = Callable[[bytes, list[int], int], Frames]
 
 NUM_FRAMES = 32
-DECODERS = ("pixelwire", "opencv", "pyav", "torchcodec")
+DECODERS = ("pixelwire", "opencv", "pyav", "torchcodec", "ffmpeg-every", "ffmpeg-refs")
+# Timed, returning no frames (see above).
+GAUGES = ("ffmpeg-every", "ffmpeg-refs")
 
 # name -> ffmpeg CLI arguments. A moving test pattern under temporal noise,
 # so that inter prediction has real residuals to code (a clean pattern
@@ -196,17 +218,53 @@ def decode_torchcodec(data: bytes, indices: list[int], threads: int) -> Frames:
     return np.asarray(frames)
 
 
+_GAUGE_FILES: dict[tuple[int, bytes, bytes], str] = {}
+
+
+def gauge_file(data: bytes) -> str:
+    """The video as a file the ``ffmpeg`` CLI can seek in (an MP4's index
+    may come last), written once, at the warm-up."""
+    key = (len(data), data[:4096], data[-4096:])
+    if key not in _GAUGE_FILES:
+        import atexit
+        import tempfile
+
+        with tempfile.NamedTemporaryFile(suffix=".video", delete=False) as file:
+            file.write(data)
+        atexit.register(os.unlink, file.name)
+        _GAUGE_FILES[key] = file.name
+    return _GAUGE_FILES[key]
+
+
+def ffmpeg_gauge(*skip: str) -> Decoder:
+    """The ``ffmpeg`` CLI decoding the video's first video stream to nothing
+    with ``threads`` decoder threads (0: its default), ``skip`` before the
+    input; returns no frames."""
+
+    def decode(data: bytes, indices: list[int], threads: int) -> Frames:
+        command = ["ffmpeg", "-nostdin", "-hide_banner", "-loglevel", "error", "-threads", str(threads)]
+        command += [*skip, "-i", gauge_file(data), "-map", "0:v:0", "-f", "null", "-"]
+        subprocess.run(command, check=True, capture_output=True)
+        return np.empty((0, 0, 0, 3), np.uint8)
+
+    return decode
+
+
 IMPLEMENTATIONS: dict[str, tuple[str, Decoder]] = {
     "pixelwire": ("pixelwire", decode_pixelwire),
     "opencv": ("cv2", decode_opencv),
     "pyav": ("av", decode_pyav),
     "torchcodec": ("torchcodec", decode_torchcodec),
+    "ffmpeg-every": ("ffmpeg", ffmpeg_gauge()),
+    "ffmpeg-refs": ("ffmpeg", ffmpeg_gauge("-skip_frame", "noref")),
 }
 
 
 def available(name: str) -> str | None:
     """None when the decoder can run, else why not."""
     module = IMPLEMENTATIONS[name][0]
+    if name in GAUGES:
+        return None if shutil.which(module) else f"no {module} CLI on PATH"
     try:
         __import__(module)
     except Exception as e:  # noqa: BLE001 - a wheel without its system FFmpeg raises OSError, RuntimeError
@@ -228,8 +286,7 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
     threads = 1 if one_core else 0
     names = [n for n in args.decoders if available(n) is None]
     result: dict[str, Any] = {"cores": len(os.sched_getaffinity(0)), "inputs": {}}
-    for name in args.only:
-        path = args.inputs / name
+    for path in input_paths(args):
         data = path.read_bytes()
         indices = sampled_indices(data)
         times: dict[str, list[float]] = {n: [] for n in names}
@@ -247,7 +304,7 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
                 continue
             if name == reference:
                 ref_frames = got
-            elif ref_frames is not None:
+            elif ref_frames is not None and name not in GAUGES:
                 differences[name] = difference(got, ref_frames)
         running = [n for n in names if n not in errors]
         for round_ in range(args.rounds):
@@ -274,8 +331,13 @@ def difference(got: Frames, ref: Frames) -> dict[str, Any]:
     return {"max_abs_diff": int(d.max()), "mean_abs_diff": round(float(d.mean()), 4)}
 
 
+def input_paths(args: argparse.Namespace) -> list[Path]:
+    return [args.inputs / name for name in args.only] + list(args.video)
+
+
 def run_child(args: argparse.Namespace, which: str) -> dict[str, Any]:
     cmd = [sys.executable, __file__, "--child", which, "--inputs", str(args.inputs)]
+    cmd += [arg for video in args.video for arg in ("--video", str(video))]
     cmd += [
         "--rounds",
         str(args.rounds),
@@ -322,7 +384,9 @@ def table(report: dict[str, Any]) -> str:
                 continue
             speedup = ms1.get("opencv", 0) / ms1[decoder] if ms1.get(decoder) else 0
             diff = diffs.get(decoder)
-            if decoder == ref:
+            if decoder in GAUGES:
+                text = "gauge: no frames"
+            elif decoder == ref:
                 text = "reference"
             elif diff is None:
                 text = ""
@@ -349,9 +413,12 @@ def main() -> None:
     parser.add_argument("--decoders", type=lambda s: s.split(","), default=list(DECODERS))
     parser.add_argument(
         "--only",
-        type=lambda s: s.split(","),
+        type=lambda s: [name for name in s.split(",") if name],
         default=list(INPUTS),
         help="the inputs to measure (all of them)",
+    )
+    parser.add_argument(
+        "--video", type=Path, action="append", default=[], help="a video file to measure too (repeatable)"
     )
     parser.add_argument("--json", type=Path, help="write the report here")
     parser.add_argument("--child", choices=["one", "all"], help=argparse.SUPPRESS)
@@ -375,7 +442,7 @@ def main() -> None:
         "decoders": args.decoders,
         "missing": missing,
         "rounds": args.rounds,
-        "inputs": {name: (args.inputs / name).stat().st_size for name in args.only},
+        "inputs": {path.name: path.stat().st_size for path in input_paths(args)},
         "environment": environment(),
         "one_core": run_child(args, "one"),
         "all_cores": run_child(args, "all"),
