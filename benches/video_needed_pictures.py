@@ -40,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +50,14 @@ H264_SLICE, H264_IDR = 1, 5
 AU_STARTERS = {6, 7, 8, 9}
 
 
-def annex_b_access_units(stream: bytes) -> list[bytes]:
+@dataclass
+class AccessUnit:
+    data: bytes
+    # The first byte of each slice NAL unit: nal_ref_idc and nal_unit_type.
+    slice_headers: list[int] = field(default_factory=list)
+
+
+def annex_b_access_units(stream: bytes) -> list[AccessUnit]:
     """Splits an Annex B H.264 stream into access units: a new one starts at
     an SEI, parameter set or delimiter after a picture's slices, or at a
     slice whose first_mb_in_slice is 0 (its ue(v) is the single bit 1)."""
@@ -58,44 +66,36 @@ def annex_b_access_units(stream: bytes) -> list[bytes]:
     while at >= 0:
         starts.append(at)
         at = stream.find(b"\x00\x00\x01", at + 3)
-    units: list[bytes] = []
+    units: list[AccessUnit] = []
     current: list[bytes] = []
-    picture_seen = False
+    slice_headers: list[int] = []
     for i, start in enumerate(starts):
         begin = start - 1 if start > 0 and stream[start - 1] == 0 else start
         end = starts[i + 1] if i + 1 < len(starts) else len(stream)
         if i + 1 < len(starts) and stream[end - 1] == 0:
             end -= 1
-        header = start + 3
-        nal_type = stream[header] & 0x1F
+        header = stream[start + 3]
+        nal_type = header & 0x1F
         is_slice = nal_type in (H264_SLICE, H264_IDR)
-        first_in_picture = is_slice and bool(stream[header + 1] & 0x80)
-        if picture_seen and (nal_type in AU_STARTERS or first_in_picture):
-            units.append(b"".join(current))
-            current, picture_seen = [], False
+        first_in_picture = is_slice and bool(stream[start + 4] & 0x80)
+        if slice_headers and (nal_type in AU_STARTERS or first_in_picture):
+            units.append(AccessUnit(b"".join(current), slice_headers))
+            current, slice_headers = [], []
         current.append(stream[begin:end])
-        picture_seen |= is_slice
+        if is_slice:
+            slice_headers.append(header)
     if current:
-        units.append(b"".join(current))
+        units.append(AccessUnit(b"".join(current), slice_headers))
     return units
 
 
-def nal_headers(unit: bytes) -> list[int]:
-    headers, at = [], unit.find(b"\x00\x00\x01")
-    while at >= 0:
-        headers.append(unit[at + 3])
-        at = unit.find(b"\x00\x00\x01", at + 3)
-    return headers
-
-
-def needed_units(units: list[bytes], ranks: list[int], wanted: set[int]) -> list[bool]:
+def needed_units(units: list[AccessUnit], ranks: list[int], wanted: set[int]) -> list[bool]:
     """Per access unit in decoding order (``ranks``: each one's frame number):
     whether a decoder must decode it for the ``wanted`` frames."""
-    slices = [[h for h in nal_headers(u) if h & 0x1F in (H264_SLICE, H264_IDR)] for u in units]
-    idr = [any(h & 0x1F == H264_IDR for h in s) for s in slices]
-    reference = [any(h >> 5 for h in s) for s in slices]
+    idr = [any(h & 0x1F == H264_IDR for h in u.slice_headers) for u in units]
+    reference = [any(h >> 5 for h in u.slice_headers) for u in units]
     bounds = [i for i, is_idr in enumerate(idr) if is_idr] + [len(units)]
-    if not bounds or bounds[0] != 0:
+    if bounds[0] != 0:
         sys.exit("the stream does not start with an IDR picture")
     keep = [False] * len(units)
     for start, end in itertools.pairwise(bounds):
@@ -152,7 +152,7 @@ def main() -> None:
             sys.exit(f"{len(units)} access units for {len(pts)} packets: not a stream this bench splits")
         keep = needed_units(units, [rank[p] for p in pts], set(indices))
         needed = Path(folder) / "needed.h264"
-        needed.write_bytes(b"".join(u for u, k in zip(units, keep, strict=True) if k))
+        needed.write_bytes(b"".join(u.data for u, k in zip(units, keep, strict=True) if k))
 
         runs: dict[str, Any] = {
             "needed": lambda: ffmpeg_decode(needed),
@@ -177,8 +177,8 @@ def main() -> None:
         "indices": indices,
         "access_units": {"needed": sum(keep), "all": len(units)},
         "coded_bytes": {
-            "needed": sum(len(u) for u, k in zip(units, keep, strict=True) if k),
-            "all": sum(map(len, units)),
+            "needed": sum(len(u.data) for u, k in zip(units, keep, strict=True) if k),
+            "all": sum(len(u.data) for u in units),
         },
         "rounds": args.rounds,
         "ms": ms,
