@@ -54,6 +54,10 @@ pub enum Error {
     /// again with the check settled at open and samples again.
     #[error("{0}")]
     VideoFrameCountChanged(String),
+    /// Bytes for another party's decoder that are not one media container
+    /// pixelwire identifies (`crate::identify`).
+    #[error("{0}")]
+    UnidentifiedMedia(String),
     /// A video stream in a codec this build does not decode.
     #[error("{0}")]
     UnsupportedVideo(String),

@@ -11,6 +11,7 @@ pub mod decode;
 pub mod errors;
 pub mod fair;
 pub mod foreign;
+pub mod identify;
 pub mod json_body;
 pub mod pool;
 pub mod publisher;

@@ -10,7 +10,7 @@
 //! in flight on it fails the reader's check.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -103,6 +103,9 @@ pub struct BatchImage<'a> {
 #[derive(Default)]
 pub struct BatchControl {
     state: Mutex<ControlState>,
+    /// Set with `cancelled`, for native work that polls it without the
+    /// lock (a video's decoder: `crate::video::Capture`).
+    stop: Arc<AtomicI32>,
 }
 
 #[derive(Default)]
@@ -115,6 +118,18 @@ struct ControlState {
 impl BatchControl {
     pub fn is_cancelled(&self) -> bool {
         self.state.lock().cancelled
+    }
+
+    /// The flag a cancel sets, for work that polls it natively.
+    pub fn stop_flag(&self) -> Arc<AtomicI32> {
+        self.stop.clone()
+    }
+
+    /// Cancels work that published nothing ([`Publisher::cancel`] also
+    /// frees what a batch published).
+    pub fn stop(&self) {
+        self.state.lock().cancelled = true;
+        self.stop.store(1, Ordering::Relaxed);
     }
 }
 
@@ -515,6 +530,7 @@ impl Publisher {
         let published = {
             let mut state = control.state.lock();
             state.cancelled = true;
+            control.stop.store(1, Ordering::Relaxed);
             std::mem::take(&mut state.published)
         };
         // Wakes the batch's images waiting for a slot, so they see it.

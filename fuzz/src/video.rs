@@ -56,7 +56,7 @@ fn video_inner(data: &[u8]) {
     } else {
         EndCheck::AtOpen
     };
-    let mut capture = match Capture::open(Box::new(file.to_vec()), threads, limits, end_check) {
+    let mut capture = match Capture::open(Box::new(file.to_vec()), threads, limits, end_check, None) {
         Ok(capture) => capture,
         Err(Error::Video(_) | Error::UnsupportedVideo(_) | Error::VideoOverLimit { .. }) => {
             return

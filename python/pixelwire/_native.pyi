@@ -94,6 +94,9 @@ class VideoDecodeError(DecodeError):
 class UnsupportedVideo(VideoDecodeError):
     """The video stream is in a codec pixelwire does not decode."""
 
+class UnidentifiedMedia(DecodeError):
+    """Bytes for vLLM's own video or audio loader are not one media container pixelwire identifies."""
+
 class VideoFrameCountChanged(VideoDecodeError):
     """A read found the frame count the capture gave before it wrong (the
     end-of-stream check was shared with the read): open the video again with
@@ -138,10 +141,15 @@ class Cancelled(PixelwireError):
 @final
 class BatchControl:
     """A handle on a running :meth:`NativePublisher.publish_many` batch, for
-    :meth:`NativePublisher.cancel`."""
+    :meth:`NativePublisher.cancel`, or on a :class:`VideoCapture`."""
     def __new__(cls) -> BatchControl: ...
     @property
     def cancelled(self) -> bool: ...
+    def cancel(self) -> None:
+        """Cancels work that publishes nothing (a :class:`VideoCapture`
+        opened or read with this control stops within a frame); a
+        publisher's batch is cancelled with :meth:`NativePublisher.cancel`,
+        which also frees what it published."""
 
 @final
 class Limits:
@@ -209,6 +217,7 @@ class VideoCapture:
         threads: int = 0,
         limits: VideoLimits | None = None,
         settle_count: bool = False,
+        control: BatchControl | None = None,
     ) -> VideoCapture:
         """Opens ``data`` and reads its headers. With ``settle_count`` the
         frame count is settled here, decoding the end of the stream as
@@ -216,7 +225,9 @@ class VideoCapture:
         with ``read`` where it can be (an H.264 or HEVC stream whose end is
         behind an IDR picture), ``frame_count`` is then the header's,
         provisionally, and ``read`` raises ``VideoFrameCountChanged`` if
-        OpenCV would have counted otherwise."""
+        OpenCV would have counted otherwise. Once ``control`` is cancelled,
+        the open and the read stop within a frame and raise
+        :class:`Cancelled`."""
     def info(self) -> VideoInfo: ...
     def read(
         self,
@@ -296,6 +307,16 @@ def scan_json_body(raw: bytes, min_len: int, prefix: str) -> tuple[bytes | None,
     skeleton with ``"<prefix><n>"`` in their place, or None when none was
     cut; an upper bound on its JSON values; each cut string's contents as a
     byte range of ``raw``)."""
+
+def ffmpeg_components() -> dict[str, list[str]]:
+    """The bundled FFmpeg's ``demuxers``, input ``protocols`` and ``decoders``."""
+
+def identify_container(data: Buffer, medium: Literal["video", "audio"]) -> str:
+    """The container ``data`` is (``mp4``, ``matroska``, ``avi``, ``wav``,
+    ``flac``, ``ogg``, ``mpeg-audio``, ``aiff``), identified from its own bytes
+    before another party's loader of ``medium`` is handed them; raises
+    :class:`UnidentifiedMedia` for anything else, and for bytes that a
+    demuxer opening other resources (SDP, DASH) would match."""
 
 def decode_data_url(url: str) -> tuple[str, bytes]:
     """Decodes an RFC 2397 base64 ``data:`` URL: returns (media type, bytes)."""

@@ -46,6 +46,12 @@ create_exception!(
 );
 create_exception!(
     pixelwire,
+    UnidentifiedMedia,
+    DecodeError,
+    "Bytes for vLLM's own video or audio loader are not one media container pixelwire identifies."
+);
+create_exception!(
+    pixelwire,
     VideoFrameCountChanged,
     VideoDecodeError,
     "A read found the frame count the capture gave before it wrong (the end-of-stream check was shared with the read): open the video again with settle_count=True and sample again."
@@ -108,6 +114,7 @@ impl From<Error> for PyErr {
             } => over_limit::<ImageTooLarge>(message, setting, limit, actual),
             Error::Video(m) => VideoDecodeError::new_err(m),
             Error::UnsupportedVideo(m) => UnsupportedVideo::new_err(m),
+            Error::UnidentifiedMedia(m) => UnidentifiedMedia::new_err(m),
             Error::VideoFrameCountChanged(m) => VideoFrameCountChanged::new_err(m),
             Error::VideoOverLimit {
                 message,
@@ -267,6 +274,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("ImageTooLarge", py.get_type::<ImageTooLarge>())?;
     m.add("VideoDecodeError", py.get_type::<VideoDecodeError>())?;
     m.add("UnsupportedVideo", py.get_type::<UnsupportedVideo>())?;
+    m.add("UnidentifiedMedia", py.get_type::<UnidentifiedMedia>())?;
     m.add("VideoTooLarge", py.get_type::<VideoTooLarge>())?;
     m.add(
         "VideoFrameCountChanged",

@@ -15,6 +15,7 @@ mod tickets;
 mod video;
 
 use crate::decode::{self, DecodeOptions, Mode};
+use crate::identify;
 
 /// Decoding limits, checked from the header before pixel memory is taken.
 #[pyclass(module = "pixelwire", name = "Limits", frozen, eq)]
@@ -273,6 +274,23 @@ fn is_content_hash(text: &str) -> bool {
     crate::wire::is_content_hash(text)
 }
 
+/// The container `data` is, identified from its own bytes before it goes
+/// to another party's loader of `medium` (`identify::identify`).
+#[pyfunction]
+fn identify_container(py: Python<'_>, data: Encoded<'_>, medium: &str) -> PyResult<&'static str> {
+    let medium = match medium {
+        "video" => identify::Medium::Video,
+        "audio" => identify::Medium::Audio,
+        other => {
+            return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                "medium must be 'video' or 'audio', not {other:?}"
+            )))
+        }
+    };
+    let bytes = data.as_slice();
+    Ok(py.detach(|| identify::identify(bytes, medium))?.name())
+}
+
 /// Makes NIXL's C API loadable from the installed wheel's copy.
 #[pyfunction]
 fn load_nixl(path: &str) -> PyResult<()> {
@@ -300,6 +318,7 @@ fn parse_notification(text: &str) -> Option<(u64, u64, u64)> {
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     errors::register(m)?;
     m.add_function(wrap_pyfunction!(load_nixl, m)?)?;
+    m.add_function(wrap_pyfunction!(identify_container, m)?)?;
     publisher::register(m)?;
     reader::register(m)?;
     tickets::register(m)?;

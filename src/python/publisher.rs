@@ -335,7 +335,7 @@ impl NativePublisher {
 /// A handle on a running `publish_many` batch, for `NativePublisher.cancel`.
 #[pyclass(module = "pixelwire._native", frozen, name = "BatchControl")]
 pub struct NativeBatchControl {
-    inner: Arc<BatchControl>,
+    pub(super) inner: Arc<BatchControl>,
 }
 
 #[pymethods]
@@ -350,6 +350,14 @@ impl NativeBatchControl {
     #[getter]
     fn cancelled(&self) -> bool {
         self.inner.is_cancelled()
+    }
+
+    /// Cancels work that publishes nothing (a `VideoCapture` opened or read
+    /// with this control stops within a frame); a publisher's batch is
+    /// cancelled with `NativePublisher.cancel`, which also frees what it
+    /// published.
+    fn cancel(&self) {
+        self.inner.stop();
     }
 }
 

@@ -5,6 +5,7 @@ use numpy::{PyArray1, PyArrayMethods};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
+use super::publisher::NativeBatchControl;
 use super::{resize_target, Encoded, ResizeArg};
 use crate::video::{self, Capture, Conversion, EndCheck};
 
@@ -114,15 +115,18 @@ impl PyVideoCapture {
     /// decodes the end of the stream here for the frame count, as OpenCV;
     /// without it that work is shared with `read` where it can be, and
     /// `frame_count` may be provisional until `read` settles it (raising
-    /// `VideoFrameCountChanged` when it was wrong).
+    /// `VideoFrameCountChanged` when it was wrong). Once `control` is
+    /// cancelled, the open and the read stop within a frame and raise
+    /// `Cancelled`.
     #[new]
-    #[pyo3(signature = (data, *, threads = 0, limits = None, settle_count = false))]
+    #[pyo3(signature = (data, *, threads = 0, limits = None, settle_count = false, control = None))]
     fn new(
         py: Python<'_>,
         data: Encoded<'_>,
         threads: usize,
         limits: Option<PyRef<'_, PyVideoLimits>>,
         settle_count: bool,
+        control: Option<PyRef<'_, NativeBatchControl>>,
     ) -> PyResult<Self> {
         let limits = limits.map(|l| l.inner).unwrap_or_default();
         let source = match data {
@@ -141,7 +145,9 @@ impl PyVideoCapture {
         } else {
             EndCheck::SharedWithRead
         };
-        let capture = py.detach(|| Capture::open(Box::new(source), threads, limits, end_check))?;
+        let stop = control.map(|control| control.inner.stop_flag());
+        let capture =
+            py.detach(|| Capture::open(Box::new(source), threads, limits, end_check, stop))?;
         Ok(PyVideoCapture {
             inner: Some(capture),
             packets_decoded: 0,
@@ -231,8 +237,15 @@ fn closed() -> PyErr {
     ))
 }
 
+/// The bundled FFmpeg's demuxers, input protocols and decoders, by kind.
+#[pyfunction]
+fn ffmpeg_components() -> std::collections::HashMap<&'static str, Vec<String>> {
+    crate::video::ffmpeg_components().into_iter().collect()
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyVideoLimits>()?;
     m.add_class::<PyVideoCapture>()?;
+    m.add_function(wrap_pyfunction!(ffmpeg_components, m)?)?;
     Ok(())
 }

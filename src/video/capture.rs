@@ -3,11 +3,14 @@
 
 use std::collections::BTreeSet;
 use std::ffi::{c_char, CStr};
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::Arc;
 
 use pixelwire_ffmpeg_sys as ffi;
 
 use super::VideoLimits;
 use crate::errors::{Error, Result};
+use crate::publisher::cancelled;
 use crate::resize::Target;
 
 /// What `cv2.VideoCapture` reports about the stream, from its headers.
@@ -173,6 +176,8 @@ pub struct Capture {
     threads: i32,
     /// Packets decoded by the handles `raw` replaced.
     packets_before: u64,
+    /// The flag that stops the shim's work (`BatchControl::stop_flag`).
+    stop: Option<Arc<AtomicI32>>,
     // Dropped after `raw` is closed (see Drop).
     source: Box<dyn AsRef<[u8]> + Send + Sync>,
 }
@@ -200,18 +205,26 @@ fn c_string(chars: &[c_char]) -> String {
 }
 
 /// A shim handle over `data` (which must outlive it), its headers read.
-fn open_raw(data: &[u8], threads: i32, limits: &VideoLimits) -> Result<*mut ffi::pw_video> {
+fn open_raw(
+    data: &[u8],
+    threads: i32,
+    limits: &VideoLimits,
+    stop: Option<&Arc<AtomicI32>>,
+) -> Result<*mut ffi::pw_video> {
+    super::sample_tables::check(data)?;
     let max_pixels = i64::try_from(limits.max_pixels).unwrap_or(i64::MAX);
     let mut raw = std::ptr::null_mut();
     let mut err = [0 as c_char; 256];
-    // SAFETY: `data` outlives the handle (both live in the Capture, the
-    // handle is closed first); `err` is writable for its length.
+    let stop_ptr = stop.map_or(std::ptr::null(), |flag| flag.as_ptr().cast_const());
+    // SAFETY: `data` and `stop` outlive the handle (they live in the
+    // Capture, the handle is closed first); `err` is writable for its length.
     let code = unsafe {
         ffi::pw_video_open(
             data.as_ptr(),
             data.len(),
             threads,
             max_pixels,
+            stop_ptr,
             &mut raw,
             err.as_mut_ptr(),
             err.len(),
@@ -221,6 +234,9 @@ fn open_raw(data: &[u8], threads: i32, limits: &VideoLimits) -> Result<*mut ffi:
     let message = unsafe { CStr::from_ptr(err.as_ptr()) }
         .to_string_lossy()
         .into_owned();
+    if code != ffi::PW_OK && stop.is_some_and(|flag| flag.load(Ordering::Relaxed) != 0) {
+        return Err(cancelled());
+    }
     match code {
         ffi::PW_OK => {}
         ffi::PW_ERR_NO_DECODER => return Err(Error::UnsupportedVideo(message)),
@@ -247,6 +263,7 @@ impl Capture {
         threads: usize,
         limits: VideoLimits,
         end_check: EndCheck,
+        stop: Option<Arc<AtomicI32>>,
     ) -> Result<Capture> {
         let data = (*source).as_ref();
         limits.check_encoded(data.len())?;
@@ -254,7 +271,7 @@ impl Capture {
             return Err(Error::Video("empty video data".into()));
         }
         let threads = i32::try_from(threads.min(1024)).unwrap_or(0);
-        let raw = open_raw(data, threads, &limits)?;
+        let raw = open_raw(data, threads, &limits, stop.as_ref())?;
         let mut raw_info = std::mem::MaybeUninit::<ffi::pw_video_info>::zeroed();
         // SAFETY: `raw` is an open handle; the shim fills the whole struct.
         let raw_info = unsafe {
@@ -282,6 +299,7 @@ impl Capture {
             pending: None,
             threads,
             packets_before: 0,
+            stop,
             source,
         };
         limits.check_frame_size(capture.info.width, capture.info.height)?;
@@ -315,11 +333,22 @@ impl Capture {
                 }
             }
         }
+        capture.check_stopped()?;
         Ok(capture)
     }
 
     pub fn info(&self) -> &StreamInfo {
         &self.info
+    }
+
+    /// [`cancelled`] once the stop flag stopped the shim's work: what it
+    /// counted or grabbed since is not the video's.
+    fn check_stopped(&self) -> Result<()> {
+        // SAFETY: `raw` is an open handle.
+        if unsafe { ffi::pw_video_stopped(self.raw) } != 0 {
+            return Err(cancelled());
+        }
+        Ok(())
     }
 
     /// Packets given to the decoder since open (the end-of-stream check's
@@ -399,7 +428,13 @@ impl Capture {
         resize: Option<&Target>,
         out: &mut [u8],
     ) -> Result<Vec<usize>> {
-        self.read_frames_until(wanted, conversion, resize, out, &|| None)
+        let flag = self.stop.clone();
+        let stopped = move || {
+            flag.as_ref()
+                .filter(|flag| flag.load(Ordering::Relaxed) != 0)
+                .map(|_| cancelled())
+        };
+        self.read_frames_until(wanted, conversion, resize, out, &stopped)
     }
 
     /// [`Capture::read_frames_into`] that asks `stop` before each frame it
@@ -481,6 +516,7 @@ impl Capture {
         if let Some(error) = output.failed {
             return Err(error);
         }
+        self.check_stopped()?;
         if let Some(pending) = self.pending {
             if track.is_some_and(|t| t.confirms(&pending, count)) {
                 self.pending = None;
@@ -509,7 +545,7 @@ impl Capture {
     /// the one the frames were sampled over.
     fn settle_afresh(&mut self) -> Result<()> {
         let data = (*self.source).as_ref();
-        let raw = open_raw(data, self.threads, &self.limits)?;
+        let raw = open_raw(data, self.threads, &self.limits, self.stop.as_ref())?;
         // SAFETY: `self.raw` and `raw` are open handles, used by this
         // thread only; the old one is closed once, and `raw` replaces it.
         let count = unsafe {
@@ -519,6 +555,7 @@ impl Capture {
             self.raw = raw;
             ffi::pw_video_presentable_frames(self.raw)
         };
+        self.check_stopped()?;
         self.info.frame_count_settled = true;
         let sampled = std::mem::replace(&mut self.info.frame_count, count);
         if count != sampled {

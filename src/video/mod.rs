@@ -11,7 +11,37 @@
 mod capture;
 mod limits;
 mod publish;
+mod sample_tables;
 
 pub use capture::{Capture, Conversion, EndCheck, Frames, StreamInfo};
 pub use limits::VideoLimits;
 pub use publish::{publish_video, PublishedVideo};
+
+use pixelwire_ffmpeg_sys as ffi;
+
+/// The demuxers, input protocols and decoders the bundled FFmpeg holds
+/// (SECURITY.md lists them; a test keeps the list and the build in step).
+pub fn ffmpeg_components() -> Vec<(&'static str, Vec<String>)> {
+    [
+        ("demuxers", ffi::PW_DEMUXERS),
+        ("protocols", ffi::PW_INPUT_PROTOCOLS),
+        ("decoders", ffi::PW_DECODERS),
+    ]
+    .into_iter()
+    .map(|(label, kind)| {
+        let names = (0..)
+            // SAFETY: the shim returns NULL past the last component, else
+            // a static NUL-terminated name.
+            .map_while(|index| unsafe {
+                let name = ffi::pw_component_name(kind, index);
+                (!name.is_null()).then(|| {
+                    std::ffi::CStr::from_ptr(name)
+                        .to_string_lossy()
+                        .into_owned()
+                })
+            })
+            .collect();
+        (label, names)
+    })
+    .collect()
+}

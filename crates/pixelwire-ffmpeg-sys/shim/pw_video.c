@@ -52,10 +52,26 @@ struct pw_video {
     int decoder_errors;      /* reported by the decoder (count_decoder_error), atomic */
     int errors_before_skip;  /* decoder_errors when skipping began */
     struct skipper skip;
+    const int *stop;         /* nonzero (set by another thread): stop decoding; may be NULL */
+    int stopped;             /* a grab or the demuxer found `stop` set */
 };
+
+static int stop_asked(pw_video *v) {
+    if (v->stop && __atomic_load_n(v->stop, __ATOMIC_RELAXED))
+        v->stopped = 1;
+    return v->stopped;
+}
+
+/* FFmpeg's interrupt callback: avformat_find_stream_info and the demuxers
+ * check it while they read. */
+static int interrupted(void *opaque) {
+    return stop_asked(opaque);
+}
 
 static int read_packet(void *opaque, uint8_t *buf, int buf_size) {
     pw_video *v = opaque;
+    if (stop_asked(v))
+        return AVERROR_EXIT;
     int64_t left = (int64_t)v->size - v->pos;
     if (left <= 0 || buf_size <= 0)
         return buf_size > 0 ? AVERROR_EOF : 0;
@@ -141,7 +157,7 @@ static void count_decoder_error(void *avcl, int level, const char *fmt, va_list 
 }
 
 int pw_video_open(const uint8_t *data, size_t size, int threads, int64_t max_pixels,
-                  pw_video **out, char *err, size_t err_len) {
+                  const int *stop, pw_video **out, char *err, size_t err_len) {
     *out = NULL;
     av_log_set_level(AV_LOG_QUIET);
     av_log_set_callback(count_decoder_error);
@@ -150,6 +166,7 @@ int pw_video_open(const uint8_t *data, size_t size, int threads, int64_t max_pix
         return PW_ERR_MEMORY;
     v->data = data;
     v->size = size;
+    v->stop = stop;
     v->stream = -1;
     v->picture_pts = AV_NOPTS_VALUE;
     v->first_frame_number = -1;
@@ -170,6 +187,8 @@ int pw_video_open(const uint8_t *data, size_t size, int threads, int64_t max_pix
     if (!v->ic)
         goto fail;
     v->ic->pb = v->avio;
+    v->ic->interrupt_callback.callback = interrupted;
+    v->ic->interrupt_callback.opaque = v;
     ret = avformat_open_input(&v->ic, NULL, NULL, NULL);
     if (ret < 0) {
         /* avformat_open_input frees the context on failure. */
@@ -178,13 +197,23 @@ int pw_video_open(const uint8_t *data, size_t size, int threads, int64_t max_pix
         goto fail;
     }
 
+    {
+        int seen_video = 0;
+        for (unsigned i = 0; i < v->ic->nb_streams; i++) {
+            if (v->ic->streams[i]->codecpar->codec_type != AVMEDIA_TYPE_VIDEO)
+                continue;
+            if (seen_video++)
+                v->ic->streams[i]->discard = AVDISCARD_ALL;
+        }
+    }
     /* The probing decoders get the same frame-size bound as ours. */
     if (max_pixels > 0 && v->ic->nb_streams > 0) {
         probe_opts = av_calloc(v->ic->nb_streams, sizeof *probe_opts);
         if (!probe_opts)
             goto fail;
-        for (unsigned i = 0; i < v->ic->nb_streams; i++)
+        for (unsigned i = 0; i < v->ic->nb_streams; i++) {
             av_dict_set_int(&probe_opts[i], "max_pixels", max_pixels, 0);
+        }
     }
     ret = avformat_find_stream_info(v->ic, probe_opts);
     if (ret < 0) {
@@ -382,8 +411,12 @@ static void track_position(pw_video *v) {
 int pw_video_grab(pw_video *v) {
     size_t read_attempts = 0, decode_attempts = 0;
     v->picture_pts = AV_NOPTS_VALUE;
+    if (stop_asked(v))
+        return 0;
     int valid = avcodec_receive_frame(v->ctx, v->picture) >= 0;
     while (!valid) {
+        if (stop_asked(v))
+            return 0;
         av_packet_unref(v->packet);
         int ret = av_read_frame(v->ic, v->packet);
         if (ret == AVERROR(EAGAIN))
@@ -472,6 +505,10 @@ static void copy_rows(const AVFrame *from, uint8_t *dst, int swap) {
             d[x + 2] = s[x];
         }
     }
+}
+
+int pw_video_stopped(const pw_video *v) {
+    return v->stopped;
 }
 
 int pw_video_finished(const pw_video *v) {
@@ -618,6 +655,10 @@ static int64_t packets_from_landing(pw_video *v, int64_t seek_ts, int64_t landin
     av_seek_frame(v->ic, v->stream, seek_ts, AVSEEK_FLAG_BACKWARD);
     avcodec_flush_buffers(v->ctx);
     for (size_t reads = 0;; reads++) {
+        if (stop_asked(v)) {
+            count = -1;
+            break;
+        }
         int ret = av_read_frame(v->ic, pkt);
         if (ret == AVERROR_EOF)
             break;
@@ -810,3 +851,25 @@ int pw_video_skip_failed(const pw_video *v) {
     return v->skip.on && v->skip.failed;
 }
 
+
+const char *pw_component_name(int kind, size_t index) {
+    void *opaque = NULL;
+    size_t seen = 0;
+    if (kind == PW_DEMUXERS) {
+        const AVInputFormat *format;
+        while ((format = av_demuxer_iterate(&opaque)))
+            if (seen++ == index)
+                return format->name;
+    } else if (kind == PW_INPUT_PROTOCOLS) {
+        const char *name;
+        while ((name = avio_enum_protocols(&opaque, 0)))
+            if (seen++ == index)
+                return name;
+    } else if (kind == PW_DECODERS) {
+        const AVCodec *codec;
+        while ((codec = av_codec_iterate(&opaque)))
+            if (av_codec_is_decoder(codec) && seen++ == index)
+                return codec->name;
+    }
+    return NULL;
+}

@@ -33,11 +33,15 @@ typedef struct {
     char pix_fmt[32];       /* the stream's pixel format ("" when unknown) */
 } pw_video_info;
 
-/* Opens an in-memory file. `data` must outlive the handle. `threads` <= 0
+/* Opens an in-memory file. `data` (and `stop`, when not NULL) must outlive the handle. `threads` <= 0
  * means min(cores, 16), as OpenCV. `max_pixels` (> 0) bounds the frame size
  * FFmpeg's decoders accept, also while probing the stream. */
 int pw_video_open(const uint8_t *data, size_t size, int threads, int64_t max_pixels,
-                  pw_video **out, char *err, size_t err_len);
+                  const int *stop, pw_video **out, char *err, size_t err_len);
+/* Whether work stopped because `*stop` (pw_video_open's, set to nonzero by
+ * another thread) asked it to: every grab from then on returns no frame,
+ * the seeks and the end-of-stream check included. */
+int pw_video_stopped(const pw_video *v);
 void pw_video_get_info(const pw_video *v, pw_video_info *info);
 /* The frame count vLLM's loader samples over: CAP_PROP_FRAME_COUNT, unless
  * OpenCV's seek to the end (CAP_PROP_POS_AVI_RATIO = 1) lands at the real
@@ -91,5 +95,10 @@ int pw_video_skip_unwanted(pw_video *v, const int64_t *wanted, size_t n, int64_t
 int64_t pw_video_frame_index(const pw_video *v);
 int pw_video_skip_failed(const pw_video *v);
 void pw_video_close(pw_video *v);
+
+/* What this build of FFmpeg holds, for a test to list: the name of the
+ * `index`-th component of `kind`, or NULL past the last one. */
+enum { PW_DEMUXERS = 0, PW_INPUT_PROTOCOLS = 1, PW_DECODERS = 2 };
+const char *pw_component_name(int kind, size_t index);
 
 #endif

@@ -13,6 +13,10 @@ pub const PW_ERR_DECODER: i32 = -4;
 pub const PW_ERR_MEMORY: i32 = -5;
 pub const PW_ERR_TOO_LARGE: i32 = -6;
 
+pub const PW_DEMUXERS: i32 = 0;
+pub const PW_INPUT_PROTOCOLS: i32 = 1;
+pub const PW_DECODERS: i32 = 2;
+
 #[repr(C)]
 pub struct pw_video {
     _private: [u8; 0],
@@ -46,6 +50,7 @@ extern "C" {
         size: usize,
         threads: i32,
         max_pixels: i64,
+        stop: *const i32,
         out: *mut *mut pw_video,
         err: *mut c_char,
         err_len: usize,
@@ -56,6 +61,7 @@ extern "C" {
     pub fn pw_video_frame_pts(v: *const pw_video) -> i64;
     pub fn pw_video_grab(v: *mut pw_video) -> i32;
     pub fn pw_video_finished(v: *const pw_video) -> i32;
+    pub fn pw_video_stopped(v: *const pw_video) -> i32;
     pub fn pw_video_retrieve(v: *mut pw_video, dst: *mut u8) -> i32;
     pub fn pw_video_retrieve_rgb_direct(v: *mut pw_video, dst: *mut u8) -> i32;
     pub fn pw_video_skip_unwanted(
@@ -70,4 +76,5 @@ extern "C" {
     pub fn pw_video_skip_failed(v: *const pw_video) -> i32;
     pub fn pw_video_close(v: *mut pw_video);
     pub fn pw_hevc_pps_output_flag_present(nal: *const u8, len: usize) -> i32;
+    pub fn pw_component_name(kind: i32, index: usize) -> *const c_char;
 }
