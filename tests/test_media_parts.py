@@ -27,7 +27,8 @@ def test_every_url_medium_is_found_as_vllm_reads_it() -> None:
         {"type": "audio_url", "audio_url": {"url": "https://a/4.wav"}},
         {"video_url": "https://a/5.mp4"},  # untyped: vLLM reads the first media key
         {"audio_url": {"url": "https://a/6.wav"}},
-        {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}},  # inline: no fetch
+        # Inline audio: the data: URL vLLM makes of it, as an audio_url part.
+        {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}},
         {"type": "text", "text": "hi", "video_url": {"url": "https://b/never.mp4"}},  # read as text
     )
     found = [(p.where, p.kind, p.url) for p in media_parts(body)]
@@ -38,11 +39,16 @@ def test_every_url_medium_is_found_as_vllm_reads_it() -> None:
         ("messages[0].content[3]", "audio", "https://a/4.wav"),
         ("messages[0].content[4]", "video", "https://a/5.mp4"),
         ("messages[0].content[5]", "audio", "https://a/6.wav"),
+        ("messages[0].content[6]", "audio", "data:audio/wav;base64,AAAA"),
     ]
+    assert body["messages"][0]["content"][6] == {
+        "type": "audio_url",
+        "audio_url": {"url": "data:audio/wav;base64,AAAA"},
+    }
     # Each part's holder and key are where the new URL goes.
     for part in media_parts(body):
         part.holder[part.key] = "data:,x"
-    assert "https://a/" not in json.dumps(body)
+    assert "https://a/" not in json.dumps(body) and "AAAA" not in json.dumps(body)
 
 
 def test_uuids_are_taken_out_and_parts_read_as_vllm_read_them_with_one() -> None:

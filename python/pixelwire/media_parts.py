@@ -147,6 +147,17 @@ def _as_typed(part: dict[str, Any], key: str, url: str | None) -> None:
         part[key] = {"url": url}
 
 
+def _input_audio_url(value: Any) -> str | None:
+    """The ``data:`` URL vLLM makes of an ``input_audio`` object (its
+    ``parse_input_audio``), spelt as vLLM spells it; None when it makes none."""
+    if not value:
+        return None
+    if not isinstance(value, dict):
+        raise TypeError("input_audio must be an object with data and format")
+    data, audio_format = value.get("data", ""), value.get("format", "")
+    return f"data:audio/{audio_format};base64,{data}" if data else None
+
+
 def media_parts(body: dict[str, Any]) -> list[MediaPart]:
     """Every medium vLLM would fetch for ``body["messages"]``, with each
     content part's ``uuid`` removed first (in place), so the parts are read
@@ -182,6 +193,22 @@ def media_parts(body: dict[str, Any]) -> list[MediaPart]:
                     )
                 continue
             key, medium_kind, value = medium
+            if key == "input_audio" and value is not None:
+                # vLLM loads inline audio as the data: URL it makes of it:
+                # the part becomes that URL's audio_url part, to be checked
+                # and handed on as every audio URL is.
+                try:
+                    audio_url = _input_audio_url(value)
+                except TypeError as error:
+                    raise MediaPartRefused(where, str(error)) from error
+                if audio_url is None and not had_uuid:
+                    continue  # vLLM loads nothing for it
+                if audio_url is None:
+                    value = None
+                else:
+                    del part[key]
+                    part["type"], part["audio_url"] = "audio_url", {"url": audio_url}
+                    key, medium_kind, value = "audio_url", "audio", part["audio_url"]
             if value is None:
                 raise MediaPartRefused(
                     where,

@@ -39,6 +39,13 @@ def data_url(name: str) -> str:
     return f"data:image/{kind};base64,{base64.b64encode((CORPUS / name).read_bytes()).decode()}"
 
 
+def peak_rss(service: Service) -> int:
+    """The service process's peak resident memory (VmHWM), in bytes."""
+    status = Path(f"/proc/{service.pid}/status").read_text()
+    (line,) = [line for line in status.splitlines() if line.startswith("VmHWM:")]
+    return int(line.split()[1]) * 1024
+
+
 def free_port() -> int:
     return services.free_port("127.0.0.1")
 

@@ -29,6 +29,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any
 
+import hostile_media
 import pytest
 
 import stack
@@ -830,3 +831,139 @@ def test_a_slow_trickle_request_does_not_hold_up_another_client(served: Served) 
     error = _error(status, raw)
     assert "timed out" in error["message"], error
     assert _wait_pool_empty(frontend) == 0
+
+
+# -- media that makes vLLM's own loaders open other resources ---------------------------------------
+
+
+class _FifoMarker:
+    """A named pipe on vLLM's host at a path relative to vLLM's working
+    directory (a concat script names it so); ``opened`` is set the moment
+    anything opens it for reading: a file read, seen as it happens."""
+
+    def __init__(self, vllm: stack.Service) -> None:
+        import os
+        import pathlib
+
+        self.directory = pathlib.Path.cwd() / "target" / f"fifo-marker-{os.getpid()}-{time.monotonic_ns()}"
+        self.directory.mkdir(parents=True)
+        self.path = self.directory / "marker.mp4"
+        os.mkfifo(self.path)
+        vllm_cwd = pathlib.Path(f"/proc/{vllm.process.pid}/cwd").resolve()
+        self.relative = os.path.relpath(self.path, vllm_cwd)
+        self.opened = threading.Event()
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._watch, daemon=True)
+        self.thread.start()
+
+    def _watch(self) -> None:
+        import errno
+        import os
+
+        while not self.stop.wait(0.005):
+            try:
+                fd = os.open(self.path, os.O_WRONLY | os.O_NONBLOCK)
+            except OSError as error:
+                if error.errno == errno.ENXIO:  # no reader: nobody opened it
+                    continue
+                raise
+            self.opened.set()
+            os.close(fd)  # the reader sees the end of the file
+
+    def close(self) -> None:
+        import shutil
+
+        self.stop.set()
+        self.thread.join(5)
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def _udp_ports_bound() -> set[int]:
+    """Every local UDP port bound on this host (IPv4 and IPv6)."""
+    ports = set()
+    for table in ("/proc/net/udp", "/proc/net/udp6"):
+        with open(table) as lines:
+            for line in list(lines)[1:]:
+                ports.add(int(line.split()[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+def _video_part(url: str) -> list[dict[str, Any]]:
+    return [{"type": "video_url", "video_url": {"url": url}}, {"type": "text", "text": "Describe it."}]
+
+
+def _video_request(url: str) -> dict[str, Any]:
+    return {"model": "tiny", "messages": [{"role": "user", "content": _video_part(url)}], "max_tokens": 2}
+
+
+def _paths(served: Served) -> dict[str, stack.Service]:
+    """The ways a client reaches vLLM's video loader: through the frontend
+    (it decodes), through a worker-mode frontend (the plug-in decodes), and
+    straight to vLLM with the plug-in."""
+    return {"frontend": served.open, "worker-mode": served.worker_mode, "vllm-direct": served.vllm}
+
+
+@pytest.mark.parametrize("path", ["frontend", "worker-mode", "vllm-direct"])
+@pytest.mark.parametrize("media_type", ["video/jpegx", "video/jpeg2000", "video/mp4", "application/x"])
+def test_a_concat_script_never_reads_a_file_on_vllms_host(served: Served, path: str, media_type: str) -> None:
+    """A concat script naming a file on vLLM's host, sent as a video in a
+    data: URL whose type only starts like vLLM's JPEG-frame form (or any
+    other type): a 400, and the file (a named pipe that tells when it is
+    opened) is never opened by anyone."""
+    marker = _FifoMarker(served.vllm if path != "worker-mode" else served.trusting_vllm)
+    try:
+        url = hostile_media.data_url(hostile_media.ffconcat(marker.relative), media_type)
+        status, _, raw = _send(_paths(served)[path], "/v1/chat/completions", _video_request(url), timeout=60)
+        time.sleep(0.2)  # an open after the answer would still be seen
+        assert not marker.opened.is_set(), f"vLLM's host opened the marker ({status} {raw[:300]!r})"
+        assert status == 400, raw[:2000]
+    finally:
+        marker.close()
+
+
+@pytest.mark.parametrize("path", ["frontend", "worker-mode", "vllm-direct"])
+def test_an_sdp_description_never_binds_a_udp_port(served: Served, path: str) -> None:
+    """An SDP session naming a UDP port, sent as a video in a ``video/jpegx``
+    data: URL: a 400, and no process binds that port while it is handled."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # free once the probe closes; even for RTP
+    port -= port % 2
+    url = hostile_media.data_url(hostile_media.sdp(port, "127.0.0.2"), "video/jpegx")
+    answer: dict[str, Any] = {}
+
+    def request() -> None:
+        answer["sent"] = _send(_paths(served)[path], "/v1/chat/completions", _video_request(url), timeout=60)
+
+    thread = threading.Thread(target=request)
+    thread.start()
+    bound = False
+    while thread.is_alive():
+        bound = bound or port in _udp_ports_bound()
+        time.sleep(0.005)
+    thread.join()
+    status, _, raw = answer["sent"]
+    assert not bound, f"UDP port {port} was bound while the request was handled ({status} {raw[:300]!r})"
+    assert status == 400, raw[:2000]
+
+
+@pytest.mark.parametrize("path", ["frontend", "worker-mode", "vllm-direct"])
+def test_a_frame_list_of_huge_jpegs_is_refused_from_their_headers(served: Served, path: str) -> None:
+    """32 JPEGs whose headers claim 13000x13000 each (vLLM's Pillow would
+    take 507 MB a frame and stack them) in vLLM's JPEG-frame form: refused
+    from the headers, by pixelwire, within a second, with under 100 MB more
+    memory on the frontend's and vLLM's side."""
+    url = hostile_media.frame_list([hostile_media.jpeg_claiming(13000, 13000)] * 32)
+    vllm = served.vllm if path != "worker-mode" else served.trusting_vllm
+    watched = [vllm] if path == "vllm-direct" else [vllm, _paths(served)[path]]
+    peaks = [stack.peak_rss(service) for service in watched]
+    started = time.monotonic()
+    status, _, raw = _send(_paths(served)[path], "/v1/chat/completions", _video_request(url), timeout=60)
+    elapsed = time.monotonic() - started
+    error = _error(status, raw)
+    assert "JPEG frame list" in error["message"], error
+    assert elapsed < 1.0, elapsed
+    for service, peak in zip(watched, peaks, strict=True):
+        assert stack.peak_rss(service) - peak < 100 << 20, service.name

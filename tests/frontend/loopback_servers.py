@@ -76,6 +76,7 @@ class Upstream:
         self.not_held = 0
         self.calls = 0
         self.paths: list[str] = []  # every request but /metrics and /health, as the upstream saw its path
+        self.options_bodies: list[bytes] = []  # the body of every OPTIONS request, as received
         self.bodies: list[dict[str, Any]] = []  # every chat-shaped body, as the upstream got it
         self.redirect_to = ""
         self.received = threading.Event()
@@ -112,6 +113,8 @@ class Upstream:
     async def record(self, request: web.Request, handler: Any) -> web.StreamResponse:
         if request.path not in ("/metrics", "/health"):
             self.paths.append(request.raw_path)
+        if request.method == "OPTIONS":
+            self.options_bodies.append(await request.read())
         return await handler(request)  # type: ignore[no-any-return]
 
     async def redirect(self, _request: web.Request) -> web.Response:
@@ -214,6 +217,8 @@ class Counting:
 
     def __init__(self) -> None:
         self.hits = 0
+        # Bytes a test made, served by name before any corpus file.
+        self.made: dict[str, bytes] = {}
         # Files asked for under /held/ are served once this is set.
         self.release = threading.Event()
         self.release.set()
@@ -226,7 +231,9 @@ class Counting:
                     outer.release.wait(30)
                     self.path = self.path.removeprefix("/held")
                 path = CORPUS / self.path.strip("/")
-                data = path.read_bytes() if self.path.strip("/") and path.is_file() else b"trap"
+                data = outer.made.get(self.path.strip("/"))
+                if data is None:
+                    data = path.read_bytes() if self.path.strip("/") and path.is_file() else b"trap"
                 self.send_response(200)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()

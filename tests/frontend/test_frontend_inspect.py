@@ -348,11 +348,6 @@ def _answers_while_a_large_body_is_parsed(frontend: stack.Service) -> None:
     print(f"{before} /metrics answers while the body was parsed")
 
 
-def _peak_rss_mib(pid: int) -> float:
-    status = Path(f"/proc/{pid}/status").read_text()
-    return int(status.split("VmHWM:")[1].split()[0]) / 1024
-
-
 @pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/completions"])
 def test_a_body_of_one_long_key_and_many_values_costs_memory_linear_in_it(
     frontend: stack.Service, path: str
@@ -363,12 +358,12 @@ def test_a_body_of_one_long_key_and_many_values_costs_memory_linear_in_it(
     only for a hit, and a body of many values is walked off the loop."""
     key = "k" * 125_000
     raw = json.dumps({"model": "m", "messages": [], key: [[] for _ in range(42_000)]}).encode()
-    before = _peak_rss_mib(frontend.pid)
+    before = stack.peak_rss(frontend) / 2**20
     answers = []
     for _ in range(3):
         status, _, _ = send(frontend, path, raw)
         answers.append(status)
-    grown = _peak_rss_mib(frontend.pid) - before
+    grown = stack.peak_rss(frontend) / 2**20 - before
     print(f"\n  {len(raw) >> 10} KiB body x3 on {path}: peak RSS grew {grown:.0f} MiB; answers {answers}")
     assert all(status in (201, 404) for status in answers), answers  # forwarded: the upstream's answer
     assert grown < 200

@@ -11,12 +11,14 @@ import hashlib
 import http.client
 import io
 import json
+import re
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import hostile_media
 import pytest
 
 import pixelwire
@@ -306,25 +308,140 @@ def test_video_and_audio_urls_to_private_addresses_are_refused(
     assert upstream.calls == calls and trap.hits == hits
 
 
+def _real_media(kind: str, video_clips: dict[str, bytes]) -> bytes:
+    return video_clips["h264_high_bframes.mp4"] if kind == "video" else hostile_media.wav()
+
+
 @pytest.mark.parametrize("kind", ["video", "audio"])
 def test_video_and_audio_are_fetched_through_the_guard_and_handed_on_as_bytes(
-    open_frontend: stack.Service, upstream: Upstream, images: Counting, kind: str
+    open_frontend: stack.Service,
+    upstream: Upstream,
+    images: Counting,
+    video_clips: dict[str, bytes],
+    kind: str,
 ) -> None:
     """An allowed video or audio URL is fetched once, by the frontend, and
     vLLM gets its bytes as a data: URL (never the URL, which it would fetch
-    again past the guard); a data: URL goes on untouched."""
+    again past the guard); a data: URL goes on as exactly the bytes it
+    holds, however the client spelt it."""
     hits = images.hits
-    inline = "data:video/jpeg;base64," + base64.b64encode(b"frame").decode()
+    media = _real_media(kind, video_clips)
+    images.made[f"media.{kind}"] = media
     key = f"{kind}_url"
-    content = [{"type": key, key: {"url": f"{images.url}/hopper.png"}}, {"type": key, key: {"url": inline}}]
+    inline = hostile_media.data_url(media, f"{kind}/Whatever;x=y")
+    content = [{"type": key, key: {"url": f"{images.url}/media.{kind}"}}, {"type": key, key: {"url": inline}}]
     status, raw = post(open_frontend, {"model": "m", "messages": user(*content)})
     assert status == 201, raw
     sent = upstream.bodies[-1]["messages"][0]["content"]
-    fetched = base64.b64decode(sent[0][key]["url"].split(",", 1)[1])
-    assert fetched == (CORPUS / "hopper.png").read_bytes()
-    assert sent[0][key]["url"].startswith("data:application/octet-stream;base64,")
-    assert sent[1][key]["url"] == inline
+    for part in sent:
+        assert part[key]["url"].startswith("data:application/octet-stream;base64,")
+        assert base64.b64decode(part[key]["url"].split(",", 1)[1]) == media
     assert images.hits == hits + 1
+
+
+def test_inline_audio_is_checked_and_handed_on_as_the_audio_url_vllm_makes_of_it(
+    open_frontend: stack.Service, upstream: Upstream
+) -> None:
+    """vLLM loads an ``input_audio`` part as the data: URL it makes of it:
+    the frontend checks those bytes as any audio's and hands them on as an
+    audio_url part."""
+    audio = hostile_media.wav()
+    part = {"type": "input_audio", "input_audio": {"data": base64.b64encode(audio).decode(), "format": "wav"}}
+    status, raw = post(open_frontend, {"model": "m", "messages": user(part)})
+    assert status == 201, raw
+    (sent,) = upstream.bodies[-1]["messages"][0]["content"]
+    assert set(sent) == {"type", "audio_url"} and sent["type"] == "audio_url"
+    assert base64.b64decode(sent["audio_url"]["url"].split(",", 1)[1]) == audio
+
+
+# Ways a client hands vLLM's video or audio loader (FFmpeg, every demuxer)
+# bytes that are no real container.
+_DELIVERIES = {
+    "video": ["video/jpegx", "video/mp4", "fetched"],
+    "audio": ["audio/wav", "input_audio", "fetched"],
+}
+
+
+@pytest.mark.parametrize("name", ["ffconcat", "sdp", "hls", "dash"])
+@pytest.mark.parametrize(
+    ("kind", "delivery"), [(kind, how) for kind, ways in _DELIVERIES.items() for how in ways]
+)
+def test_descriptions_for_vllms_loaders_are_400s_and_never_reach_vllm(
+    open_frontend: stack.Service,
+    video_frontend: stack.Service,
+    upstream: Upstream,
+    images: Counting,
+    kind: str,
+    delivery: str,
+    name: str,
+) -> None:
+    """A concat script, SDP session, HLS playlist or DASH manifest makes
+    FFmpeg open other resources (files on vLLM's host, UDP ports): sent as
+    a video (in a data: URL whose type only starts like vLLM's JPEG-frame
+    form, as MP4, or fetched) or as audio (a data: URL, inline audio, or
+    fetched), to a frontend that passes such media on or one that decodes
+    videos itself, it is a 400 naming the part, and vLLM never sees it."""
+    description = hostile_media.descriptions()[name]
+    images.made[f"{name}.bin"] = description
+    if delivery == "fetched":
+        url = f"{images.url}/{name}.bin"
+    else:
+        url = hostile_media.data_url(description, delivery if "/" in delivery else "audio/wav")
+    if delivery == "input_audio":
+        data = base64.b64encode(description).decode()
+        part = {"type": "input_audio", "input_audio": {"data": data, "format": "wav"}}
+    else:
+        part = {"type": f"{kind}_url", f"{kind}_url": {"url": url}}
+    calls = upstream.calls
+    for service in (open_frontend, video_frontend):
+        status, answer = post(service, {"model": "m", "messages": user(part)})
+        assert status == 400, answer
+        assert answer["error"]["param"] == "messages[0].content[0]", answer
+    assert upstream.calls == calls
+
+
+@pytest.mark.parametrize(
+    ("frames", "words"),
+    [
+        ([hostile_media.jpeg_claiming(13000, 13000)] * 8, "frame 0 .*169000000 pixels, over the limit"),
+        ([hostile_media.jpeg(), hostile_media.jpeg(256, 128)], "not the 128x128 of frame 0"),
+        ([hostile_media.jpeg(), hostile_media.ffconcat("x.mp4")], "frame 1 .*unrecognised image format"),
+    ],
+    ids=["13000x13000-bombs", "two-sizes", "not-a-jpeg"],
+)
+def test_jpeg_frame_lists_are_checked_from_their_headers_before_vllm_sees_them(
+    video_frontend: stack.Service, upstream: Upstream, frames: list[bytes], words: str
+) -> None:
+    """vLLM decodes a JPEG-frame list with Pillow at any size and stacks the
+    frames: the frontend checks each frame's header against the limits
+    (naming the setting), refuses in well under a second, takes no memory
+    for the frames' pixels, and vLLM never sees the request."""
+    part = {"type": "video_url", "video_url": {"url": hostile_media.frame_list(frames)}}
+    calls, peak = upstream.calls, stack.peak_rss(video_frontend)
+    started = time.monotonic()
+    status, answer = post(video_frontend, {"model": "m", "messages": user(part)})
+    elapsed = time.monotonic() - started
+    assert status == 400, answer
+    assert re.search(words, answer["error"]["message"]), answer
+    assert upstream.calls == calls
+    assert elapsed < 1.0, elapsed
+    assert stack.peak_rss(video_frontend) - peak < 100 << 20
+
+
+def test_a_jpeg_frame_list_goes_on_as_exactly_the_frames_checked(
+    video_frontend: stack.Service, upstream: Upstream
+) -> None:
+    """Spelt as vLLM still reads the frame form (the type in any case, with
+    parameters), a list of good frames goes on in the one spelling, each
+    frame the bytes the frontend checked."""
+    frames = [hostile_media.jpeg(), hostile_media.jpeg()]
+    url = hostile_media.frame_list(frames, "VIDEO/JPEG;charset=x")
+    status, raw = post(
+        video_frontend, {"model": "m", "messages": user({"type": "video_url", "video_url": {"url": url}})}
+    )
+    assert status == 201, raw
+    sent = upstream.bodies[-1]["messages"][0]["content"][0]["video_url"]["url"]
+    assert sent == hostile_media.frame_list(frames)
 
 
 def _flat_png(width: int, height: int) -> str:
@@ -560,21 +677,18 @@ def test_bad_videos_are_400s_naming_the_part_and_the_setting(
 def test_videos_pixelwire_does_not_decode_go_on_as_their_bytes(
     video_frontend: stack.Service, upstream: Upstream, bad_videos: dict[str, bytes]
 ) -> None:
-    """A codec pixelwire does not decode (FFV1) goes on as the URL the
-    client sent (its bytes), for vLLM's own loader; so does a request whose
-    video settings pixelwire does not reproduce (another decoding backend)."""
-    part = _video_part(bad_videos["ffv1.mkv"])
-    status, answer = post(video_frontend, {"model": "m", "messages": user(part)})
-    assert status == 201, answer
-    assert upstream.bodies[-1]["messages"][0]["content"][0] == part
-    body = {
-        "model": "m",
-        "messages": user(part := _video_part(bad_videos["h264_moov_last.mp4"])),
-        "media_io_kwargs": {"video": {"backend": "torchcodec"}},
-    }
-    status, answer = post(video_frontend, body)
-    assert status == 201, answer
-    assert upstream.bodies[-1]["messages"][0]["content"][0] == part
+    """A codec pixelwire does not decode (FFV1) goes on as its bytes, for
+    vLLM's own loader; so does a request whose video settings pixelwire does
+    not reproduce (another decoding backend)."""
+    for clip, extra in [
+        (bad_videos["ffv1.mkv"], {}),
+        (bad_videos["h264_moov_last.mp4"], {"media_io_kwargs": {"video": {"backend": "torchcodec"}}}),
+    ]:
+        status, answer = post(video_frontend, {"model": "m", "messages": user(_video_part(clip)), **extra})
+        assert status == 201, answer
+        sent = upstream.bodies[-1]["messages"][0]["content"][0]["video_url"]["url"]
+        assert sent.startswith("data:application/octet-stream;base64,")
+        assert base64.b64decode(sent.split(",", 1)[1]) == clip
 
 
 def test_repeated_images_are_decoded_once_per_salt(upstream: Upstream, tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ from pixelwire._native import (
     BlockedURL,
     DecodeError,
     FetchError,
+    Limits,
     PixelwireError,
     PoolExhausted,
     UnsupportedFormat,
@@ -33,7 +34,15 @@ from pixelwire.descriptor import Decoded, DecodedVideo, PassThrough
 from pixelwire.fetch import Fetcher
 from pixelwire.frontend.errors import OpenAIError
 from pixelwire.frontend.inspect import image_settings, video_sampling
-from pixelwire.media_parts import MediaPart
+from pixelwire.loader_input import (
+    FRAME_LIST_TYPE,
+    FrameListRefused,
+    check_frames,
+    checked_container,
+    frame_list_frames,
+    is_frame_list,
+)
+from pixelwire.media_parts import MediaPart, data_url_bytes
 from pixelwire.metrics import ImageMetrics
 from pixelwire.publisher import Publisher
 from pixelwire.resent_reference import MIN_URL_CHARS, encode_resent
@@ -52,9 +61,19 @@ class _Fetched:
 
 
 def _bytes_url(data: bytes) -> str:
-    """Encoded image bytes as a ``data:`` URL (vLLM's loader sniffs the format)."""
+    """Encoded bytes as a ``data:`` URL (vLLM's loader sniffs the format):
+    what vLLM decodes of it is exactly ``data``, however the client spelt
+    its own URL."""
     return "data:application/octet-stream;base64," + base64.b64encode(data).decode("ascii")
 
+
+def _frame_list_url(frames: list[bytes]) -> str:
+    """Frames as vLLM's JPEG-frame form, each exactly the bytes checked."""
+    return f"data:{FRAME_LIST_TYPE};base64," + ",".join(base64.b64encode(f).decode("ascii") for f in frames)
+
+
+# A frame list this long (characters) is checked off the event loop.
+_THREAD_CHARS = 1 << 20
 
 # The frontend setting behind each VideoLimits setting a video went over.
 _VIDEO_FLAGS = {
@@ -80,8 +99,8 @@ def video_limits(config: FrontendConfig) -> VideoLimits:
 
 def _media_error(part: MediaPart, error: BaseException) -> OpenAIError:
     medium = part.kind
-    if isinstance(error, VideoTooLarge):
-        flag = _VIDEO_FLAGS.get(error.setting or "", error.setting)
+    if isinstance(error, (VideoTooLarge, FrameListRefused)) and error.setting is not None:
+        flag = _VIDEO_FLAGS.get(error.setting, error.setting)
         return OpenAIError(400, f"{part.where}: {error}; the frontend's setting is {flag}", param=part.where)
     if isinstance(error, PoolExhausted):
         return OpenAIError(503, f"{part.where}: the frontend's image pool is full; retry shortly")
@@ -95,12 +114,6 @@ def _media_error(part: MediaPart, error: BaseException) -> OpenAIError:
         return OpenAIError(400, f"{part.where}: {error}", param=part.where)
     log.error("unexpected error handling %s", part.where, exc_info=error)
     return OpenAIError(500, f"{part.where}: internal error handling the {medium}")
-
-
-def _jpeg_frames(url: str) -> bool:
-    """Whether a video URL is vLLM's JPEG-frames form (``data:video/jpeg``,
-    base64 frames separated by commas), which vLLM's loader reads itself."""
-    return url[:15].lower() == "data:video/jpeg"
 
 
 def _shipped_channels(mode: Mode, layout: Layout) -> int:
@@ -215,11 +228,17 @@ class MediaPipeline:
 
     def _count(self, part: MediaPart, data: bytes) -> bytes:
         """``data`` (the part's bytes, fetched or remembered), counted
-        against the request's encoded-bytes cap: the part that goes over it
-        fails with the cap's error, and so does every part after it."""
+        against the request's encoded-bytes cap (:meth:`_count_bytes`)."""
+        self._count_bytes(part, len(data))
+        return data
+
+    def _count_bytes(self, part: MediaPart, nbytes: int) -> None:
+        """Counts ``nbytes`` of the part's against the request's
+        encoded-bytes cap: the part that goes over it fails with the cap's
+        error, and so does every part after it."""
         if self.over is not None:
             raise self.over
-        self.fetched_bytes += len(data)
+        self.fetched_bytes += nbytes
         limit = self.config.max_image_bytes_per_request
         if self.fetched_bytes > limit:
             self.over = OpenAIError(
@@ -229,7 +248,6 @@ class MediaPipeline:
                 param=part.where,
             )
             raise self.over
-        return data
 
     async def _fetch_image(self, part: MediaPart) -> bytes:
         """An image's bytes: a ``data:`` URL this frontend decoded lately
@@ -255,16 +273,15 @@ class MediaPipeline:
                 self.metrics.handled("passthrough", 0)
                 return self._passed_image(part.url)
             return part.url
-        if part.kind == "video" and self.video is not None and not _jpeg_frames(part.url):
+        if part.kind == "video" and is_frame_list(part.url):
+            return await self._frame_list(part)
+        if part.kind == "video" and self.video is not None:
             return await self._publish_video(part, await self._fetch(part))
         if part.kind != "image":
             # Audio, and videos sampled in a way pixelwire does not
-            # reproduce: vLLM decodes them, from bytes fetched
-            # here through this guard; a data: URL holds its bytes
-            # already (and vLLM reads it without any fetch).
-            if part.url[:5].lower() == "data:":
-                return part.url
-            return _bytes_url(await self._fetch(part))
+            # reproduce: vLLM decodes them, from bytes fetched here through
+            # this guard and identified as one real container.
+            return _bytes_url(checked_container(await self._fetch(part), part.kind))
         started = perf_counter()
         data = await self._fetch_image(part)
         if not self.native:
@@ -274,6 +291,23 @@ class MediaPipeline:
             self.metrics.handled("passthrough", 0)
             return _bytes_url(data)
         return _Fetched(data, started)
+
+    async def _frame_list(self, part: MediaPart) -> str:
+        """A JPEG-frame list, which vLLM's loader decodes with Pillow: its
+        frames counted against the request's bytes, checked from their
+        headers against the image and video limits, and passed on as
+        exactly the frames checked (a large list off the event loop)."""
+        self._count_bytes(part, data_url_bytes(part.url))
+        limits, video = self.publisher.limits or Limits(), video_limits(self.config)
+
+        def checked() -> str:
+            frames = frame_list_frames(part.url)
+            check_frames(frames, limits, video)
+            return _frame_list_url(frames)
+
+        url = checked() if len(part.url) < _THREAD_CHARS else await asyncio.to_thread(checked)
+        self.metrics.handled_video("passthrough", 0)
+        return url
 
     def _passed_image(self, url: str) -> str:
         """A worker-mode image's URL as it goes on: a large ``data:`` URL
@@ -301,7 +335,7 @@ class MediaPipeline:
             )
         except UnsupportedVideo:
             self.metrics.handled_video("passthrough", 0)
-            return part.url if part.url[:5].lower() == "data:" else _bytes_url(data)
+            return _bytes_url(checked_container(data, "video"))
         assert isinstance(decoded, DecodedVideo)
         self.published.append(decoded)
         self.metrics.handled_video("nixl", decoded.size)

@@ -14,7 +14,7 @@ from typing import Any, NoReturn
 
 from PIL import Image
 from prometheus_client import REGISTRY, Gauge
-from vllm.multimodal.media import MediaConnector, MediaWithBytes
+from vllm.multimodal.media import AudioMediaIO, MediaConnector, MediaWithBytes
 from vllm.multimodal.media.base import MediaIO
 from vllm.multimodal.media.image import ImageMediaIO
 from vllm.multimodal.media.video import VideoMediaIO
@@ -37,10 +37,12 @@ from pixelwire.config import (
     allow_unsigned_from_env,
     resize_approximate_from_env,
     secret_from_env,
+    video_limits_from_env,
 )
 from pixelwire.descriptor import RemoteImage, decoded_as, is_video_descriptor, parse_descriptor
 from pixelwire.fetch import Fetcher
 from pixelwire.handshake import INFO_LABELS, INFO_METRIC, WorkerSettings
+from pixelwire.loader_input import check_frames, checked_container, frame_list_frames, is_frame_list
 from pixelwire.metrics import ImageMetrics
 from pixelwire.outputs import as_output
 from pixelwire.reader import Reader
@@ -50,7 +52,7 @@ from pixelwire.resize import ResizePolicy
 from pixelwire.signing import decode_reference, is_reference, reference_secret, signing_policy
 from pixelwire.transfer import default_reader
 from pixelwire.vllm import CONNECTOR_NAME
-from pixelwire.vllm.data_urls import decode_data_url_async
+from pixelwire.vllm.data_urls import decode_data_url_async, strict_b64decode
 from pixelwire.vllm.errors import as_vllm_error, local_files_refused
 from pixelwire.vllm.identity import keyed_identity
 from pixelwire.vllm.image_cache import worker_image_cache
@@ -306,6 +308,12 @@ def _limits() -> Limits:
     return Limits(max_bytes=max_bytes)
 
 
+def _check_frame_list(url: str) -> None:
+    """A JPEG frame list's frames, decoded as vLLM decodes them, checked
+    against the worker's image and video limits."""
+    check_frames(frame_list_frames(url, strict_b64decode), _limits(), video_limits_from_env())
+
+
 def _run_sync(coro: Coroutine[Any, Any, Any]) -> Any:
     """Runs a coroutine for vLLM's synchronous loaders on one private loop
     thread, whether or not the caller is inside an event loop."""
@@ -367,12 +375,26 @@ class PixelwireMediaConnector(MediaConnector):
         self, url: str, media_io: MediaIO[Any], *, fetch_timeout: int | None = None
     ) -> Any:
         # vLLM's one way to every URL it fetches (video and audio; images
-        # come through fetch_image_async). data: URLs hold their bytes, and
-        # what is not a URL vLLM refuses itself: both stay vLLM's.
-        if not isinstance(url, str) or url[:5].lower() == "data:" or ":" not in url:
+        # come through fetch_image_async). What is not a URL vLLM refuses
+        # itself; a video's data: URL here is a frame list that
+        # fetch_video_async checked. Audio goes to FFmpeg (PyAV) with every
+        # demuxer: its bytes, fetched or in a data: URL, are identified first.
+        data_url = isinstance(url, str) and url[:5].lower() == "data:"
+        if (
+            not isinstance(url, str)
+            or ":" not in url
+            or (data_url and not isinstance(media_io, AudioMediaIO))
+        ):
             return await super().load_from_url_async(url, media_io, fetch_timeout=fetch_timeout)
         try:
-            data = await self._fetch(url, fetch_timeout, media_io.get_max_bytes())
+            if data_url:
+                data = await decode_data_url_async(url)
+            else:
+                data = await self._fetch(url, fetch_timeout, media_io.get_max_bytes())
+            if isinstance(media_io, AudioMediaIO):
+                checked_container(data, "audio")
+            elif isinstance(media_io, VideoMediaIO):
+                checked_container(data, "video")
         except PixelwireError as e:
             self._raise_as_vllms(e, url, install_metrics("pixelwire"))
         return await asyncio.to_thread(media_io.load_bytes, data)
@@ -407,8 +429,12 @@ class PixelwireMediaConnector(MediaConnector):
     ) -> Any:
         metrics = install_metrics("pixelwire")
         video_kwargs, loader = vllm_video_settings(self.media_io_kwargs, video_processor)
-        if not isinstance(video_url, str) or video_url[:16].lower().startswith("data:video/jpeg"):
-            # Not a URL, or JPEG frames sent as one data: URL: vLLM's own.
+        if not isinstance(video_url, str) or is_frame_list(video_url):
+            # Not a URL (vLLM refuses it), or JPEG frames sent as one data:
+            # URL: vLLM's own loader, once the frames are checked from their
+            # headers (Pillow decodes them at any size otherwise).
+            if isinstance(video_url, str):
+                await asyncio.to_thread(_check_frame_list, video_url)
             metrics.handled_video("vllm", 0)
             return await super().fetch_video_async(
                 video_url, image_mode=image_mode, video_processor=video_processor
