@@ -178,6 +178,80 @@ def test_qwen2_vl_loader_samples_a_multiple_of_the_temporal_patch(video_clips):
     assert metadata["frames_indices"] == [0, 6, 12, 18]
 
 
+def test_a_video_a_loader_has_nothing_to_sample_in_is_a_typed_error(bad_videos):
+    """A valid one-frame clip gives the qwen2_vl loader no pair of frames:
+    a ValueError that says so (a 400 at the frontend and in vLLM), not a
+    ZeroDivisionError from its index arithmetic."""
+    data = bad_videos["one_frame.mp4"]
+    with pytest.raises(ValueError, match=r"groups of 2 .* 1 frame"):
+        decode_video(data, loader="qwen2_vl")
+
+
+def test_a_frame_rate_the_loaders_arithmetic_cannot_use_is_a_typed_error(monkeypatch, video_clips):
+    """Whatever a header's frame count and rate make of a loader's index
+    arithmetic (an overflow, a division by zero), the read fails with a
+    VideoDecodeError naming them."""
+    from pixelwire.video import loaders
+
+    def overflowing(*args, **kwargs):
+        return int(float("inf"))
+
+    monkeypatch.setattr(loaders.Qwen3VL, "frame_indices", overflowing)
+    with pytest.raises(pixelwire.VideoDecodeError, match=r"nothing it can sample .*OverflowError"):
+        decode_video(video_clips["h264_high_bframes.mp4"], loader="qwen3_vl")
+
+
+def test_the_bundled_ffmpeg_holds_three_demuxers_its_decoders_and_no_protocol():
+    """pixelwire's FFmpeg opens nothing but the bytes it is given: no input
+    protocol (no file:, no network), and only the MP4/MOV, Matroska/WebM
+    and AVI demuxers (no concat, playlists, SDP/RTP or image sequences).
+    SECURITY.md lists the same components."""
+    components = pixelwire._native.ffmpeg_components()
+    assert components["protocols"] == []
+    assert sorted(components["demuxers"]) == ["avi", "matroska,webm", "mov,mp4,m4a,3gp,3g2,mj2"]
+    decoders = ["av1", "h263", "h264", "hevc", "libdav1d", "mpeg4", "vp8", "vp9"]
+    assert sorted(components["decoders"]) == decoders
+
+
+def test_a_cancelled_control_stops_the_open_before_it_decodes(video_clips):
+    """A capture whose control is cancelled decodes nothing: its open (the
+    end-of-stream check that settles the frame count, decoding to the end
+    for VP9) raises Cancelled at once."""
+    for name in ("vp9.webm", "h264_high_bframes.mp4", "mpeg4_bframes.avi"):
+        control = pixelwire._native.BatchControl()
+        control.cancel()
+        with pytest.raises(pixelwire.Cancelled):
+            VideoCapture(video_clips[name], settle_count=True, control=control)
+        with pytest.raises(pixelwire.Cancelled):
+            decode_video(video_clips[name], control=control)
+
+
+def test_an_abandoned_read_stops_within_a_frame(long_video):
+    """A read of 32 frames across 3,000 on one decoder thread, cancelled
+    from another thread after 0.1 s, raises Cancelled (the time it took to
+    stop is printed)."""
+    import threading
+
+    control = pixelwire._native.BatchControl()
+    outcome: dict[str, Any] = {}
+
+    def read() -> None:
+        try:
+            decode_video(long_video, num_frames=32, threads=1, control=control)
+            outcome["done"] = time.monotonic()
+        except pixelwire.Cancelled:
+            outcome["cancelled"] = time.monotonic()
+
+    thread = threading.Thread(target=read)
+    thread.start()
+    time.sleep(0.1)
+    control.cancel()
+    cancelled_at = time.monotonic()
+    thread.join(60)
+    assert "cancelled" in outcome, outcome
+    print(f"\n  stopped {1000 * (outcome['cancelled'] - cancelled_at):.1f} ms after the cancel")
+
+
 def test_decoder_thread_count_does_not_change_the_frames(video_clips):
     data = video_clips["h264_open_gop.mkv"]
     one, _ = decode_video(data, threads=1)
@@ -458,6 +532,10 @@ HOSTILE_OUTCOMES: dict[str, tuple[type[Exception], str | None] | None] = {
     "claims_1e9_frames.avi": (VideoTooLarge, "max_seconds"),
     "unknown_codec_ffv1.mkv": (UnsupportedVideo, None),
     "h264_over_8k.mp4": (VideoTooLarge, "max_pixels"),
+    # Only the first video track is probed; OpenCV's reading gets no frame
+    # of a one-frame clip (vLLM's loader returns none either).
+    "vp9_4k_200_tracks.mkv": (VideoDecodeError, None),
+    "stsz_claims_89e6_samples.mp4": (VideoDecodeError, None),
 }
 
 # Decodes one file in a fresh interpreter and prints what happened and the

@@ -100,6 +100,8 @@ LAYER_CLAIMS = {"hevc_claims_one_layer.mp4": 1}
 # (type 0) afterwards, so no frame comes out of them: the end-of-stream
 # count finds fewer frames than the packets promise.
 UNREADABLE_TAILS = {"h264_unreadable_tail.mp4": 2}
+# Clips whose one video stream is copied into this many tracks.
+TRACK_COPIES = {"vp9_4k_200_tracks.mkv": 200}
 
 # Files that are not decodable videos, for the error tests.
 # A long clip (3000 frames, about 6 MB; seconds to decode on one core):
@@ -117,6 +119,16 @@ BAD_SOURCES: dict[str, list[str]] = {
     "zero_frames.mkv": [*PATTERN, "-frames:v", "0", *X264],
     "ffv1.mkv": [*PATTERN, "-frames:v", "4", "-c:v", "ffv1"],
     "mjpeg.avi": [*PATTERN, "-frames:v", "4", "-c:v", "mjpeg"],
+    # One 4K frame, copied into 200 tracks (TRACK_COPIES): probing every
+    # track decoded 200 4K frames at once.
+    "vp9_4k_200_tracks.mkv": [
+        *["-f", "lavfi", "-i", "color=c=black:size=3840x2160:rate=1"],
+        "-frames:v",
+        "1",
+        *VP9,
+    ],
+    # One valid frame: Qwen2-VL samples frames in pairs.
+    "one_frame.mp4": [*PATTERN, "-frames:v", "1", *X264],
     # moov at the end (no faststart): cut in half, the index is gone.
     "h264_moov_last.mp4": [*PATTERN, "-frames:v", "24", *X264],
     # One flat frame a little over 8K (7680x4320, VideoLimits' default
@@ -224,7 +236,8 @@ def damage(data: bytes, rng: random.Random) -> bytes:
 def hostile(clips: dict[str, bytes], bad: dict[str, bytes]) -> dict[str, bytes]:
     """Hostile inputs, each tiny, made from the clips and the bad sources:
     cut short, scrambled mid-stream, empty of frames, without video, claiming
-    hours or 10^9 frames, in a codec pixelwire lacks, over 8K."""
+    hours or 10^9 frames, in a codec pixelwire lacks, over 8K, 200 tracks of
+    4K frames, sample tables claiming 89 million samples."""
     gop = clips["h264_open_gop.mkv"]
     moov_last = bad["h264_moov_last.mp4"]
     return {
@@ -237,7 +250,18 @@ def hostile(clips: dict[str, bytes], bad: dict[str, bytes]) -> dict[str, bytes]:
         "claims_1e9_frames.avi": claim_frame_count_avi(clips["h264.avi"], 10**9),
         "unknown_codec_ffv1.mkv": bad["ffv1.mkv"],
         "h264_over_8k.mp4": bad["h264_over_8k.mp4"],
+        "vp9_4k_200_tracks.mkv": bad["vp9_4k_200_tracks.mkv"],
+        "stsz_claims_89e6_samples.mp4": claim_sample_count_mp4(clips["h264_high_bframes.mp4"], 89_000_000),
     }
+
+
+def claim_sample_count_mp4(data: bytes, samples: int) -> bytes:
+    """The MP4 with its ``stsz`` box claiming ``samples`` samples of 100
+    bytes each (a constant size, so the box needs no table for them)."""
+    out = bytearray(data)
+    at = out.find(b"stsz") - 4
+    struct.pack_into(">II", out, at + 12, 100, samples)
+    return bytes(out)
 
 
 def make(name: str, args: list[str], folder: Path) -> bytes:
@@ -262,6 +286,19 @@ def make(name: str, args: list[str], folder: Path) -> bytes:
             out.write_bytes(claim_temporal_layers_mp4(out.read_bytes(), LAYER_CLAIMS[name]))
         if name in UNREADABLE_TAILS:
             out.write_bytes(unreadable_tail_mp4(out, UNREADABLE_TAILS[name]))
+        if name in TRACK_COPIES:
+            one = out.with_name(f"one-track-{name}")
+            out.rename(one)
+            quiet = [ffmpeg, "-hide_banner", "-loglevel", "error", "-y"]
+            maps = ["-map", "0:v"] * TRACK_COPIES[name]
+            copied = subprocess.run(
+                [*quiet, "-i", str(one), *maps, "-c", "copy", str(out)],
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            if copied.returncode != 0:
+                raise RuntimeError(f"ffmpeg could not copy the tracks of {name}: {copied.stderr[-2000:]}")
     return out.read_bytes()
 
 

@@ -7,10 +7,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import concurrent.futures
-import contextlib
 import functools
 import hashlib
-import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -37,7 +35,13 @@ from pixelwire.data_url_memo import DataUrlMemo
 from pixelwire.descriptor import Decoded, DecodedVideo, PassThrough
 from pixelwire.nixl import ensure_nixl
 from pixelwire.publish_cache import CacheKey, Outcome, PublishCache
-from pixelwire.video.decode import frame_resize, loader_metadata, sample_video, with_settled_count
+from pixelwire.video.decode import (
+    frame_resize,
+    loader_metadata,
+    sample_video,
+    video_decode_executor,
+    with_settled_count,
+)
 from pixelwire.video.sampling import VideoSampling
 
 if TYPE_CHECKING:
@@ -67,31 +71,6 @@ def _publish_executor() -> concurrent.futures.ThreadPoolExecutor:
         if _executor is None:
             _executor = concurrent.futures.ThreadPoolExecutor(PUBLISH_CALLS, "pixelwire-publish")
         return _executor
-
-
-_video_executor: concurrent.futures.ThreadPoolExecutor | None = None
-
-
-def _lower_priority() -> None:
-    """This thread's nice value raised to ``VIDEO_DECODE_NICE``: the decoder
-    threads FFmpeg starts from it inherit it."""
-    if hasattr(os, "setpriority"):
-        # A failure leaves the thread at the process's priority: only
-        # latency, never correctness, depends on it.
-        with contextlib.suppress(OSError):
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), config.VIDEO_DECODE_NICE)
-
-
-def _video_decode_executor() -> concurrent.futures.ThreadPoolExecutor:
-    """The threads videos are decoded on: ``VIDEO_DECODE_CALLS`` of them (a
-    video waits for one), at a lowered priority."""
-    global _video_executor
-    with _executor_lock:
-        if _video_executor is None:
-            _video_executor = concurrent.futures.ThreadPoolExecutor(
-                config.VIDEO_DECODE_CALLS, "pixelwire-video", initializer=_lower_priority
-            )
-        return _video_executor
 
 
 def _resize_target(
@@ -270,7 +249,9 @@ def _publish_video(
 
     def publish(settle_count: bool) -> _PublishedVideo:
         def open_video() -> _native.VideoCapture:
-            return _native.VideoCapture(data, threads=threads, limits=limits, settle_count=settle_count)
+            return _native.VideoCapture(
+                data, threads=threads, limits=limits, settle_count=settle_count, control=control
+            )
 
         return _publish_opened(native, open_video, data, sampling, resize, control)
 
@@ -699,7 +680,7 @@ class Publisher:
         data = await self.fetcher.fetch(source) if isinstance(source, str) else _encoded(source)
         control = _native.BatchControl()
         call = functools.partial(_publish_video, native, data, sampling, limits, threads, resize, control)
-        work = asyncio.get_running_loop().run_in_executor(_video_decode_executor(), call)
+        work = asyncio.get_running_loop().run_in_executor(video_decode_executor(), call)
         try:
             published = await asyncio.shield(work)
         except asyncio.CancelledError:

@@ -3,6 +3,10 @@ frames (GIL released), and return vLLM's ``(frames, metadata)``."""
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
+import os
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -10,7 +14,13 @@ import numpy as np
 import numpy.typing as npt
 
 from pixelwire import config
-from pixelwire._native import VideoCapture, VideoDecodeError, VideoFrameCountChanged, VideoLimits
+from pixelwire._native import (
+    BatchControl,
+    VideoCapture,
+    VideoDecodeError,
+    VideoFrameCountChanged,
+    VideoLimits,
+)
 from pixelwire.video.loaders import LOADERS, SourceMetadata
 
 if TYPE_CHECKING:
@@ -31,6 +41,7 @@ def decode_video(
     limits: VideoLimits | None = None,
     backend: str = "opencv",
     frame_recovery: bool = False,
+    control: BatchControl | None = None,
     **loader_kwargs: Any,
 ) -> tuple[npt.NDArray[np.uint8], dict[str, Any]]:
     """Decodes the frames vLLM's ``loader`` samples from ``data``.
@@ -52,7 +63,9 @@ def decode_video(
     environment, else ``VideoLimits()``) are checked before any frame memory
     is taken (``VideoTooLarge``). ``backend`` and ``frame_recovery`` are
     vLLM's: only its default decoding backend (``opencv``) without frame
-    recovery is reproduced, anything else is a ``ValueError``.
+    recovery is reproduced, anything else is a ``ValueError``. Once
+    ``control`` (a ``pixelwire._native.BatchControl``) is cancelled, the open
+    and the read stop within a frame and raise ``Cancelled``.
     """
     check_backend(backend, frame_recovery)
     if limits is None:
@@ -60,11 +73,40 @@ def decode_video(
 
     def decode(settle_count: bool) -> tuple[npt.NDArray[np.uint8], dict[str, Any]]:
         def open_video() -> VideoCapture:
-            return VideoCapture(data, threads=threads, limits=limits, settle_count=settle_count)
+            return VideoCapture(
+                data, threads=threads, limits=limits, settle_count=settle_count, control=control
+            )
 
         return _decode_opened(open_video, loader, num_frames, fps, resize, loader_kwargs)
 
     return with_settled_count(decode)
+
+
+_executor_lock = threading.Lock()
+_video_executor: concurrent.futures.ThreadPoolExecutor | None = None
+
+
+def _lower_priority() -> None:
+    """This thread's nice value raised to ``VIDEO_DECODE_NICE``: the decoder
+    threads FFmpeg starts from it inherit it."""
+    if hasattr(os, "setpriority"):
+        # A failure leaves the thread at the process's priority: only
+        # latency, never correctness, depends on it.
+        with contextlib.suppress(OSError):
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), config.VIDEO_DECODE_NICE)
+
+
+def video_decode_executor() -> concurrent.futures.ThreadPoolExecutor:
+    """The threads videos are decoded on, the frontend's and the plug-in's:
+    ``VIDEO_DECODE_CALLS`` of them (a video waits for one), at a lowered
+    priority, apart from every other pool (images, the event loop's)."""
+    global _video_executor
+    with _executor_lock:
+        if _video_executor is None:
+            _video_executor = concurrent.futures.ThreadPoolExecutor(
+                config.VIDEO_DECODE_CALLS, "pixelwire-video", initializer=_lower_priority
+            )
+        return _video_executor
 
 
 def with_settled_count(attempt: Callable[[bool], T]) -> T:
@@ -139,9 +181,17 @@ def sample_video(
         raise ValueError(f"unknown video loader {loader!r}; pixelwire has {sorted(LOADERS)}")
     info = capture.info()
     source = sampler.prepare_source(SourceMetadata.from_stream(info["frame_count"], info["fps"]))
-    wanted = sampler.frame_indices(
-        source, num_frames, sampler.default_fps if fps is None else fps, **loader_kwargs
-    )
+    try:
+        wanted = sampler.frame_indices(
+            source, num_frames, sampler.default_fps if fps is None else fps, **loader_kwargs
+        )
+    except ArithmeticError as error:
+        # A frame count or rate from a hostile header that the loader's
+        # arithmetic cannot use (vLLM's own loader fails on it too).
+        raise VideoDecodeError(
+            f"the video's header ({source.total_frames_num} frames at {source.original_fps} fps) "
+            f"gives the {loader} loader nothing it can sample ({type(error).__name__}: {error})"
+        ) from error
     return source, wanted
 
 

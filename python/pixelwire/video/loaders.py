@@ -140,6 +140,11 @@ class Qwen2VL(Uniform):
         count = total / source.original_fps * min(fps, self.max_fps)
         count = min(max(count, min_frames), max_frames, total)
         count = math.floor(count / temporal_patch_size) * temporal_patch_size
+        if count <= 0:
+            raise ValueError(
+                f"Qwen2-VL samples frames in groups of {temporal_patch_size} (temporal_patch_size): "
+                f"a video of {total} frame(s) has none to sample"
+            )
         values = torch_arange_float32(total, count).astype(np.int32)
         indices: list[int] = np.minimum(values, total - 1).tolist()
         return indices

@@ -18,14 +18,16 @@ from vllm.multimodal.media import MediaWithBytes
 from vllm.multimodal.media.video import VideoMediaIO
 from vllm.multimodal.video import get_video_loader_backend_for_processor
 
-from pixelwire._native import DescriptorError, UnsupportedVideo
+from pixelwire._native import BatchControl, DescriptorError, UnsupportedVideo
 from pixelwire.descriptor import RemoteImage, is_video_descriptor, parse_descriptor
+from pixelwire.loader_input import checked_container
 from pixelwire.metrics import ImageMetrics
 from pixelwire.reader import Reader
 from pixelwire.resize import ResizePolicy, video_resize_policy
 from pixelwire.signing import decode_reference, reference_secret
 from pixelwire.transfer import default_reader
 from pixelwire.video import decode_video
+from pixelwire.video.decode import video_decode_executor
 from pixelwire.video.sampling import NotReproduced, VideoSampling
 from pixelwire.vllm.identity import keyed_identity
 from pixelwire.vllm.served_model import served_model
@@ -156,17 +158,28 @@ async def decode_video_bytes(
         sampling = VideoSampling.from_video_kwargs(video_kwargs, loader)
     except NotReproduced:
         return await _vllm_load(data, vllm_io, metrics)
+    control = BatchControl()
+    decode = functools.partial(
+        decode_video,
+        data,
+        loader=sampling.loader,
+        num_frames=sampling.num_frames,
+        fps=sampling.fps,
+        resize=resize,
+        control=control,
+        **sampling.loader_kwargs,
+    )
     try:
         with metrics.timed("url"):
-            frames, metadata = await asyncio.to_thread(
-                decode_video,
-                data,
-                loader=sampling.loader,
-                num_frames=sampling.num_frames,
-                fps=sampling.fps,
-                resize=resize,
-                **sampling.loader_kwargs,
-            )
+            # The videos' own bounded pool (never the event loop's default
+            # executor, which vLLM's other work uses); a request that goes
+            # away stops its decode within a frame.
+            work = asyncio.get_running_loop().run_in_executor(video_decode_executor(), decode)
+            try:
+                frames, metadata = await work
+            except asyncio.CancelledError:
+                control.cancel()
+                raise
     except UnsupportedVideo:
         # A codec or container pixelwire does not decode.
         return await _vllm_load(data, vllm_io, metrics)
@@ -175,6 +188,10 @@ async def decode_video_bytes(
 
 
 async def _vllm_load(data: bytes, vllm_io: VideoMediaIO, metrics: ImageMetrics) -> MediaWithBytes:
+    """vLLM's loader (FFmpeg with every demuxer) on bytes identified first
+    as one real video container."""
+    checked_container(data, "video")
     metrics.handled_video("vllm", 0)
-    result: MediaWithBytes = await asyncio.to_thread(vllm_io.load_bytes, data)
+    loop = asyncio.get_running_loop()
+    result: MediaWithBytes = await loop.run_in_executor(video_decode_executor(), vllm_io.load_bytes, data)
     return result
