@@ -123,6 +123,7 @@ def _frontend(args: argparse.Namespace) -> int:
     keep_heap_memory()
     from pixelwire import frontend
     from pixelwire.config import FrontendConfig
+    from pixelwire.frontend.nixl_interfaces import InterfaceNotFound, listen_devices
     from pixelwire.resize import ResizePolicy, video_resize_policy
     from pixelwire.video.sampling import model_video_loader
 
@@ -142,8 +143,13 @@ def _frontend(args: argparse.Namespace) -> int:
             video_loader = model_video_loader(args.model)
         except (OSError, ValueError) as error:
             raise CommandError(f"--model {args.model}: {error}") from None
+    try:
+        nixl_devices = listen_devices(args.nixl_interface, args.upstream)
+    except InterfaceNotFound as error:
+        raise CommandError(str(error)) from None
     config = FrontendConfig.from_env(
         args.upstream,
+        nixl_devices=nixl_devices,
         decode_at=args.decode_at,
         pool_bytes=args.pool_bytes,
         cache_bytes=args.cache_bytes,
@@ -170,6 +176,10 @@ def _frontend(args: argparse.Namespace) -> int:
         max_pixels_per_request=args.max_pixels_per_request,
         max_fetches_per_request=args.max_fetches_per_request,
         max_json_values=args.max_json_values,
+        max_connections=args.max_connections,
+        max_connections_per_client=args.max_connections_per_client,
+        header_timeout=args.header_timeout,
+        min_body_rate=args.min_body_rate,
         resize=resize,
         api_keys=args.api_key,
         access_log=args.access_log or None,
@@ -294,6 +304,42 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
         nargs="+",
         default=None,
         help="hosts images may come from ('*.example.com' for subdomains) (default: any public host)",
+    )
+    front.add_argument(
+        "--max-connections",
+        type=int,
+        default=None,
+        help="client connections held open at once; more are closed as they come "
+        f"(default {config.MAX_CONNECTIONS})",
+    )
+    front.add_argument(
+        "--max-connections-per-client",
+        type=int,
+        default=None,
+        help="client connections held open from one address (default "
+        f"{config.MAX_CONNECTIONS_PER_CLIENT}; behind a load balancer, raise it to its maxconn)",
+    )
+    front.add_argument(
+        "--header-timeout",
+        type=float,
+        default=None,
+        help="seconds a request head may take to arrive, from the connection's opening or its last "
+        f"answer; the connection is closed after (default {config.HEADER_TIMEOUT:g})",
+    )
+    front.add_argument(
+        "--min-body-rate",
+        type=int,
+        default=None,
+        help="bytes a second a request body must keep up after the header timeout's grace; slower is "
+        f"a 408 (default {config.MIN_BODY_RATE})",
+    )
+    front.add_argument(
+        "--nixl-interface",
+        default=None,
+        help="the network interfaces the NIXL agent listens on, as UCX_NET_DEVICES names them "
+        "(eth0, mlx5_0:1, comma-separated; 'all' for every one); default: lo when the upstream is on "
+        "this host, else the interface toward the upstream and every RDMA port "
+        "(UCX_NET_DEVICES in the environment wins)",
     )
     front.add_argument(
         "--allow-private",

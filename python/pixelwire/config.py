@@ -190,6 +190,18 @@ MALLOC_TRIM_THRESHOLD = 256 * MiB
 # frontend's log would be mostly these.
 ACCESS_LOG = False
 CONNECT_TIMEOUT = 10.0
+# Client connections the frontend holds open, in all and from one address
+# (more are closed as they come): under the file descriptors it may open
+# (it raises its soft limit to fit them, with room for its own), and a
+# per-address share so that one client cannot hold them all (behind a load
+# balancer every connection has its address: raise it there).
+MAX_CONNECTIONS = 8192
+MAX_CONNECTIONS_PER_CLIENT = 1024
+# A request head must arrive within this many seconds of a connection
+# opening or of its last answer, else the connection is closed; a body must
+# come at MIN_BODY_RATE bytes a second or faster after that grace, else 408.
+HEADER_TIMEOUT = 20.0
+MIN_BODY_RATE = 16 * 1024
 # After SIGTERM, how long the frontend keeps serving while its /health
 # answers 503 (a load balancer's checks must see it before it stops
 # listening: more than their interval times their fall count).
@@ -630,6 +642,14 @@ class FrontendConfig:
     max_json_values: int = MAX_JSON_VALUES
     # A line a request on the "pixelwire.frontend.access" logger.
     access_log: bool = ACCESS_LOG
+    max_connections: int = MAX_CONNECTIONS
+    max_connections_per_client: int = MAX_CONNECTIONS_PER_CLIENT
+    header_timeout: float = HEADER_TIMEOUT
+    min_body_rate: int = MIN_BODY_RATE
+    # UCX_NET_DEVICES for the NIXL agent (None: every device); the CLI
+    # derives it from --nixl-interface and the upstream
+    # (pixelwire.frontend.nixl_interfaces).
+    nixl_devices: str | None = None
 
     @classmethod
     def from_env(cls, upstream: str, **settings: Any) -> FrontendConfig:

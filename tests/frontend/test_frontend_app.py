@@ -184,6 +184,28 @@ def test_a_client_without_the_api_key_costs_no_work(upstream: Upstream, tmp_path
         service.stop()
 
 
+def test_an_options_request_goes_on_without_its_body_which_is_never_read(
+    upstream: Upstream, tmp_path: Path
+) -> None:
+    """OPTIONS needs no API key (CORS preflights): it is forwarded with no
+    body, and a body it claims is never read or parsed: a client declaring
+    64 MiB and sending none gets its answer at once, then the connection
+    closes."""
+    service = started_frontend(tmp_path, upstream.url, "--api-key", "right-key")
+    try:
+        before = len(upstream.options_bodies)
+        with socket.create_connection(("127.0.0.1", service.port), timeout=10) as client:
+            head = "OPTIONS /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 67108864\r\n\r\n"
+            client.sendall(head.encode() + b"{")
+            reply = b""
+            while chunk := client.recv(65536):  # the frontend closes the connection after its answer
+                reply += chunk
+        assert reply.startswith(b"HTTP/1.1 "), reply[:200]
+        assert upstream.options_bodies[before:] == [b""]
+    finally:
+        service.stop()
+
+
 def test_image_requests_to_a_down_upstream_say_it_is_unreachable(tmp_path: Path) -> None:
     """With the upstream down, an image request is told the upstream is
     unreachable, as a text request is, not that vLLM lacks the connector."""

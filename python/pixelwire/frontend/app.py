@@ -18,6 +18,7 @@ import hashlib
 import hmac
 import ipaddress
 import logging
+import resource
 from collections.abc import Awaitable, Callable
 from time import perf_counter
 from typing import Any
@@ -37,7 +38,9 @@ from yarl import URL
 from pixelwire.config import FrontendConfig, data_url_memo_bytes
 from pixelwire.data_url_memo import DataUrlMemo
 from pixelwire.fetch import Fetcher
+from pixelwire.frontend import nixl_interfaces
 from pixelwire.frontend.access_log import access_log, note_media
+from pixelwire.frontend.connections import BodyTooSlow, ConnectionGuard, ConnectionLimits
 from pixelwire.frontend.drain import Drain
 from pixelwire.frontend.errors import OpenAIError
 from pixelwire.frontend.inspect import (
@@ -176,6 +179,27 @@ class Frontend:
             "Requests sent again on a fresh connection after the upstream closed a pooled one unanswered",
             registry=self.registry,
         )
+        connections_closed = Counter(
+            "pixelwire_frontend_connections_closed",
+            "Client connections the frontend closed itself, by reason: over max_connections or "
+            "max_connections_per_client (at once), header_timeout (no request head in time), "
+            "body_too_slow (a body under min_body_rate: answered 408)",
+            ["reason"],
+            registry=self.registry,
+        )
+        self.connections = ConnectionGuard(
+            ConnectionLimits(
+                max_connections=config.max_connections,
+                max_connections_per_client=config.max_connections_per_client,
+                header_timeout=config.header_timeout,
+                min_body_rate=config.min_body_rate,
+            ),
+            on_closed=lambda reason: connections_closed.labels(reason=reason).inc(),
+        )
+        open_connections = Gauge(
+            "pixelwire_frontend_connections", "Client connections open now", registry=self.registry
+        )
+        open_connections.set_function(lambda: float(self.connections.open_connections))
         self._api_key_digests = [hashlib.sha256(key.encode()).digest() for key in config.api_keys]
         self._session: aiohttp.ClientSession | None = None
         self._fresh_session: aiohttp.ClientSession | None = None
@@ -203,7 +227,7 @@ class Frontend:
         logged = [access_log] if self.config.access_log else []
         app = web.Application(
             client_max_size=self.config.max_request_bytes,
-            middlewares=[*logged, _json_errors, self._authenticate],
+            middlewares=[self._timed_heads, *logged, _json_errors, self._authenticate],
         )
         app.router.add_get("/metrics", self.metrics_page)
         app.router.add_get("/health", self.health)
@@ -224,8 +248,10 @@ class Frontend:
         )
         await asyncio.to_thread(self.publisher.open)
         self.watch.start(self._session)
+        self.connections.start()
 
     async def _stop(self, _app: web.Application) -> None:
+        await self.connections.stop()
         await self.watch.stop()
         for session in (self._session, self._fresh_session):
             if session is not None:
@@ -234,6 +260,17 @@ class Frontend:
         await self.fetcher.close()
 
     # -- routes ----------------------------------------------------------------
+
+    @web.middleware
+    async def _timed_heads(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        """A request's head has arrived: its connection's head deadline is
+        off until the answer is out (pixelwire.frontend.connections)."""
+        self.connections.request_started(request.transport)
+        try:
+            answer: web.StreamResponse = await handler(request)
+            return answer
+        finally:
+            self.connections.request_ended(request.transport)
 
     @web.middleware
     async def _authenticate(self, request: web.Request, handler: Any) -> web.StreamResponse:
@@ -292,7 +329,29 @@ class Frontend:
         route = REWRITTEN_ROUTES.get(path)
         if route is not None and request.method == "POST":
             return await self.rewrite(request, path, route)
+        if request.method == "OPTIONS":
+            return await self.options(request)
         return await self.passthrough(request, path)
+
+    async def options(self, request: web.Request) -> web.StreamResponse:
+        """An OPTIONS request (a CORS preflight; exempt from the API key)
+        goes on without its body, which is never read: when it declares one,
+        the connection closes once the answer is written, instead of taking
+        the body in."""
+        started = perf_counter()
+        try:
+            response = await self._forward(request, b"", route="other")
+        except OpenAIError as e:
+            self.requests.labels(route="other", status=str(e.status)).inc()
+            response = e.response()
+            await response.prepare(request)
+            await response.write_eof()
+        finally:
+            self.request_seconds.labels(route="other").observe(perf_counter() - started)
+        if request.body_exists:
+            # The answer is written: closing flushes it, and reads nothing more.
+            request.protocol.force_close()
+        return response
 
     async def _read(self, request: web.Request) -> RequestBody:
         """The body, within --max-request-bytes (413 naming the limit) and
@@ -308,11 +367,16 @@ class Frontend:
         # of megabytes of base64.
         chunks: list[bytes] = []
         size = 0
-        async for chunk in request.content.iter_any():
-            size += len(chunk)
-            if size > limit:
-                raise OpenAIError(413, f"request body is over the limit of {limit} bytes (max_request_bytes)")
-            chunks.append(chunk)
+        try:
+            async for chunk in self.connections.body(request.content):
+                size += len(chunk)
+                if size > limit:
+                    raise OpenAIError(
+                        413, f"request body is over the limit of {limit} bytes (max_request_bytes)"
+                    )
+                chunks.append(chunk)
+        except BodyTooSlow as slow:
+            raise OpenAIError(408, str(slow), close=True) from None
         raw = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         # The scan is native: only the body's size sends it off the loop.
         read: RequestBody = await self._off_loop(RequestBody(raw, 0), scan_body, raw)
@@ -632,6 +696,8 @@ def _loopback(host: str) -> bool:
 def run(config: FrontendConfig, host: str, port: int) -> None:
     """Serves until interrupted."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    devices = nixl_interfaces.apply(config.nixl_devices)
+    _make_room_for_connections(config)
     frontend = Frontend(config)
     log.info(
         "pixelwire frontend on http://%s:%d -> %s (decode at %s, signing %s, resize %s)",
@@ -642,6 +708,7 @@ def run(config: FrontendConfig, host: str, port: int) -> None:
         "on" if config.secret else "off",
         config.resize.identity if config.resize else "off",
     )
+    log.info("NIXL listens on %s (UCX_NET_DEVICES)", devices or "every network device")
     if config.decode_at == "frontend":
         loader = config.video_kwargs.get("video_backend") or config.video_loader
         if loader is None:
@@ -668,6 +735,33 @@ def run(config: FrontendConfig, host: str, port: int) -> None:
     asyncio.run(_serve(frontend, host, port))
 
 
+# File descriptors kept for the frontend's own use beside its client
+# connections: upstream connections, fetches, NIXL, logs.
+_OWN_DESCRIPTORS = 1024
+
+
+def _make_room_for_connections(config: FrontendConfig) -> None:
+    """Raises the soft limit on open files so that max_connections fit with
+    room for the frontend's own; where the hard limit does not allow it,
+    says what max_connections the host allows."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = config.max_connections + _OWN_DESCRIPTORS
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        raised = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
+        soft = raised
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        log.warning(
+            "open files are limited to %d (ulimit -n): --max-connections %d needs %d; clients past %d "
+            "connections may be refused by the kernel rather than closed by the frontend (raise the hard "
+            "limit or lower --max-connections)",
+            soft,
+            config.max_connections,
+            wanted,
+            max(0, soft - _OWN_DESCRIPTORS),
+        )
+
+
 async def _serve(frontend: Frontend, host: str, port: int) -> None:
     """Serves until SIGTERM's drain (:mod:`pixelwire.frontend.drain`) or
     SIGINT ends; then stops listening and lets the requests in flight
@@ -683,11 +777,20 @@ async def _serve(frontend: Frontend, host: str, port: int) -> None:
     )
     await runner.setup()
     frontend.drain.install()
+    listening: asyncio.Server | None = None
     try:
-        await web.TCPSite(runner, host, port).start()
+        # aiohttp's own site, with each connection admitted and timed by
+        # the frontend's guard (pixelwire.frontend.connections).
+        assert runner.server is not None
+        factory = frontend.connections.protocol_factory(runner.server)
+        listening = await asyncio.get_running_loop().create_server(
+            factory, host, port, reuse_address=True, backlog=1024
+        )
         await frontend.drain.wait()
         log.info("stopped listening; waiting for the requests in flight")
     finally:
+        if listening is not None:
+            listening.close()
         await runner.cleanup()
         frontend.drain.remove()
     log.info("stopped")

@@ -1,0 +1,182 @@
+"""Bounds on the frontend's client connections, below aiohttp: how many
+are open in all and from one address, how long a request's head may take
+to arrive, and how slowly its body may come.
+
+aiohttp holds a connection as long as its client keeps it open, and waits
+for a request head or body without end: 2,000 connections that each send
+one byte every 20 s are all held, and enough of them take every file
+descriptor the process has. So each connection is admitted only while
+the totals allow (refused ones are closed at once), a connection must
+finish each request head within ``header_timeout`` of opening or of its
+last answer (else it is closed), and a body must keep up
+``min_body_rate`` bytes a second after a grace of ``header_timeout``
+(else the request is answered 408 and the connection closed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import StreamReader
+
+
+@dataclass(frozen=True)
+class ConnectionLimits:
+    max_connections: int
+    max_connections_per_client: int
+    header_timeout: float
+    min_body_rate: int
+
+
+class BodyTooSlow(Exception):
+    """A request body that came slower than the minimum rate."""
+
+
+class ConnectionGuard:
+    """Admits, times and closes the frontend's client connections."""
+
+    def __init__(self, limits: ConnectionLimits, on_closed: Callable[[str], None] | None = None) -> None:
+        self.limits = limits
+        self._on_closed = on_closed or (lambda reason: None)
+        self._per_client: dict[str, int] = {}
+        # Open connections' transports, with the time their current request
+        # head must have arrived by (None while a request is handled).
+        self._deadlines: dict[asyncio.Transport, float | None] = {}
+        self._sweeper: asyncio.Task[None] | None = None
+
+    @property
+    def open_connections(self) -> int:
+        return len(self._deadlines)
+
+    def protocol_factory(self, inner: Callable[[], asyncio.Protocol]) -> Callable[[], asyncio.Protocol]:
+        """A factory for ``loop.create_server`` that guards ``inner``'s protocols."""
+        return lambda: _Guarded(self, inner())
+
+    def start(self) -> None:
+        self._sweeper = asyncio.get_running_loop().create_task(self._sweep())
+
+    async def stop(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            await asyncio.gather(self._sweeper, return_exceptions=True)
+            self._sweeper = None
+
+    # -- called by the protocol wrapper and the application ---------------------------------
+
+    def admit(self, transport: asyncio.Transport) -> bool:
+        client = _client(transport)
+        if len(self._deadlines) >= self.limits.max_connections:
+            self._on_closed("max_connections")
+            return False
+        if self._per_client.get(client, 0) >= self.limits.max_connections_per_client:
+            self._on_closed("max_connections_per_client")
+            return False
+        self._per_client[client] = self._per_client.get(client, 0) + 1
+        self._deadlines[transport] = time.monotonic() + self.limits.header_timeout
+        return True
+
+    def release(self, transport: asyncio.Transport) -> None:
+        if transport not in self._deadlines:
+            return  # never admitted
+        del self._deadlines[transport]
+        client = _client(transport)
+        left = self._per_client.get(client, 1) - 1
+        if left > 0:
+            self._per_client[client] = left
+        else:
+            self._per_client.pop(client, None)
+
+    def request_started(self, transport: asyncio.Transport | None) -> None:
+        """A request's head arrived on ``transport``: no head deadline while it is handled."""
+        if transport in self._deadlines:
+            self._deadlines[transport] = None
+
+    def request_ended(self, transport: asyncio.Transport | None) -> None:
+        """The answer is out: the next head must arrive within the timeout."""
+        if transport in self._deadlines:
+            self._deadlines[transport] = time.monotonic() + self.limits.header_timeout
+
+    async def body(self, content: StreamReader) -> AsyncIterator[bytes]:
+        """The chunks of a request body, as they arrive, while they keep
+        up the minimum rate after the grace (raises :class:`BodyTooSlow`)."""
+        started = time.monotonic()
+        received = 0
+        rate, grace = self.limits.min_body_rate, self.limits.header_timeout
+        while True:
+            # The moment the bytes so far stop being enough.
+            due = started + grace + received / rate
+            try:
+                chunk = await asyncio.wait_for(content.readany(), max(0.0, due - time.monotonic()))
+            except TimeoutError:
+                self._on_closed("body_too_slow")
+                raise BodyTooSlow(
+                    f"the request body came slower than {rate} bytes/s ({received} bytes in "
+                    f"{time.monotonic() - started:.0f} s)"
+                ) from None
+            if not chunk:
+                return
+            received += len(chunk)
+            yield chunk
+
+    async def _sweep(self) -> None:
+        """Closes every connection whose request head is overdue."""
+        while True:
+            await asyncio.sleep(min(1.0, self.limits.header_timeout / 4))
+            now = time.monotonic()
+            overdue = [
+                t for t, deadline in self._deadlines.items() if deadline is not None and deadline < now
+            ]
+            for transport in overdue:
+                self._on_closed("header_timeout")
+                transport.abort()
+
+
+def _client(transport: asyncio.Transport) -> str:
+    peer = transport.get_extra_info("peername")
+    return str(peer[0]) if isinstance(peer, tuple) and peer else "?"
+
+
+class _Guarded(asyncio.Protocol):
+    """aiohttp's protocol for one connection, admitted (or closed at once)
+    and released by the guard."""
+
+    def __init__(self, guard: ConnectionGuard, inner: Any) -> None:
+        self.guard = guard
+        self.inner = inner
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)  # a stream server's
+        if not self.guard.admit(transport):
+            transport.abort()
+            return
+        self.transport = transport
+        self.inner.connection_made(transport)
+
+    def data_received(self, data: bytes) -> None:
+        if self.transport is not None:
+            self.inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        if self.transport is None:
+            return None
+        answer: bool | None = self.inner.eof_received()
+        return answer
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.transport is None:
+            return
+        self.guard.release(self.transport)
+        self.inner.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        if self.transport is not None:
+            self.inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        if self.transport is not None:
+            self.inner.resume_writing()

@@ -1,0 +1,124 @@
+"""Where the frontend's NIXL agent listens
+(``pixelwire.frontend.nixl_interfaces``): with ``--host 127.0.0.1`` and an
+upstream on the same host, nothing pixelwire opens is reachable from
+another interface. Seen on a host of its own (a network namespace with an
+``eth0`` on a bridge and a second host beside it), and with the control
+(``--nixl-interface all``) showing the test would see a listener that
+leaked."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from netns import Bridged, Unavailable, call_in, why_namespaces_unavailable
+
+from pixelwire.frontend.nixl_interfaces import listen_devices
+
+
+def test_the_default_is_lo_for_an_upstream_on_this_host_and_a_setting_wins() -> None:
+    assert listen_devices(None, "http://127.0.0.1:8000") == "lo"
+    assert listen_devices(None, "http://localhost:8000") == "lo"
+    assert listen_devices("eth1,mlx5_0:1", "http://127.0.0.1:8000") == "eth1,mlx5_0:1"
+    assert listen_devices("all", "http://127.0.0.1:8000") is None
+
+
+@pytest.fixture(scope="module")
+def hosts() -> Iterator[Bridged]:
+    why = why_namespaces_unavailable()
+    if why is not None:
+        pytest.skip(why)
+    try:
+        bridged = Bridged("pwl").open(["frontend", "outsider"])
+    except Unavailable as error:
+        pytest.skip(str(error))
+    yield bridged
+    bridged.close()
+
+
+def _listeners(pid: int) -> set[tuple[str, int]]:
+    """(address, port) of every TCP socket ``pid`` listens on."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    found = set()
+    for table in ("tcp", "tcp6"):
+        for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and fields[9] in inodes:  # LISTEN
+                address, port = fields[1].rsplit(":", 1)
+                found.add((address, int(port, 16)))
+    return found
+
+
+def _reachable(address: str, port: int) -> bool:
+    try:
+        with socket.create_connection((address, port), timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+def _frontend_listeners(hosts: Bridged, tmp_path: Path, *args: str) -> tuple[set[tuple[str, int]], list[int]]:
+    """Starts a frontend with ``--host 127.0.0.1`` on host "frontend", its
+    upstream on that host's loopback; returns its listeners and the ports
+    the host "outsider" could connect to at the frontend's address."""
+    argv = [
+        *hosts.exec_prefix("frontend"), sys.executable, "-m", "pixelwire.cli", "frontend",
+        "--host", "127.0.0.1", "--port", "8080", "--upstream", "http://127.0.0.1:9",
+        "--no-check-upstream", *args,
+    ]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k != "UCX_NET_DEVICES"} | {"NIXL_LOG_LEVEL": "WARN"}
+    log = (tmp_path / "frontend.log").open("w")
+    process = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        listeners: set[tuple[str, int]] = set()
+        while time.monotonic() < deadline:
+            assert process.poll() is None, (tmp_path / "frontend.log").read_text()
+            listeners = _listeners(process.pid)
+            if any(port == 8080 for _, port in listeners) and len(listeners) > 1:
+                break
+            time.sleep(0.1)
+        else:
+            raise AssertionError(f"no NIXL listener: {listeners} {(tmp_path / 'frontend.log').read_text()}")
+        address = hosts.address("frontend")
+        reached = [
+            port for _, port in sorted(listeners) if call_in(hosts.ns("outsider"), _reachable, address, port)
+        ]
+        return listeners, reached
+    finally:
+        process.terminate()
+        process.wait(30)
+        log.close()
+
+
+def test_nothing_the_frontend_opens_is_reachable_from_another_interface(
+    hosts: Bridged, tmp_path: Path
+) -> None:
+    """Every listener of the frontend (HTTP and NIXL's) is on the loopback,
+    and the host beside it connects to none of them."""
+    listeners, reached = _frontend_listeners(hosts, tmp_path)
+    assert all(address in ("0100007F", "00000000000000000000000001000000") for address, _ in listeners), (
+        listeners
+    )
+    assert reached == []
+
+
+def test_the_control_sees_nixl_listening_everywhere(hosts: Bridged, tmp_path: Path) -> None:
+    """With ``--nixl-interface all`` (UCX's default), NIXL listens on the
+    host's eth0 too, and the host beside it connects: what the test above
+    would see if the default leaked."""
+    _, reached = _frontend_listeners(hosts, tmp_path, "--nixl-interface", "all")
+    assert reached and 8080 not in reached
