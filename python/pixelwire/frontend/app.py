@@ -18,7 +18,6 @@ import hashlib
 import hmac
 import ipaddress
 import logging
-import resource
 from collections.abc import Awaitable, Callable
 from time import perf_counter
 from typing import Any
@@ -40,7 +39,12 @@ from pixelwire.data_url_memo import DataUrlMemo
 from pixelwire.fetch import Fetcher
 from pixelwire.frontend import nixl_interfaces
 from pixelwire.frontend.access_log import access_log, note_media
-from pixelwire.frontend.connections import BodyTooSlow, ConnectionGuard, ConnectionLimits
+from pixelwire.frontend.connections import (
+    BodyTooSlow,
+    ConnectionGuard,
+    ConnectionLimits,
+    make_room_for_connections,
+)
 from pixelwire.frontend.drain import Drain
 from pixelwire.frontend.errors import OpenAIError
 from pixelwire.frontend.inspect import (
@@ -697,7 +701,7 @@ def run(config: FrontendConfig, host: str, port: int) -> None:
     """Serves until interrupted."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     devices = nixl_interfaces.apply(config.nixl_devices)
-    _make_room_for_connections(config)
+    make_room_for_connections(config.max_connections)
     frontend = Frontend(config)
     log.info(
         "pixelwire frontend on http://%s:%d -> %s (decode at %s, signing %s, resize %s)",
@@ -733,33 +737,6 @@ def run(config: FrontendConfig, host: str, port: int) -> None:
             host,
         )
     asyncio.run(_serve(frontend, host, port))
-
-
-# File descriptors kept for the frontend's own use beside its client
-# connections: upstream connections, fetches, NIXL, logs.
-_OWN_DESCRIPTORS = 1024
-
-
-def _make_room_for_connections(config: FrontendConfig) -> None:
-    """Raises the soft limit on open files so that max_connections fit with
-    room for the frontend's own; where the hard limit does not allow it,
-    says what max_connections the host allows."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    wanted = config.max_connections + _OWN_DESCRIPTORS
-    if soft != resource.RLIM_INFINITY and soft < wanted:
-        raised = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
-        resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
-        soft = raised
-    if soft != resource.RLIM_INFINITY and soft < wanted:
-        log.warning(
-            "open files are limited to %d (ulimit -n): --max-connections %d needs %d; clients past %d "
-            "connections may be refused by the kernel rather than closed by the frontend (raise the hard "
-            "limit or lower --max-connections)",
-            soft,
-            config.max_connections,
-            wanted,
-            max(0, soft - _OWN_DESCRIPTORS),
-        )
 
 
 async def _serve(frontend: Frontend, host: str, port: int) -> None:

@@ -10,18 +10,24 @@ the totals allow (refused ones are closed at once), a connection must
 finish each request head within ``header_timeout`` of opening or of its
 last answer (else it is closed), and a body must keep up
 ``min_body_rate`` bytes a second after a grace of ``header_timeout``
-(else the request is answered 408 and the connection closed).
+(else the request is answered 408 and the connection closed). The
+process's soft limit on open files is raised to fit the connections
+(:func:`make_room_for_connections`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import resource
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import StreamReader
+
+log = logging.getLogger("pixelwire.frontend")
 
 
 @dataclass(frozen=True)
@@ -133,6 +139,33 @@ class ConnectionGuard:
             for transport in overdue:
                 self._on_closed("header_timeout")
                 transport.abort()
+
+
+# File descriptors kept for the frontend's own use beside its client
+# connections: upstream connections, fetches, NIXL, logs.
+_OWN_DESCRIPTORS = 1024
+
+
+def make_room_for_connections(max_connections: int) -> None:
+    """Raises this process's soft limit on open files so that
+    ``max_connections`` fit with room for the frontend's own; where the hard
+    limit does not allow it, says what the host allows."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = max_connections + _OWN_DESCRIPTORS
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        raised = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
+        soft = raised
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        log.warning(
+            "open files are limited to %d (ulimit -n): --max-connections %d needs %d; clients past %d "
+            "connections may be refused by the kernel rather than closed by the frontend (raise the hard "
+            "limit or lower --max-connections)",
+            soft,
+            max_connections,
+            wanted,
+            max(0, soft - _OWN_DESCRIPTORS),
+        )
 
 
 def _client(transport: asyncio.Transport) -> str:
