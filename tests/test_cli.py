@@ -161,6 +161,16 @@ def test_resize_approximate_without_a_model_is_one_line() -> None:
     assert "--resize-approximate" in line and "--model" in line
 
 
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [("--max-connections", "0"), ("--max-connections-per-client", "-1"), ("--header-timeout", "0"),
+     ("--min-body-rate", "0")],
+)  # fmt: skip
+def test_connection_bounds_that_would_refuse_everyone_are_one_line(flag: str, value: str) -> None:
+    line = _one_line_error(_cli("frontend", "--upstream", "http://127.0.0.1:9", flag, value), "frontend")
+    assert f"{flag} must be positive" in line
+
+
 def test_bench_serve_outside_vllms_environment_says_where_to_run_it() -> None:
     hide_vllm = (
         "import importlib.util as u\nreal = u.find_spec\n"

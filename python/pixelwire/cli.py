@@ -143,6 +143,16 @@ def _frontend(args: argparse.Namespace) -> int:
             video_loader = model_video_loader(args.model)
         except (OSError, ValueError) as error:
             raise CommandError(f"--model {args.model}: {error}") from None
+    bounds = {
+        "--max-connections": args.max_connections,
+        "--max-connections-per-client": args.max_connections_per_client,
+        "--header-timeout": args.header_timeout,
+        "--min-body-rate": args.min_body_rate,
+    }
+    for flag, value in bounds.items():
+        if value is not None and value <= 0:
+            # Zero would close every connection, or time every body out.
+            raise CommandError(f"{flag} must be positive, not {value:g}")
     try:
         nixl_devices = listen_devices(args.nixl_interface, args.upstream)
     except InterfaceNotFound as error:

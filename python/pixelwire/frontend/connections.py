@@ -37,6 +37,11 @@ class ConnectionLimits:
     header_timeout: float
     min_body_rate: int
 
+    def __post_init__(self) -> None:
+        for name, value in vars(self).items():
+            if value <= 0:
+                raise ValueError(f"{name} must be positive, not {value}")
+
 
 class BodyTooSlow(Exception):
     """A request body that came slower than the minimum rate."""
