@@ -376,15 +376,16 @@ class PixelwireMediaConnector(MediaConnector):
     ) -> Any:
         # vLLM's one way to every URL it fetches (video and audio; images
         # come through fetch_image_async). What is not a URL vLLM refuses
-        # itself; a video's data: URL here is a frame list that
-        # fetch_video_async checked. Audio goes to FFmpeg (PyAV) with every
-        # demuxer: its bytes, fetched or in a data: URL, are identified first.
-        data_url = isinstance(url, str) and url[:5].lower() == "data:"
-        if (
-            not isinstance(url, str)
-            or ":" not in url
-            or (data_url and not isinstance(media_io, AudioMediaIO))
-        ):
+        # itself. Its video and audio loaders are FFmpeg with every demuxer:
+        # their bytes, fetched or in a data: URL, are identified first, and a
+        # JPEG-frame list (Pillow, at any size) has its frames checked.
+        if not isinstance(url, str) or ":" not in url:
+            return await super().load_from_url_async(url, media_io, fetch_timeout=fetch_timeout)
+        data_url = url[:5].lower() == "data:"
+        if data_url and isinstance(media_io, VideoMediaIO) and is_frame_list(url):
+            await asyncio.to_thread(_check_frame_list, url)
+            return await super().load_from_url_async(url, media_io, fetch_timeout=fetch_timeout)
+        if data_url and not isinstance(media_io, (AudioMediaIO, VideoMediaIO)):
             return await super().load_from_url_async(url, media_io, fetch_timeout=fetch_timeout)
         try:
             if data_url:
@@ -431,10 +432,8 @@ class PixelwireMediaConnector(MediaConnector):
         video_kwargs, loader = vllm_video_settings(self.media_io_kwargs, video_processor)
         if not isinstance(video_url, str) or is_frame_list(video_url):
             # Not a URL (vLLM refuses it), or JPEG frames sent as one data:
-            # URL: vLLM's own loader, once the frames are checked from their
-            # headers (Pillow decodes them at any size otherwise).
-            if isinstance(video_url, str):
-                await asyncio.to_thread(_check_frame_list, video_url)
+            # URL: vLLM's own loader, through load_from_url_async, which
+            # checks the frames from their headers first.
             metrics.handled_video("vllm", 0)
             return await super().fetch_video_async(
                 video_url, image_mode=image_mode, video_processor=video_processor
