@@ -21,7 +21,6 @@ base tile differs, within a bound on photos.
 
 from __future__ import annotations
 
-import io
 import json
 import time
 import warnings
@@ -30,18 +29,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from PIL import Image, ImageOps
+from PIL import Image
+from resize_corpus import Case
 
 import pixelwire
 from pixelwire.resize import ResizePolicy
 
-from reference import corpus_files
-
 pytestmark = pytest.mark.vllm
 
-# Real photos of the corpus, upscaled to 1080p and 4K.
-PHOTOS = ("exif_gps_typeerror.jpg", "sugarshack_bad_mpo_header.jpg", "exif-72dpi-int.jpg")
-PHOTO_SIZES = ((1920, 1080), (3840, 2160))
 QWEN_MIN_PIXELS = 56 * 56
 
 
@@ -281,80 +276,6 @@ SETTINGS = [
 ]
 
 
-@dataclass
-class Case:
-    name: str
-    data: bytes
-    image: Image.Image  # vLLM's loader's full image
-
-
-def _vllm_load(data: bytes) -> Image.Image:
-    from vllm.multimodal.media import ImageMediaIO
-
-    with warnings.catch_warnings():
-        # Pillow warns on some odd corpus files it still decodes.
-        warnings.simplefilter("ignore")
-        image = ImageMediaIO(image_mode="RGB").load_bytes(data)
-    return getattr(image, "media", image)
-
-
-def _encode(image: Image.Image, fmt: str, **options: Any) -> bytes:
-    out = io.BytesIO()
-    image.save(out, fmt, **options)
-    return out.getvalue()
-
-
-def _photos() -> list[tuple[str, bytes]]:
-    """Corpus photos at 1920x1080 and 3840x2160, as JPEG q90 and PNG, plus
-    one EXIF-rotated JPEG per size (stored landscape, shown portrait)."""
-    from reference import CORPUS
-
-    made = []
-    for name in PHOTOS:
-        path = CORPUS / name
-        if not path.is_file():
-            continue
-        base = _vllm_load(path.read_bytes())  # oriented RGB, as vLLM shows it
-        stem = name.rsplit(".", 1)[0]
-        for width, height in PHOTO_SIZES:
-            big = ImageOps.fit(base, (width, height), Image.Resampling.LANCZOS)
-            made.append((f"{stem}@{width}x{height}.jpg", _encode(big, "JPEG", quality=90)))
-            made.append((f"{stem}@{width}x{height}.png", _encode(big, "PNG", compress_level=1)))
-            if name == PHOTOS[0]:
-                exif = Image.Exif()
-                exif[0x0112] = 6  # rotate 90 CW on display
-                made.append(
-                    (f"{stem}@{width}x{height}-exif6.jpg", _encode(big, "JPEG", quality=90, exif=exif))
-                )
-    return made
-
-
-@pytest.fixture(scope="module")
-def corpus() -> tuple[list[Case], dict[str, int]]:
-    """Every image both loaders decode, with vLLM's full image."""
-    cases: list[Case] = []
-    skipped = {"vllm-cannot-decode": 0, "pixelwire-cannot-decode": 0}
-    photos = _photos()
-    # every photo made (2 formats x 2 sizes each, plus the EXIF-rotated JPEGs), and none skipped below
-    assert len(photos) == (2 * len(PHOTOS) + 1) * len(PHOTO_SIZES), [name for name, _ in photos]
-    sources = [(p.name, p.read_bytes()) for p in corpus_files()] + photos
-    for name, data in sources:
-        try:
-            image = _vllm_load(data)
-        except Exception:  # noqa: BLE001 - any failure of vLLM's loader: not an image it serves
-            skipped["vllm-cannot-decode"] += 1
-            continue
-        try:
-            pixelwire.decode_image(data, mode="RGB")
-        except pixelwire.PixelwireError:
-            skipped["pixelwire-cannot-decode"] += 1
-            continue
-        cases.append(Case(name, data, image))
-    print(f"\ncorpus: {len(cases)} images ({len(sources)} sources), skipped {skipped}")
-    assert {name for name, _ in photos} <= {case.name for case in cases}
-    return cases, skipped
-
-
 @pytest.fixture(autouse=True)
 def _quiet_transformers() -> Iterator[None]:
     """transformers logs "channel dimension is ambiguous" for 1x1 images."""
@@ -422,9 +343,9 @@ def test_processor_configs_give_policies() -> None:
 
 @pytest.mark.parametrize("setting", SETTINGS, ids=[s.id for s in SETTINGS])
 def test_processor_outputs_equal_on_resized_images(
-    corpus: tuple[list[Case], dict[str, int]], setting: Setting
+    resize_corpus: tuple[list[Case], dict[str, int]], setting: Setting
 ) -> None:
-    cases, _ = corpus
+    cases, _ = resize_corpus
     processor = _processor(setting)
     policy = setting.policy()
     assert policy is not None and policy.family == setting.family, (setting, policy)
@@ -552,7 +473,7 @@ def _best_resolution(policy: ResizePolicy, height: int, width: int) -> tuple[int
 
 @pytest.mark.parametrize("setting", APPROXIMATE, ids=[s.id for s in APPROXIMATE])
 def test_the_approximate_resize_changes_only_the_base_tile(
-    corpus: tuple[list[Case], dict[str, int]], setting: Setting
+    resize_corpus: tuple[list[Case], dict[str, int]], setting: Setting
 ) -> None:
     """--resize-approximate for LLaVA-OneVision: on every corpus image, the
     processor's tiles are its own exactly and vLLM counts the same prompt
@@ -560,7 +481,7 @@ def test_the_approximate_resize_changes_only_the_base_tile(
     original) of a photo stays within PHOTO_BASE_TILE_MAX_STEPS /
     PHOTO_BASE_TILE_MEAN_STEPS, and every image's is printed; an image not
     shipped smaller gives every output exactly."""
-    cases, _ = corpus
+    cases, _ = resize_corpus
     processor = _processor(setting)
     policy = setting.policy()
     assert policy is not None and policy.family == "anyres" and policy.approximate, policy
@@ -589,10 +510,10 @@ def test_the_approximate_resize_changes_only_the_base_tile(
     assert not failures, f"{len(failures)} images: first {failures[0]}"
 
 
-def test_a_wrong_grid_changes_the_approximate_tiles(corpus: tuple[list[Case], dict[str, int]]) -> None:
+def test_a_wrong_grid_changes_the_approximate_tiles(resize_corpus: tuple[list[Case], dict[str, int]]) -> None:
     """The approximate test can fail: a policy with another grid than the
     processor's gives other tiles on the 4K photos."""
-    cases, _ = corpus
+    cases, _ = resize_corpus
     policy = _onevision(384, 4).policy()
     assert policy is not None
     processor = _processor(_onevision(384, 6))
@@ -608,13 +529,13 @@ TILED = [s for s in SETTINGS if s.family == "longest_edge_tiles"]
 
 @pytest.mark.parametrize("setting", TILED, ids=[s.id for s in TILED])
 def test_idefics3_counts_the_shipped_images_tiles_as_the_originals(
-    corpus: tuple[list[Case], dict[str, int]], setting: Setting
+    resize_corpus: tuple[list[Case], dict[str, int]], setting: Setting
 ) -> None:
     """vLLM counts an Idefics3 / SmolVLM image's tiles, and so its prompt's
     image tokens, from the image's size (``get_number_of_image_patches``),
     not from the processor's outputs: the shipped size must give the
     original's count."""
-    cases, _ = corpus
+    cases, _ = resize_corpus
     processor = _processor(setting)
     policy = setting.policy()
     assert policy is not None
@@ -658,12 +579,12 @@ WRONG = [
 
 @pytest.mark.parametrize(("policy_of", "processor_of"), WRONG, ids=[f"{a.id}-for-{b.id}" for a, b in WRONG])
 def test_a_wrong_setting_changes_the_outputs(
-    corpus: tuple[list[Case], dict[str, int]], policy_of: Setting, processor_of: Setting
+    resize_corpus: tuple[list[Case], dict[str, int]], policy_of: Setting, processor_of: Setting
 ) -> None:
     """The parity test can fail: a policy read from another setting (another
     size, patch budget or patch grid, pan-and-scan left out, another
     backend's kernel) gives other outputs on the 1080p and 4K photos."""
-    cases, _ = corpus
+    cases, _ = resize_corpus
     policy = policy_of.policy()
     assert policy is not None
     processor = _processor(processor_of)
