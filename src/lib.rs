@@ -13,6 +13,7 @@ pub mod fair;
 pub mod foreign;
 pub mod identify;
 pub mod json_body;
+pub mod patches;
 pub mod pool;
 pub mod publisher;
 mod python;

@@ -21,6 +21,7 @@ use crate::agent::{Agent, AgentOptions};
 use crate::decode::{self, DecodeOptions, ImageInfo, Mode, OutputShape};
 use crate::errors::{Error, Result};
 use crate::fair::FairPool;
+use crate::patches::PatchGrid;
 use crate::pool::{Ended, Slot};
 use crate::region::{RegisteredPool, SlotPool};
 use crate::wire::{self, SlotHeader, SLOT_HEADER_BYTES};
@@ -94,6 +95,19 @@ pub struct BatchImage<'a> {
     pub data: &'a [u8],
     /// The size to resize it to right after decoding, if any.
     pub resize: Option<crate::resize::Target>,
+}
+
+/// How a published image's bytes are laid out in its slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Packing {
+    /// Height x width x channels, as decoded.
+    Hwc,
+    /// RGB in four bytes a pixel, Pillow's in-memory layout, so a reader
+    /// building a PIL image maps the pixels instead of copying them.
+    Rgbx,
+    /// The patch rows a processor makes of the (resized) image
+    /// ([`crate::patches`]): its processed inputs, `rows x row_len` bytes.
+    Patches(PatchGrid),
 }
 
 /// What the owner of a [`Publisher::publish_many`] batch can take back while
@@ -347,48 +361,73 @@ impl Publisher {
         std::mem::take(&mut *self.shared.evicted.lock())
     }
 
-    /// Decodes `data` into a pool slot and publishes it. Blocks (GIL-free)
-    /// up to the acquire timeout when the pool is full. `rgbx` (RGB only)
-    /// stores each pixel in four bytes, Pillow's in-memory layout, so a
-    /// reader building a PIL image maps the pixels instead of copying them.
+    /// Decodes `data` into a pool slot and publishes it, laid out as
+    /// `packing` says. Blocks (GIL-free) up to the acquire timeout when the
+    /// pool is full.
     pub fn publish(
         &self,
         data: &[u8],
         opts: &DecodeOptions,
-        rgbx: bool,
+        packing: Packing,
         resize: Option<&crate::resize::Target>,
     ) -> Result<Published> {
-        self.publish_controlled(data, opts, rgbx, resize, None)
+        self.publish_controlled(data, opts, packing, resize, None)
     }
 
     fn publish_controlled(
         &self,
         data: &[u8],
         opts: &DecodeOptions,
-        rgbx: bool,
+        packing: Packing,
         resize: Option<&crate::resize::Target>,
         control: Option<&BatchControl>,
     ) -> Result<Published> {
-        check_layout(opts, rgbx)?;
+        check_packing(opts, packing)?;
         let info = decode::probe(data, &opts.limits)?;
         let source_shape = info.output_shape(opts);
         let shape = decode::resized_shape(source_shape, resize);
-        let len = if rgbx {
-            shape.len() / 3 * 4
-        } else {
-            shape.len()
+        let (len, shipped) = match packing {
+            Packing::Hwc => (shape.len(), shape),
+            Packing::Rgbx => (shape.len() / 3 * 4, shape),
+            Packing::Patches(grid) => {
+                let (rows, row_len) = grid.shape(shape.height, shape.width)?;
+                let shipped = OutputShape {
+                    height: rows,
+                    width: row_len,
+                    channels: 1,
+                };
+                (grid.bytes(shape.height, shape.width)?, shipped)
+            }
         };
-        let slot = self.publish_filled(len, control, |pixels| {
-            decode::decode_resized_into(data, &info, opts, resize, &mut pixels[..shape.len()])?;
-            if rgbx {
-                decode::expand_rgb_to_rgbx(pixels);
+        let slot = self.publish_filled(len, control, |out| {
+            match packing {
+                Packing::Hwc => {
+                    decode::decode_resized_into(data, &info, opts, resize, &mut out[..len])?
+                }
+                Packing::Rgbx => {
+                    decode::decode_resized_into(
+                        data,
+                        &info,
+                        opts,
+                        resize,
+                        &mut out[..shape.len()],
+                    )?;
+                    decode::expand_rgb_to_rgbx(out);
+                }
+                Packing::Patches(grid) => {
+                    // The rows interleave the image's blocks: decoded whole
+                    // first, then laid out into the slot.
+                    let mut rgb = vec![0u8; shape.len()];
+                    decode::decode_resized_into(data, &info, opts, resize, &mut rgb)?;
+                    grid.write_u8(&rgb, shape.height, shape.width, &mut out[..len])?;
+                }
             }
             Ok(len)
         })?;
         Ok(Published {
             info,
             source_shape,
-            shape,
+            shape: shipped,
             slot,
         })
     }
@@ -479,10 +518,10 @@ impl Publisher {
         pool: &FairPool,
         images: &[BatchImage<'_>],
         opts: &DecodeOptions,
-        rgbx: bool,
+        packing: Packing,
         control: &BatchControl,
     ) -> Result<Vec<Result<Published>>> {
-        check_layout(opts, rgbx)?;
+        check_packing(opts, packing)?;
         // A single small image is decoded on the caller's thread, at its
         // priority: nothing to overlap, and it never waits behind the pool's
         // large images. Anything larger goes through the pool's turns.
@@ -499,7 +538,7 @@ impl Publisher {
             let published = self.publish_controlled(
                 image.data,
                 opts,
-                rgbx,
+                packing,
                 image.resize.as_ref(),
                 Some(control),
             )?;
@@ -576,13 +615,17 @@ impl Drop for Publisher {
     }
 }
 
-fn check_layout(opts: &DecodeOptions, rgbx: bool) -> Result<()> {
-    if rgbx && opts.mode != Mode::Rgb {
-        return Err(Error::InvalidArgument(
+fn check_packing(opts: &DecodeOptions, packing: Packing) -> Result<()> {
+    match packing {
+        Packing::Hwc => Ok(()),
+        _ if opts.mode == Mode::Rgb => Ok(()),
+        Packing::Rgbx => Err(Error::InvalidArgument(
             "the RGBX layout needs mode RGB".to_string(),
-        ));
+        )),
+        Packing::Patches(_) => Err(Error::InvalidArgument(
+            "patch rows need mode RGB".to_string(),
+        )),
     }
-    Ok(())
 }
 
 /// `work` applied to every item, side by side on `pool` (on the caller's

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -78,6 +79,22 @@ def _wait_for(predicate: Callable[[], Any], seconds: float = 10.0) -> bool:
             return True
         time.sleep(0.02)
     return False
+
+
+@pytest.fixture
+def qwen2_vl_folder(tmp_path: Path) -> Callable[..., str]:
+    """``qwen2_vl_folder(model_type="qwen2_vl", **processor)``: a model folder
+    with a Qwen2-VL config.json and preprocessor_config.json (Qwen's 12.8 MP
+    budget, ``processor`` overriding its settings); returns its path."""
+
+    def make(model_type: str = "qwen2_vl", **processor: Any) -> str:
+        config = {"image_processor_type": "Qwen2VLImageProcessor", "patch_size": 14, "merge_size": 2}
+        config["size"] = {"shortest_edge": 3136, "longest_edge": 12845056}
+        (tmp_path / "preprocessor_config.json").write_text(json.dumps({**config, **processor}))
+        (tmp_path / "config.json").write_text(json.dumps({"model_type": model_type}))
+        return str(tmp_path)
+
+    return make
 
 
 @pytest.fixture

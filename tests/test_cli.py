@@ -10,7 +10,9 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -190,3 +192,23 @@ def test_demo_without_nixl_says_what_to_install() -> None:
     done = _cli("demo", "--per-size", "1", env=env, prelude=hide_nixl)
     line = _one_line_error(done, "demo")
     assert "pip install --no-deps nixl-cu12" in line
+
+
+def test_a_covered_model_ships_processed_inputs_unless_told_not(
+    qwen2_vl_folder: Callable[..., str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`pixelwire frontend --model` of a Qwen2-VL model ships its processor's
+    outputs by default, its resized pixels with --no-processed-inputs, and
+    nothing processed for a model it does not cover."""
+    from pixelwire import cli, frontend
+
+    started: list[Any] = []
+    monkeypatch.setattr(frontend, "run", lambda config, host, port: started.append(config))
+    upstream = ("frontend", "--upstream", "http://127.0.0.1:9")
+    assert cli.main([*upstream, "--model", qwen2_vl_folder()]) == 0
+    assert cli.main([*upstream, "--model", qwen2_vl_folder(), "--no-processed-inputs"]) == 0
+    assert cli.main([*upstream, "--model", qwen2_vl_folder("qwen3_vl")]) == 0
+    processed, pixels, other = started
+    assert processed.processed is not None and processed.processed.resize == processed.resize
+    assert pixels.processed is None and pixels.resize is not None
+    assert other.processed is None and other.resize is not None

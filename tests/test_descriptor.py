@@ -4,6 +4,7 @@ and reports."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 from typing import Any
 
 import pytest
@@ -238,3 +239,47 @@ def test_a_video_whose_frames_do_not_fill_its_buffer_is_not_read() -> None:
     desc["nixl_descriptor"]["size"] -= 1
     with pytest.raises(pixelwire.DescriptorError, match=r"shape \[3, 4, 6, 3\] does not match size"):
         parse_descriptor(desc).check(max_pixels=24, now=0.0)
+
+
+def _processed() -> dict[str, Any]:
+    """A processed image's descriptor: 4 patch rows of a 28x28 image (grid 1x2x2, patch 14, 2 copies)."""
+    decoded = dataclasses.replace(
+        _decoded(),
+        shape=(4, 1176, 1),
+        size=4 * 1176,
+        layout="PATCHES",
+        processed={"processor": "qwen2_vl_patches:uint8", "grid_thw": [1, 2, 2], "patch": [14, 2, 2]},
+    )
+    return decoded.to_dict()
+
+
+def test_a_processed_descriptor_reads_back_its_rows_grid_and_processor() -> None:
+    image = parse_descriptor(_processed())
+    assert image.layout == "PATCHES" and image.shape == (4, 1176, 1)
+    assert image.processed is not None and image.processed.grid_thw == (1, 2, 2)
+    assert image.processed.processor == "qwen2_vl_patches:uint8" and image.processed.pixels == 28 * 28
+    image.check(max_pixels=28 * 28, now=0.0)
+    with pytest.raises(pixelwire.DescriptorError, match="over max_pixels"):
+        image.check(max_pixels=28 * 28 - 1, now=0.0)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda d: d["pixelwire"].pop("processed"), "needs its pixelwire.processed"),
+        (lambda d: d["pixelwire"]["processed"].update(grid_thw=[1, 2, 4]), "not the patch rows of grid"),
+        (lambda d: d["pixelwire"]["processed"].update(patch=[16, 2, 2]), "not the patch rows of grid"),
+        (lambda d: d["pixelwire"]["processed"].update(grid_thw=[1, 1, 4]), "not the patch rows of grid"),
+        (lambda d: d["pixelwire"]["processed"].update(grid_thw=[1, 2]), "three positive integers"),
+        (lambda d: d["pixelwire"]["processed"].update(processor=None), "needs its pixelwire.processed"),
+        (lambda d: d["metadata"].update(layout="HWC"), "belongs to the PATCHES layout"),
+    ],
+    ids=["no-record", "grid", "patch", "odd-merge", "grid-form", "processor", "not-patches"],
+)
+def test_a_processed_descriptor_is_checked(change: Any, message: str) -> None:
+    """The rows must be exactly the grid's patches, each of the patch grid's
+    length, and only a PATCHES descriptor carries a processed record."""
+    desc = _processed()
+    change(desc)
+    with pytest.raises(pixelwire.DescriptorError, match=message):
+        parse_descriptor(desc)

@@ -11,6 +11,7 @@ import pytest
 import pixelwire
 from pixelwire.config import FrontendConfig
 from pixelwire.handshake import WorkerSettings, mismatches, worker_settings_in
+from pixelwire.processed import PatchLayout
 from pixelwire.resize import ResizePolicy
 from pixelwire.signing import secret_fingerprint
 
@@ -22,8 +23,9 @@ APPROXIMATE = ResizePolicy(
 )
 AGREEING = WorkerSettings(
     version=VERSION, connector="pixelwire", secret=secret_fingerprint(SECRET), unsigned="0", private="0",
-    resize="none",
+    resize="none", processed="none",
 )  # fmt: skip
+LAYOUT = PatchLayout(14, 2, 2, POLICY)
 
 
 def _frontend(**settings: object) -> FrontendConfig:
@@ -39,6 +41,10 @@ def test_a_worker_with_the_same_settings_agrees() -> None:
     # A frontend that does not resize ships full resolution, which any worker takes.
     assert mismatches(_frontend(), _worker(resize=POLICY.identity), VERSION) == []
     assert mismatches(_frontend(resize=POLICY), _worker(resize=POLICY.identity), VERSION) == []
+    # Processed inputs the worker takes; a worker that takes them serves a frontend shipping pixels too.
+    taking = _worker(resize=POLICY.identity, processed=LAYOUT.identity)
+    assert mismatches(_frontend(resize=POLICY, processed=LAYOUT), taking, VERSION) == []
+    assert mismatches(_frontend(resize=POLICY), taking, VERSION) == []
     # Unsigned on both sides, the worker accepting them.
     assert mismatches(_frontend(secret=None), _worker(secret="none", unsigned="1"), VERSION) == []
 
@@ -56,9 +62,12 @@ def test_a_worker_with_the_same_settings_agrees() -> None:
         ({"resize": POLICY}, {"resize": "fixed:224x224:torchvision:bicubic"}, "resize",
          "--mm-processor-kwargs"),
         ({"resize": APPROXIMATE}, {}, "resize", "PIXELWIRE_RESIZE_APPROXIMATE=1"),
+        ({"processed": LAYOUT}, {}, "processed", "--no-processed-inputs"),
+        ({"processed": LAYOUT}, {"processed": "qwen2_vl_patches:uint8:patch=16"}, "processed",
+         "--mm-processor-kwargs"),
     ],
     ids=["connector", "version", "secret", "secret-unset-on-worker", "secret-unset-on-frontend", "unsigned",
-         "model", "kwargs", "approximate-unset-on-worker"],
+         "model", "kwargs", "approximate-unset-on-worker", "processed-not-taken", "processed-other"],
 )  # fmt: skip
 def test_each_disagreement_is_named(
     frontend: dict[str, object], worker: dict[str, str], setting: str, words: str
@@ -114,7 +123,7 @@ def test_a_worker_declares_whether_it_keeps_the_data_urls_it_decoded(
         monkeypatch.delenv("PIXELWIRE_WORKER_CACHE_BYTES", raising=False)
     else:
         monkeypatch.setenv("PIXELWIRE_WORKER_CACHE_BYTES", cache)
-    declared = WorkerSettings.declared(VERSION, "pixelwire", "none")
+    declared = WorkerSettings.declared(VERSION, "pixelwire", "none", "none")
     assert declared.memo == memo and declared.labels()["memo"] == memo
     worker_mode = _frontend(decode_at="worker")
     assert mismatches(worker_mode, declared, VERSION) == []

@@ -268,13 +268,17 @@ def decode_image(
     resize: tuple[int, int] | Sequence[tuple[int, int]] | None = None,
     resize_kernel: Literal["torchvision", "pillow"] = "torchvision",
     resize_filter: Literal["bicubic", "bilinear", "lanczos"] = "bicubic",
+    patches: tuple[int, int, int] | None = None,
 ) -> npt.NDArray[np.uint8]:
     """Decodes an image to a C-contiguous ``uint8`` array of shape (H, W, C),
     as vLLM's loader would (EXIF orientation, Pillow's mode conversion,
     RGBA composited onto ``background`` for RGB); with ``resize=(height,
     width)``, resized right after decoding with the named processor
     arithmetic (``resize=[(h1, w1), (height, width)]``: through the first
-    size, for a processor that resizes twice in a row). The GIL is released while it decodes."""
+    size, for a processor that resizes twice in a row). With
+    ``patches=(patch_size, temporal_patch_size, merge_size)`` (RGB only), the
+    (resized) image laid out as a Qwen2-VL processor's uint8 patch rows,
+    shape (rows, row length, 1). The GIL is released while it decodes."""
 
 def decode_many(
     inputs: Sequence[Buffer],
@@ -404,11 +408,15 @@ class NativePublisher:
         mode: Literal["RGB", "RGBA", "L"] = "RGB",
         background: tuple[int, int, int] = (255, 255, 255),
         rgbx: bool = False,
+        patches: tuple[int, int, int] | None = None,
         resize: tuple[int, int] | Sequence[tuple[int, int]] | None = None,
         resize_kernel: Literal["torchvision", "pillow"] = "torchvision",
         resize_filter: Literal["bicubic", "bilinear", "lanczos"] = "bicubic",
     ) -> Published:
-        """Decodes ``data`` into a pool slot and starts its lease (GIL released)."""
+        """Decodes ``data`` into a pool slot and starts its lease (GIL released).
+        ``patches=(patch_size, temporal_patch_size, merge_size)`` (RGB only,
+        not with ``rgbx``) lays the resized image out as a Qwen2-VL
+        processor's uint8 patch rows: ``shape`` is then (rows, row length, 1)."""
     def publish_many(
         self,
         inputs: Sequence[Buffer],
@@ -416,6 +424,7 @@ class NativePublisher:
         mode: Literal["RGB", "RGBA", "L"] = "RGB",
         background: tuple[int, int, int] = (255, 255, 255),
         rgbx: bool = False,
+        patches: tuple[int, int, int] | None = None,
         resizes: Sequence[tuple[int, int] | Sequence[tuple[int, int]] | None] | None = None,
         resize_kernel: Literal["torchvision", "pillow"] = "torchvision",
         resize_filter: Literal["bicubic", "bilinear", "lanczos"] = "bicubic",

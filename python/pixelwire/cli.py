@@ -124,13 +124,14 @@ def _frontend(args: argparse.Namespace) -> int:
     from pixelwire import frontend
     from pixelwire.config import FrontendConfig
     from pixelwire.frontend.nixl_interfaces import InterfaceNotFound, listen_devices
+    from pixelwire.processed import patch_layout
     from pixelwire.resize import ResizePolicy, video_resize_policy
     from pixelwire.video.sampling import model_video_loader
 
     media_io_kwargs = args.media_io_kwargs if isinstance(args.media_io_kwargs, dict) else {}
     image_kwargs = media_io_kwargs.get("image", {})
     video_kwargs = media_io_kwargs.get("video", {})
-    resize = video_resize = video_loader = None
+    resize = video_resize = video_loader = processed = None
     if args.resize_approximate and not args.model:
         raise CommandError("--resize-approximate resizes for the model --model names: give --model")
     if args.model:
@@ -140,6 +141,8 @@ def _frontend(args: argparse.Namespace) -> int:
                 args.model, args.mm_processor_kwargs, approximate=args.resize_approximate
             )
             video_resize = video_resize_policy(args.model, args.mm_processor_kwargs)
+            if args.processed_inputs:
+                processed = patch_layout(args.model, args.mm_processor_kwargs, resize)
             video_loader = model_video_loader(args.model)
         except (OSError, ValueError) as error:
             raise CommandError(f"--model {args.model}: {error}") from None
@@ -191,6 +194,7 @@ def _frontend(args: argparse.Namespace) -> int:
         header_timeout=args.header_timeout,
         min_body_rate=args.min_body_rate,
         resize=resize,
+        processed=processed,
         api_keys=args.api_key,
         access_log=args.access_log or None,
     )
@@ -375,6 +379,15 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
         help="with --model, also resize for processors that resize the original twice (LLaVA-OneVision: "
         "the grid-size image ships, its tiles exact, its base tile a resize of it); vLLM's plug-in "
         "must allow it too (PIXELWIRE_RESIZE_APPROXIMATE=1) (default: off, those images ship at full size)",
+    )
+    front.add_argument(
+        "--processed-inputs",
+        action=argparse.BooleanOptionalAction,
+        default=config.PROCESSED_INPUTS,
+        help="with --model of a processor pixelwire makes the outputs of (Qwen2-VL, Qwen2.5-VL), RGB "
+        "images ship as that processor's output (its uint8 patch rows and grid), which vLLM's plug-in "
+        "hands the engine as they are: vLLM's API server makes no pass over their pixels "
+        "(default: on; --no-processed-inputs ships the resized pixels)",
     )
     front.add_argument(
         "--mm-processor-kwargs",

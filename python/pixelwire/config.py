@@ -21,9 +21,13 @@ from typing import TYPE_CHECKING, Any, Literal
 from pixelwire._native import Limits, VideoLimits
 
 if TYPE_CHECKING:
+    from pixelwire.processed import PatchLayout
     from pixelwire.resize import ResizePolicy
 
 MiB = 1024 * 1024
+
+# VLLM_MEDIA_CONNECTOR's value that selects pixelwire's plug-in.
+CONNECTOR_NAME = "pixelwire"
 
 # The modes pixelwire decodes into; other modes are left to vLLM's loader.
 Mode = Literal["RGB", "RGBA", "L"]
@@ -35,7 +39,7 @@ Output = Literal["pil", "numpy", "torch"]
 DecodeAt = Literal["frontend", "worker"]
 # How a published image is stored: (H, W, C), or RGB at four bytes a pixel
 # (Pillow's in-memory layout, mapped without a copy by a PIL reader).
-Layout = Literal["HWC", "RGBX"]
+Layout = Literal["HWC", "RGBX", "PATCHES"]
 
 # -- defaults ------------------------------------------------------------------
 
@@ -189,6 +193,9 @@ MALLOC_TRIM_THRESHOLD = 256 * MiB
 # off unless asked for (--access-log, PIXELWIRE_ACCESS_LOG=1), since a busy
 # frontend's log would be mostly these.
 ACCESS_LOG = False
+# pixelwire frontend --model: images ship as the processor's output where
+# pixelwire makes it (pixelwire.processed); --no-processed-inputs turns it off.
+PROCESSED_INPUTS = True
 CONNECT_TIMEOUT = 10.0
 # Client connections the frontend holds open, in all and from one address
 # (more are closed as they come): under the file descriptors it may open
@@ -613,6 +620,10 @@ class FrontendConfig:
     # The model's resize (pixelwire frontend --model): images ship at the
     # size its processor would resize them to.
     resize: ResizePolicy | None = None
+    # The model's patch layout (--model, unless --no-processed-inputs): RGB
+    # images ship as its processor's output, which vLLM's API server hands
+    # its engine as it is (pixelwire.processed); None: as resized pixels.
+    processed: PatchLayout | None = None
     max_fetches_per_request: int = MAX_FETCHES_PER_REQUEST
     # Bearer tokens a client must send (Authorization) before the frontend
     # does any work for it; empty: every client is served.

@@ -72,6 +72,9 @@ class Decoded:
     # The model-aware resize applied: {"policy": identity, "source": [H, W]}.
     resize: dict[str, Any] | None = None
     layout: Layout = "HWC"
+    # A "PATCHES" image's processed form (pixelwire.processed.PatchLayout.record):
+    # the processor's identity, image_grid_thw and the patch grid.
+    processed: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -80,6 +83,8 @@ class Decoded:
         desc["pixelwire"]["background"] = list(self.background)
         if self.resize is not None:
             desc["pixelwire"]["resize"] = self.resize
+        if self.processed is not None:
+            desc["pixelwire"]["processed"] = self.processed
         return desc
 
 
@@ -189,6 +194,23 @@ class ResizeRecord:
 
 
 @dataclass(frozen=True)
+class ProcessedRecord:
+    """What a processed image's descriptor says of its patch rows: the
+    processor's identity (:func:`pixelwire.processed.processed_identity`),
+    ``image_grid_thw`` and the patch grid (patch, temporal, merge)."""
+
+    processor: str
+    grid_thw: tuple[int, int, int]
+    patch: tuple[int, int, int]
+
+    @property
+    def pixels(self) -> int:
+        """Pixels of the resized image the rows hold."""
+        t, h, w = self.grid_thw
+        return t * h * w * self.patch[0] * self.patch[0]
+
+
+@dataclass(frozen=True)
 class VideoRecord:
     """What a video descriptor says of its frames: vLLM's metadata dict for
     them and how they were sampled (see :class:`DecodedVideo`)."""
@@ -229,6 +251,8 @@ class RemoteImage:
     # packed), and how its frames were sampled; None for an image.
     frames: int | None = None
     video: VideoRecord | None = None
+    # A processed image's patch rows ("PATCHES": shape is rows x row length x 1).
+    processed: ProcessedRecord | None = None
 
     @property
     def pixel_bytes(self) -> int:
@@ -250,8 +274,9 @@ class RemoteImage:
         if count * h * w * self.pixel_bytes != self.size:
             shape = list(self.shape) if self.frames is None else [self.frames, *self.shape]
             raise DescriptorError(f"shape {shape} does not match size {self.size}")
-        if h * w > max_pixels:
-            raise DescriptorError(f"image of {h * w} pixels is over max_pixels={max_pixels}")
+        pixels = self.processed.pixels if self.processed is not None else h * w
+        if pixels > max_pixels:
+            raise DescriptorError(f"image of {pixels} pixels is over max_pixels={max_pixels}")
         if self.expires_at is not None and now > self.expires_at:
             raise DescriptorError("the descriptor's lease has expired; the frontend has reclaimed the slot")
 
@@ -297,6 +322,8 @@ def _layout(desc: dict[str, Any]) -> Layout:
         return "HWC"
     if layout == "RGBX":
         return "RGBX"
+    if layout == "PATCHES":
+        return "PATCHES"
     raise DescriptorError(f"unsupported layout {_short(layout)}")
 
 
@@ -336,6 +363,36 @@ def _resize(value: Any) -> ResizeRecord | None:
     ):
         raise DescriptorError("pixelwire.resize.source must be [height, width], each 1 to 2^31 - 1")
     return ResizeRecord(value["policy"], (source[0], source[1]))
+
+
+def _positive_triple(value: Any, what: str) -> tuple[int, int, int]:
+    if not (
+        isinstance(value, list)
+        and len(value) == 3
+        and all(type(v) is int and 0 < v < MAX_SIDE for v in value)
+    ):
+        raise DescriptorError(f"{what} must be three positive integers, not {_short(value)}")
+    return value[0], value[1], value[2]
+
+
+def _processed(value: Any, layout: Layout, shape: tuple[int, int, int]) -> ProcessedRecord | None:
+    """A "PATCHES" descriptor's processed record, checked against its shape:
+    one row a patch of the grid, each ``3 * temporal * patch * patch`` bytes."""
+    if layout != "PATCHES":
+        if value is not None:
+            raise DescriptorError("pixelwire.processed belongs to the PATCHES layout")
+        return None
+    if not isinstance(value, dict) or not isinstance(value.get("processor"), str):
+        raise DescriptorError("a PATCHES descriptor needs its pixelwire.processed record")
+    record = ProcessedRecord(
+        value["processor"],
+        _positive_triple(value.get("grid_thw"), "pixelwire.processed.grid_thw"),
+        _positive_triple(value.get("patch"), "pixelwire.processed.patch"),
+    )
+    (t, h, w), (patch, temporal, merge) = record.grid_thw, record.patch
+    if h % merge or w % merge or shape != (t * h * w, 3 * temporal * patch * patch, 1):
+        raise DescriptorError(f"shape {list(shape)} is not the patch rows of grid {list(record.grid_thw)}")
+    return record
 
 
 def is_video_descriptor(desc: dict[str, Any]) -> bool:
@@ -477,6 +534,11 @@ def parse_descriptor(desc: Decoded | dict[str, Any], shape: Any | None = None) -
     published_at = own.get("published_at")
     digest = own.get("source_sha256")
     addr, size = _extent(nixl.get("addr"), nixl.get("size"), "addr", "size")
+    layout = _layout(desc)
+    checked_shape = _shape(desc.get("shape") if shape is None else shape)
+    processed = _processed(own.get("processed"), layout, checked_shape)
+    if layout == "PATCHES" and video is not None:
+        raise DescriptorError("video frames are not patch rows")
     return RemoteImage(
         metadata_version=_int(own.get("metadata_version"), "pixelwire.metadata_version"),
         metadata_pruned=None
@@ -488,11 +550,11 @@ def parse_descriptor(desc: Decoded | dict[str, Any], shape: Any | None = None) -
         metadata=metadata,
         addr=addr,
         size=size,
-        shape=_shape(desc.get("shape") if shape is None else shape),
+        shape=checked_shape,
         content_hash=content_hash,
         notification=notification,
         expires_at=float(expires_at),
-        layout=_layout(desc),
+        layout=layout,
         published_at=float(published_at)
         if isinstance(published_at, (int, float)) and math.isfinite(published_at) and published_at > 0
         else None,
@@ -502,4 +564,5 @@ def parse_descriptor(desc: Decoded | dict[str, Any], shape: Any | None = None) -
         background=background,
         frames=frames,
         video=video,
+        processed=processed,
     )

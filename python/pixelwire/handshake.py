@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 from prometheus_client.parser import text_string_to_metric_families
 
 from pixelwire.config import (
+    CONNECTOR_NAME,
     allow_private_from_env,
     allow_unsigned_from_env,
     data_url_memo_bytes,
@@ -35,7 +36,6 @@ from pixelwire.config import (
     worker_cache_bytes_from_env,
 )
 from pixelwire.signing import secret_fingerprint
-from pixelwire.vllm import CONNECTOR_NAME
 
 if TYPE_CHECKING:
     from pixelwire.config import FrontendConfig
@@ -50,7 +50,9 @@ class WorkerSettings:
     """What a worker declares: pixelwire's version, VLLM_MEDIA_CONNECTOR,
     the secret's fingerprint (``"none"`` without one), PIXELWIRE_ALLOW_UNSIGNED
     and PIXELWIRE_ALLOW_PRIVATE (``"1"``/``"0"``), the resize policy's
-    identity (``"none"`` when the plug-in has no policy), and whether it
+    identity (``"none"`` when the plug-in has no policy), the identity of
+    the processed inputs it takes (``processed``: :mod:`pixelwire.processed`,
+    ``"none"`` when it takes none), and whether it
     keeps the ``data:`` URLs it decoded (``memo``: PIXELWIRE_WORKER_CACHE_BYTES
     on), which a worker-mode frontend needs before it sends resent images
     as references to them (:mod:`pixelwire.resent_reference`)."""
@@ -62,9 +64,10 @@ class WorkerSettings:
     private: str = UNKNOWN
     resize: str = UNKNOWN
     memo: str = UNKNOWN
+    processed: str = UNKNOWN
 
     @classmethod
-    def declared(cls, version: str, connector: str, resize: str) -> WorkerSettings:
+    def declared(cls, version: str, connector: str, resize: str, processed: str) -> WorkerSettings:
         """This process's settings, from its environment (read through
         :mod:`pixelwire.config`), with its resize policy's identity."""
         return cls(
@@ -75,6 +78,7 @@ class WorkerSettings:
             private=_flag(allow_private_from_env()),
             resize=resize,
             memo=_flag(data_url_memo_bytes(worker_cache_bytes_from_env()) > 0),
+            processed=processed,
         )
 
     def labels(self) -> dict[str, str]:
@@ -86,7 +90,7 @@ class WorkerSettings:
         return cls(**{"version": UNKNOWN, "connector": UNKNOWN, **known})
 
 
-INFO_LABELS = ("version", "connector", "secret", "unsigned", "private", "resize", "memo")
+INFO_LABELS = ("version", "connector", "secret", "unsigned", "private", "resize", "memo", "processed")
 
 
 def _flag(value: bool) -> str:
@@ -189,6 +193,22 @@ def mismatches(config: FrontendConfig, worker: WorkerSettings | None, version: s
                 "--mm-processor-kwargs as vLLM"
             )
         found.append(Mismatch("resize", ours, worker.resize, message))
+    if config.processed is not None and worker.processed != config.processed.identity:
+        ours = config.processed.identity
+        if worker.processed == "none":
+            message = (
+                f"processed inputs differ: this frontend ships images as {ours} (--model, "
+                "--mm-processor-kwargs), which the worker does not take (vLLM runs another processor, its "
+                "device normalisation is off (--mm-device-do-normalize), or it trusts requests' own "
+                "mm_processor_kwargs): start the frontend with --no-processed-inputs, or vLLM with its "
+                "defaults for those settings"
+            )
+        else:
+            message = (
+                f"processed inputs differ: this frontend ships images as {ours}, the worker takes "
+                f"{worker.processed}: give the frontend the same --model and --mm-processor-kwargs as vLLM"
+            )
+        found.append(Mismatch("processed", ours, worker.processed, message))
     return found
 
 
@@ -224,4 +244,4 @@ def _secret_mismatches(config: FrontendConfig, worker: WorkerSettings) -> list[M
 
 
 # Every setting a mismatch can name, for metrics that show each one.
-SETTINGS = ("connector", "version", "secret", "unsigned", "resize", "private")
+SETTINGS = ("connector", "version", "secret", "unsigned", "resize", "private", "processed")

@@ -28,10 +28,12 @@ _HELP = {
     "pixel_bytes": {
         "frontend": "Pixel bytes published, by path, at the size shipped (after any model-aware resize), "
         "counted at one byte a channel: height x width x channels (3 a pixel for RGB, whatever layout "
-        "the pool holds them in); 0 for passthrough",
+        "the pool holds them in; processed inputs: their patch rows' bytes, 6 a pixel for Qwen2-VL); 0 "
+        "for passthrough",
         "worker": "Pixel bytes handled, by path (read over NIXL on nixl, decoded here on url), at the "
         "size handed to vLLM (after any model-aware resize), counted at one byte a channel: height x "
-        "width x channels (3 a pixel for RGB, whatever layout moved them); 0 for vllm",
+        "width x channels (3 a pixel for RGB, whatever layout moved them; processed inputs: their patch "
+        "rows' bytes); 0 for vllm",
     },
     "source_pixel_bytes": {
         "frontend": "Pixel bytes of the same images at their decoded size, before any model-aware resize, "

@@ -34,6 +34,7 @@ from pixelwire.config import (
 from pixelwire.data_url_memo import DataUrlMemo
 from pixelwire.descriptor import Decoded, DecodedVideo, PassThrough
 from pixelwire.nixl import ensure_nixl
+from pixelwire.processed import PatchLayout
 from pixelwire.publish_cache import CacheKey, Outcome, PublishCache
 from pixelwire.video.decode import (
     frame_resize,
@@ -47,6 +48,10 @@ from pixelwire.video.sampling import VideoSampling
 if TYPE_CHECKING:
     from pixelwire.fetch import Fetcher
     from pixelwire.resize import ResizePolicy
+
+    # How an image is shaped for the model: resized pixels, or the
+    # processor's patch rows of them (processed inputs, layout "PATCHES").
+    Shaping = ResizePolicy | PatchLayout
 
 
 def default_fetcher() -> Fetcher:
@@ -74,7 +79,7 @@ def _publish_executor() -> concurrent.futures.ThreadPoolExecutor:
 
 
 def _resize_target(
-    data: bytes | bytearray, resize: ResizePolicy | None
+    data: bytes | bytearray, resize: Shaping | None
 ) -> list[tuple[int, int]] | Exception | None:
     """The sizes `resize` takes the image to in turn (the last is the one
     shipped), from its header (the orientation applied); the error instead
@@ -93,7 +98,7 @@ def _publish_many(
     mode: Mode,
     background: tuple[int, int, int],
     layout: Layout,
-    resize: ResizePolicy | None,
+    resize: Shaping | None,
     control: _native.BatchControl,
     threads: int,
     digests: Sequence[str] | None = None,
@@ -114,6 +119,7 @@ def _publish_many(
             mode=mode,
             background=background,
             rgbx=layout == "RGBX",
+            patches=resize.grid if isinstance(resize, PatchLayout) else None,
             resizes=[target for target in targets if not isinstance(target, Exception)],
             control=control,
             threads=threads,
@@ -202,10 +208,13 @@ def _decoded(
     mode: Mode,
     background: tuple[int, int, int],
     layout: Layout,
-    resize: ResizePolicy | None,
+    resize: Shaping | None,
     published_at: float,
 ) -> Decoded:
     """The descriptor of one image `agent` published."""
+    source = fields["source_shape"]
+    processed = resize.record(*resize.target(*source)) if isinstance(resize, PatchLayout) else None
+    policy = resize.resize if isinstance(resize, PatchLayout) else resize
     return Decoded(
         **_slot_fields(agent, fields),
         shape=fields["shape"],
@@ -216,9 +225,8 @@ def _decoded(
         source_sha256=source_sha256,
         layout=layout,
         extra={"source_mode": fields["color_type"]},
-        resize=None
-        if resize is None
-        else {"policy": resize.identity, "source": list(fields["source_shape"])},
+        resize=None if policy is None else {"policy": policy.identity, "source": list(source)},
+        processed=processed,
     )
 
 
@@ -295,9 +303,11 @@ def _publish_opened(
     )
 
 
-def _check_resize(mode: Mode, resize: ResizePolicy | None) -> None:
+def _check_resize(mode: Mode, layout: Layout, resize: Shaping | None) -> None:
     if resize is not None and mode != "RGB":
         raise ValueError("a model-aware resize needs mode='RGB' (what the processors see)")
+    if (layout == "PATCHES") != isinstance(resize, PatchLayout):
+        raise ValueError("the PATCHES layout is made for a processor's patch layout (resize=PatchLayout)")
 
 
 def _encoded(source: bytes | bytearray | memoryview) -> bytes | bytearray:
@@ -423,7 +433,7 @@ class Publisher:
         mode: Mode = "RGB",
         background: tuple[int, int, int] = BACKGROUND,
         layout: Layout = "HWC",
-        resize: ResizePolicy | None = None,
+        resize: Shaping | None = None,
         cache_salt: str | None = None,
     ) -> Decoded | PassThrough:
         """Fetches `source` (encoded bytes, or a `data:`/`http(s)` URL through
@@ -442,7 +452,7 @@ class Publisher:
         if self.decode_at == "worker":
             return _pass_through(source)
         native = self._opened()
-        _check_resize(mode, resize)
+        _check_resize(mode, layout, resize)
         data = await self.fetcher.fetch(source) if isinstance(source, str) else _encoded(source)
         (outcome,) = await self._publish(native, [data], mode, background, layout, resize, cache_salt)
         if isinstance(outcome, Exception):
@@ -456,7 +466,7 @@ class Publisher:
         mode: Mode = "RGB",
         background: tuple[int, int, int] = BACKGROUND,
         layout: Layout = "HWC",
-        resize: ResizePolicy | None = None,
+        resize: Shaping | None = None,
         cache_salt: str | None = None,
     ) -> list[Decoded | PassThrough | Exception]:
         """:meth:`decode_and_publish` for every source, with the same options:
@@ -474,7 +484,7 @@ class Publisher:
         if self.decode_at == "worker":
             return [_pass_through(source) for source in sources]
         native = self._opened()
-        _check_resize(mode, resize)
+        _check_resize(mode, layout, resize)
         urls = [source for source in sources if isinstance(source, str)]
         fetched = iter(await self.fetcher.fetch_many(urls) if urls else [])
         encoded: list[bytes | bytearray | Exception] = [
@@ -500,7 +510,7 @@ class Publisher:
         mode: Mode,
         background: tuple[int, int, int],
         layout: Layout,
-        resize: ResizePolicy | None,
+        resize: Shaping | None,
         salt: str | None,
     ) -> list[Decoded | Exception]:
         """Every source published, through the cache when it is on."""
@@ -543,7 +553,7 @@ class Publisher:
         mode: Mode,
         background: tuple[int, int, int],
         layout: Layout,
-        resize: ResizePolicy | None,
+        resize: Shaping | None,
     ) -> None:
         """Fills `results`: a hit is handed out; the first of each missing key
         (here or in no other request) is decoded, once, and kept; a repeat
@@ -616,7 +626,7 @@ class Publisher:
         mode: Mode,
         background: tuple[int, int, int],
         layout: Layout,
-        resize: ResizePolicy | None,
+        resize: Shaping | None,
         digests: Sequence[str] | None = None,
     ) -> list[Decoded | Exception]:
         """:func:`_publish_many` in a worker thread, each result as its descriptor."""

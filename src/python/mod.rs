@@ -14,8 +14,10 @@ mod reader;
 mod tickets;
 mod video;
 
-use crate::decode::{self, DecodeOptions, Mode};
+use crate::decode::{self, DecodeOptions, Mode, OutputShape};
+use crate::errors::Error;
 use crate::identify;
+use crate::patches::PatchGrid;
 
 /// Decoding limits, checked from the header before pixel memory is taken.
 #[pyclass(module = "pixelwire", name = "Limits", frozen, eq)]
@@ -181,7 +183,7 @@ pub fn resize_target(
 /// with `resize=(height, width)`, resized to that size right after
 /// decoding with the named processor arithmetic.
 #[pyfunction]
-#[pyo3(signature = (data, *, mode = "RGB", background = (255, 255, 255), limits = None, apply_exif_orientation = true, resize = None, resize_kernel = "torchvision", resize_filter = "bicubic"))]
+#[pyo3(signature = (data, *, mode = "RGB", background = (255, 255, 255), limits = None, apply_exif_orientation = true, resize = None, resize_kernel = "torchvision", resize_filter = "bicubic", patches = None))]
 #[allow(clippy::too_many_arguments)]
 fn decode_image<'py>(
     py: Python<'py>,
@@ -193,6 +195,7 @@ fn decode_image<'py>(
     resize: Option<ResizeArg>,
     resize_kernel: &str,
     resize_filter: &str,
+    patches: Option<(usize, usize, usize)>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let opts = decode_options(
         mode,
@@ -201,12 +204,31 @@ fn decode_image<'py>(
         apply_exif_orientation,
     )?;
     let target = resize_target(resize, resize_kernel, resize_filter)?;
+    let grid = patches
+        .map(|(patch, temporal, merge)| PatchGrid::new(patch, temporal, merge))
+        .transpose()?;
+    if grid.is_some() && opts.mode != Mode::Rgb {
+        return Err(Error::InvalidArgument("patch rows need mode RGB".into()).into());
+    }
     let bytes = data.as_slice();
     let (shape, pixels) = py.detach(|| {
         let info = decode::probe(bytes, &opts.limits)?;
         let shape = decode::resized_shape(info.output_shape(&opts), target.as_ref());
         let out = decode::decode_resized(bytes, &info, &opts, target.as_ref())?;
-        Ok::<_, crate::errors::Error>((shape, out))
+        let Some(grid) = grid else {
+            return Ok::<_, Error>((shape, out));
+        };
+        // The processor's patch rows of the decoded image (`crate::patches`).
+        let (rows, row_len) = grid.shape(shape.height, shape.width)?;
+        let mut laid_out = vec![0u8; rows * row_len];
+        grid.write_u8(&out, shape.height, shape.width, &mut laid_out)?;
+        decode::recycle::give_back(out);
+        let shape = OutputShape {
+            height: rows,
+            width: row_len,
+            channels: 1,
+        };
+        Ok((shape, laid_out))
     })?;
     pixels::array(py, pixels, shape)
 }

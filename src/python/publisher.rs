@@ -14,8 +14,9 @@ use super::{
 use crate::decode::DecodeOptions;
 use crate::errors::Error;
 use crate::fair::FairPool;
+use crate::patches::PatchGrid;
 use crate::publisher::{
-    BatchControl, BatchImage, Published, PublishedSlot, Publisher, PublisherConfig,
+    BatchControl, BatchImage, Packing, Published, PublishedSlot, Publisher, PublisherConfig,
 };
 use crate::video;
 use crate::wire::notification_for;
@@ -49,6 +50,24 @@ impl NativePublisher {
             }
         })
     }
+}
+
+/// The layout a publish asks for: `rgbx` (Pillow's four bytes a pixel) or
+/// `patches=(patch_size, temporal_patch_size, merge_size)` (a processor's
+/// patch rows), not both.
+fn packing(rgbx: bool, patches: Option<(usize, usize, usize)>) -> PyResult<Packing> {
+    Ok(match (rgbx, patches) {
+        (false, None) => Packing::Hwc,
+        (true, None) => Packing::Rgbx,
+        (false, Some((patch, temporal, merge))) => {
+            Packing::Patches(PatchGrid::new(patch, temporal, merge)?)
+        }
+        (true, Some(_)) => {
+            return Err(
+                Error::InvalidArgument("rgbx and patches are two layouts: pick one".into()).into(),
+            )
+        }
+    })
 }
 
 /// The fields of a published slot, as every publish returns them.
@@ -121,7 +140,7 @@ impl NativePublisher {
 
     /// Decodes into a registered slot (resized to `resize=(height, width)`
     /// if given); returns the descriptor fields.
-    #[pyo3(signature = (data, *, mode = "RGB", background = (255, 255, 255), rgbx = false, resize = None, resize_kernel = "torchvision", resize_filter = "bicubic"))]
+    #[pyo3(signature = (data, *, mode = "RGB", background = (255, 255, 255), rgbx = false, patches = None, resize = None, resize_kernel = "torchvision", resize_filter = "bicubic"))]
     #[allow(clippy::too_many_arguments)]
     fn publish<'py>(
         &self,
@@ -130,14 +149,16 @@ impl NativePublisher {
         mode: &str,
         background: (u8, u8, u8),
         rgbx: bool,
+        patches: Option<(usize, usize, usize)>,
         resize: Option<ResizeArg>,
         resize_kernel: &str,
         resize_filter: &str,
     ) -> PyResult<Bound<'py, PyDict>> {
         let target = resize_target(resize, resize_kernel, resize_filter)?;
         let opts = self.decode_options(mode, background)?;
+        let packing = packing(rgbx, patches)?;
         let bytes = data.as_slice();
-        let published = py.detach(|| self.inner.publish(bytes, &opts, rgbx, target.as_ref()))?;
+        let published = py.detach(|| self.inner.publish(bytes, &opts, packing, target.as_ref()))?;
         self.owned_by_python(&[&published.slot], || published_fields(py, &published))
     }
 
@@ -147,7 +168,7 @@ impl NativePublisher {
     /// released. One item per input, in order: its descriptor fields, or the
     /// exception that image failed with (returned, not raised: the others
     /// are published all the same).
-    #[pyo3(signature = (inputs, *, mode = "RGB", background = (255, 255, 255), rgbx = false, resizes = None, resize_kernel = "torchvision", resize_filter = "bicubic", threads = None, control = None))]
+    #[pyo3(signature = (inputs, *, mode = "RGB", background = (255, 255, 255), rgbx = false, patches = None, resizes = None, resize_kernel = "torchvision", resize_filter = "bicubic", threads = None, control = None))]
     #[allow(clippy::too_many_arguments)]
     fn publish_many<'py>(
         &self,
@@ -156,6 +177,7 @@ impl NativePublisher {
         mode: &str,
         background: (u8, u8, u8),
         rgbx: bool,
+        patches: Option<(usize, usize, usize)>,
         resizes: Option<Vec<Option<ResizeArg>>>,
         resize_kernel: &str,
         resize_filter: &str,
@@ -163,6 +185,7 @@ impl NativePublisher {
         control: Option<&NativeBatchControl>,
     ) -> PyResult<Bound<'py, PyList>> {
         let opts = self.decode_options(mode, background)?;
+        let packing = packing(rgbx, patches)?;
         let resizes = resizes.unwrap_or_else(|| vec![None; inputs.len()]);
         if resizes.len() != inputs.len() {
             return Err(Error::InvalidArgument(format!(
@@ -187,7 +210,7 @@ impl NativePublisher {
         let control = control.map_or(&uncontrolled, |c| &*c.inner);
         let outcomes = py.detach(|| {
             self.inner
-                .publish_many(&pool, &images, &opts, rgbx, control)
+                .publish_many(&pool, &images, &opts, packing, control)
         })?;
         let published: Vec<&PublishedSlot> = outcomes.iter().flatten().map(|p| &p.slot).collect();
         self.owned_by_python(&published, || {

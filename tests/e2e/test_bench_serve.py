@@ -27,7 +27,7 @@ import stack
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(600)]
 
-PATHS = ["loader", "frontend", "frontend-resize", "worker"]
+PATHS = ["loader", "frontend", "frontend-resize", "frontend-processed", "worker"]
 WORKLOADS = ["jpeg-4k-http", "mixed", "video-data"]
 CONCURRENCY = [1, 2]
 TURNS = [1, 2]
@@ -80,12 +80,15 @@ def test_quick_run_writes_every_path_metric_and_chart(tmp_path: Path, video_clip
             assert cpu["frontend"] is not None, where
             assert cell["nixl_bytes_per_image"] is not None, where
     # What crosses NIXL (not a timing): full-resolution pixels, the resized
-    # ones (far fewer), none in worker mode.
+    # ones (far fewer), an image's processed rows (two temporal copies of
+    # the resized pixels), none in worker mode.
     for workload in WORKLOADS:
         full = cells[("frontend", workload, 1)]["nixl_bytes_per_image"]
         resized = cells[("frontend-resize", workload, 1)]["nixl_bytes_per_image"]
         assert 0 < resized < full, (workload, resized, full)
         assert cells[("worker", workload, 1)]["nixl_bytes_per_image"] == 0
+    processed = cells[("frontend-processed", "jpeg-4k-http", 1)]["nixl_bytes_per_image"]
+    assert processed == 2 * cells[("frontend-resize", "jpeg-4k-http", 1)]["nixl_bytes_per_image"]
 
     _check_multi_turn(report)
 
@@ -119,7 +122,7 @@ def _check_multi_turn(report: dict[str, Any]) -> None:
             assert cpu["frontend"] is not None, where
             expected_reads = 0 if path == "worker" else turn
             assert cell["nixl_reads_per_request"] == expected_reads, where
-    for path in ("frontend", "frontend-resize"):
+    for path in ("frontend", "frontend-resize", "frontend-processed"):
         one, two = (cells[(path, 1, t)]["nixl_pixel_bytes_per_request"] for t in TURNS)
         assert one > 0 and two == 2 * one, (path, one, two)
         assert cells[(path, 1, 2)]["nixl_read_bytes_per_request"] == two, path

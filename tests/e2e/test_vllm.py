@@ -32,6 +32,8 @@ OTHER_PNG = "bw_gradient.png"
 LEASE_SECONDS = 20
 # Photos at 1080p and 4K for the model-aware resize (made from a corpus photo).
 PHOTOS = {f"photo_{h}p.{ext}": (w, h) for (w, h) in ((1920, 1080), (3840, 2160)) for ext in ("png", "jpg")}
+# The image server is on the loopback: the frontends' guard lets it through.
+GUARD = ("--allowed-domains", "127.0.0.1", "--allow-private")
 # A max_pixels other than the tiny model's (12544): a frontend set up with it
 # disagrees with vLLM's processor.
 OTHER_MAX_PIXELS = 50176
@@ -71,7 +73,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
             services.append(pixelwire_vllm)
             reference_vllm = stack.start_vllm("vllm-reference", logs, connector="http")
             services.append(reference_vllm)
-            guard = ["--allowed-domains", "127.0.0.1", "--allow-private"]
+            guard = GUARD
             secret = {"PIXELWIRE_SECRET": stack.SECRET}
             frontend = stack.start_frontend(
                 "frontend",
@@ -87,10 +89,23 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
                 "frontend-worker-mode", logs, pixelwire_vllm.url, *guard, "--decode-at", "worker", env=secret
             )
             services.append(worker_mode)
+            # Resized pixels (--no-processed-inputs), and the processor's
+            # outputs (processed inputs, --model's default).
             resizing = stack.start_frontend(
-                "frontend-resize", logs, pixelwire_vllm.url, *guard, "--model", model, env=secret
+                "frontend-resize",
+                logs,
+                pixelwire_vllm.url,
+                *guard,
+                "--model",
+                model,
+                "--no-processed-inputs",
+                env=secret,
             )
             services.append(resizing)
+            processed = stack.start_frontend(
+                "frontend-processed", logs, pixelwire_vllm.url, *guard, "--model", model, env=secret
+            )
+            services.append(processed)
             cached_flags = ["--model", model, "--cache-bytes", "64MiB"]
             cached = stack.start_frontend(
                 "frontend-cached", logs, pixelwire_vllm.url, *guard, *cached_flags, env=secret
@@ -119,6 +134,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
                 "frontend": frontend,
                 "worker_mode": worker_mode,
                 "resizing": resizing,
+                "processed": processed,
                 "cached": cached,
                 "mismatched": mismatched,
                 "model": model,
@@ -429,6 +445,7 @@ def test_the_plugin_learns_the_served_model_from_vllms_command_line(served: dict
     log = served["pixelwire_vllm"].log.read_text(errors="replace")
     assert "pixelwire model-aware resize: smart:factor=28:" in log, log[-2000:]
     assert f"({served['model']}, from vLLM's command line)" in log
+    assert "pixelwire processed inputs: qwen2_vl_patches:uint8:patch=14:temporal=2:merge=2:smart:" in log
 
 
 def test_client_supplied_descriptor_is_refused_before_vllm(served: dict[str, Any]) -> None:
@@ -542,6 +559,54 @@ def test_model_aware_resize_gives_vllms_own_answer(served: dict[str, Any], name:
             assert [t for t, _ in got] == [t for t, _ in reference]
 
 
+def _nixl_bytes(before: str, after: str) -> tuple[float, float]:
+    """Pixel bytes a frontend shipped over NIXL between two /metrics texts,
+    and the bytes of their sources at 3 a pixel."""
+
+    def grew(name: str) -> float:
+        return stack.metric(after, name, path="nixl") - stack.metric(before, name, path="nixl")
+
+    return grew("pixelwire_frontend_pixel_bytes_total"), grew("pixelwire_frontend_source_pixel_bytes_total")
+
+
+@pytest.mark.parametrize("name", sorted(PHOTOS))
+def test_processed_inputs_give_vllms_own_answer(served: dict[str, Any], name: str) -> None:
+    """Through `pixelwire frontend --model` (processed inputs, its default), a
+    1080p or 4K photo crosses NIXL as its processor's patch rows (uint8, two
+    temporal copies of each patch: 6 bytes a pixel of the target size) and
+    vLLM answers as on its own loader's full image: the same tokens, and
+    the same logprobs for PNG."""
+    from pixelwire.processed import patch_layout
+    from pixelwire.resize import ResizePolicy
+
+    url = f"{served['images']}/{name}"
+    width, height = PHOTOS[name]
+    layout = patch_layout(served["model"], {}, ResizePolicy.from_pretrained(served["model"]))
+    assert layout is not None
+    target = layout.target(height, width)
+    reference = _complete(served["reference_vllm"], [url])
+    before = served["processed"].get("/metrics")
+    got = _complete(served["processed"], [url])
+    shipped, source = _nixl_bytes(before, served["processed"].get("/metrics"))
+    assert shipped == target[0] * target[1] * 6, "the target size's patch rows, and nothing more"
+    assert source == height * width * 3
+    if name.endswith(".png"):
+        assert got == reference
+    else:
+        assert [t for t, _ in got] == [t for t, _ in reference]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+def test_processed_inputs_of_several_images_stream_vllms_answer(served: dict[str, Any], stream: bool) -> None:
+    """Several images in one request, processed at the frontend, streamed or
+    not: vLLM's own loader's tokens and logprobs (PNG: lossless), and the
+    pool empties once the worker has read them."""
+    urls = [stack.data_url(PNG), f"{served['images']}/{OTHER_PNG}", stack.data_url(PNG)]
+    got = _complete(served["processed"], urls, stream=stream)
+    assert got == _complete(served["reference_vllm"], urls, stream=stream)
+    assert _wait_pool_empty(served["processed"], 5.0) == 0
+
+
 def test_a_frontend_with_another_max_pixels_is_refused(served: dict[str, Any]) -> None:
     """A frontend that resizes for another max_pixels than vLLM's processor
     learns it from the handshake and refuses image requests (502) naming the
@@ -622,3 +687,55 @@ def test_resent_images_go_to_the_worker_as_references_and_get_vllms_tokens(
     text = _metrics(front)
     assert stack.metric(text, "pixelwire_frontend_resent_references_total") == 4
     assert stack.metric(text, "pixelwire_frontend_resent_not_held_total") == 0
+
+
+# vLLM's processor cache and tensor IPC settings other than its defaults
+# (an LRU cache, tensors over its RPC), each with a processed-inputs frontend.
+PROCESSING_SETTINGS = {
+    "shm-cache-torch-shm-ipc": ("--mm-processor-cache-type", "shm", "--mm-tensor-ipc", "torch_shm"),
+    "no-cache": ("--mm-processor-cache-gb", "0"),
+}
+
+
+@pytest.fixture(scope="module")
+def processing_settings(
+    served: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, stack.Service]]:
+    """For each of PROCESSING_SETTINGS, a pixelwire vLLM started with it and
+    a frontend shipping processed inputs to it, started side by side."""
+    logs = tmp_path_factory.mktemp("processing-settings")
+    secret = {"PIXELWIRE_SECRET": stack.SECRET}
+    services: list[stack.Service] = []
+    frontends: dict[str, stack.Service] = {}
+    try:
+        for name, flags in PROCESSING_SETTINGS.items():
+            vllm = stack.start_vllm(
+                f"vllm-{name}", logs, connector="pixelwire", extra_env=secret, extra_args=flags
+            )
+            services.append(vllm)
+            frontends[name] = stack.start_frontend(
+                f"frontend-{name}", logs, vllm.url, *GUARD, "--model", served["model"], env=secret
+            )
+            services.append(frontends[name])
+        for service in services:
+            service.wait_ready("/health", timeout=600)
+        yield frontends
+    finally:
+        for service in reversed(services):
+            service.stop()
+
+
+@pytest.mark.parametrize("setting", sorted(PROCESSING_SETTINGS))
+def test_processed_inputs_hold_with_vllms_cache_and_ipc_settings(
+    served: dict[str, Any], processing_settings: dict[str, stack.Service], setting: str
+) -> None:
+    """With vLLM's shared-memory processor cache and tensor IPC, or with no
+    processor cache: a conversation resending its images (repeats, which a
+    cache serves) streamed and not, gets vLLM's own loader's tokens and
+    logprobs every turn."""
+    frontend = processing_settings[setting]
+    a, b = stack.data_url(PNG), f"{served['images']}/photo_1080p.png"
+    for stream, turn in ((False, [a]), (True, [a, b]), (False, [a, b, a])):
+        expected = _complete(served["reference_vllm"], turn, stream=stream)
+        got = _complete(frontend, turn, stream=stream)
+        assert got == expected, (stream, len(turn))

@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from pixelwire.bench.figures import mb_text, ms_text
 from pixelwire.bench.inputs import MIXED
 
 CPU_PARTS = ("api_server", "other_vllm", "frontend")
@@ -91,16 +92,6 @@ class Report:
         if self.turn_cells:
             out["multi_turn"] = {"cells": self.turn_cells, "ratios": turn_ratios(self.turn_cells)}
         return out
-
-
-def ms_text(value: float | None) -> str:
-    if value is None:
-        return "-"
-    return f"{value:.0f}" if value >= 100 else f"{value:.1f}"
-
-
-def mb_text(value: float | None) -> str:
-    return "-" if value is None else f"{value / 1e6:.2f}"
 
 
 def _triple(values: Mapping[str, float | None]) -> str:
@@ -236,7 +227,13 @@ def _pyplot() -> Any:
     return importlib.import_module("matplotlib.pyplot")
 
 
-COLOURS = {"loader": "#7f7f7f", "frontend": "#1f77b4", "frontend-resize": "#2ca02c", "worker": "#ff7f0e"}
+COLOURS = {
+    "loader": "#7f7f7f",
+    "frontend": "#1f77b4",
+    "frontend-resize": "#2ca02c",
+    "frontend-processed": "#9467bd",
+    "worker": "#ff7f0e",
+}
 
 
 def _latency_axes(ax: Any, report: Report, workload: str, legend: bool) -> None:
@@ -289,7 +286,7 @@ def _bytes_axes(ax: Any, report: Report) -> None:
         for workload in workloads:
             pooled = report.pooled(path, workload)
             nixl = pooled["nixl_bytes"]
-            over_nixl = path in ("frontend", "frontend-resize")
+            over_nixl = path in ("frontend", "frontend-resize", "frontend-processed")
             heights.append(((nixl if over_nixl else pooled["encoded_bytes"]) or 0.0) / 1e6)
         xs = [i + (n - (len(report.path_keys) - 1) / 2) * width for i in range(len(workloads))]
         ax.bar(xs, heights, width, color=COLOURS.get(path), label=report.paths[path])

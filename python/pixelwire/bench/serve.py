@@ -5,8 +5,12 @@ each through real vLLM servers, per path:
 - ``frontend``: the pixelwire frontend decodes, vLLM's plug-in READs the
   full-resolution pixels over NIXL (videos: sampled with the model's video
   loader, given to the frontend as ``video_backend``);
-- ``frontend-resize``: the same with ``--model``: the frontend resizes to the
-  size the model's processor would (model-aware resize);
+- ``frontend-resize``: the same with ``--model --no-processed-inputs``: the
+  frontend resizes to the size the model's processor would (model-aware
+  resize), and vLLM's processor makes its outputs of those pixels;
+- ``frontend-processed``: the same with ``--model``: where pixelwire makes
+  the model's processor outputs (``pixelwire.processed``), the frontend
+  ships them and vLLM's API server hands them on as they are;
 - ``worker``: the frontend in ``--decode-at worker``: it passes the image
   bytes on and the plug-in decodes (and resizes) natively inside vLLM
   (with every cache on, a resent ``data:`` URL goes as a reference to the
@@ -60,6 +64,7 @@ PATHS = {
     "loader": "vLLM's loader",
     "frontend": "frontend + NIXL",
     "frontend-resize": "frontend + NIXL + resize",
+    "frontend-processed": "frontend + NIXL + processed inputs",
     "worker": "worker mode",
 }
 SERVED_MODEL_NAME = "bench"
@@ -365,8 +370,10 @@ class Stack:
                 for number, path in enumerate(frontend_paths):
                     port = 18080 + number if network.namespace else free_port(network.frontend_address)
                     extra: list[str] = []
-                    if path == "frontend-resize":
+                    if path in ("frontend-resize", "frontend-processed"):
                         extra = ["--model", settings.model]
+                        if path == "frontend-resize":
+                            extra.append("--no-processed-inputs")
                         if kwargs_json:
                             extra += ["--mm-processor-kwargs", kwargs_json]
                         if settings.resize_approximate:

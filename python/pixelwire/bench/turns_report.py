@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from pixelwire.bench.conversation import turn_ratios
-from pixelwire.bench.report import mb_text, ms_text
+from pixelwire.bench.figures import mb_text, ms_text
 
 CHART = "turns.png"
 # The chart's rows: what a request costs, by turn.

@@ -44,8 +44,10 @@ from pixelwire.loader_input import (
 )
 from pixelwire.media_parts import MediaPart, data_url_bytes
 from pixelwire.metrics import ImageMetrics
+from pixelwire.processed import PatchLayout
 from pixelwire.publisher import Publisher
 from pixelwire.resent_reference import MIN_URL_CHARS, encode_resent
+from pixelwire.resize import ResizePolicy
 from pixelwire.signing import encode_reference
 
 # The package's one logger: its name is what the frontend's log lines carry.
@@ -116,8 +118,10 @@ def _media_error(part: MediaPart, error: BaseException) -> OpenAIError:
     return OpenAIError(500, f"{part.where}: internal error handling the {medium}")
 
 
-def _shipped_channels(mode: Mode, layout: Layout) -> int:
-    """Bytes a pixel takes in the pool, as published."""
+def _shipped_channels(mode: Mode, layout: Layout, resize: ResizePolicy | PatchLayout | None) -> int:
+    """Bytes a pixel (of the shipped size) takes in the pool, as published."""
+    if isinstance(resize, PatchLayout):
+        return resize.bytes_per_pixel
     return 4 if layout == "RGBX" or mode == "RGBA" else 3 if mode == "RGB" else 1
 
 
@@ -145,9 +149,15 @@ class MediaPipeline:
         # A request with its own mm_processor_kwargs may change the
         # processor's size: its images ship at full resolution (within the
         # request's pixel and pool budget, checked before any decode).
-        self.resize = config.resize if self.mode == "RGB" and "mm_processor_kwargs" not in body else None
+        self.resize: ResizePolicy | PatchLayout | None = (
+            config.resize if self.mode == "RGB" and "mm_processor_kwargs" not in body else None
+        )
         # vLLM wants PIL images: RGB goes in Pillow's layout, mapped not copied.
         self.layout: Layout = "RGBX" if self.mode == "RGB" else "HWC"
+        if self.resize is not None and config.processed is not None:
+            # Processed inputs: what the model's processor would make of
+            # each image, so that vLLM's API server makes nothing of it.
+            self.resize, self.layout = config.processed, "PATCHES"
         # What is left of the request's budget: decoded pixels and pool bytes.
         self.pixels_left = config.max_pixels_per_request
         self.pool_bytes_left = config.pool_bytes
@@ -347,7 +357,7 @@ class MediaPipeline:
         bytes at the size they ship. Over either, the request is refused
         before they are decoded. An image whose header cannot be read is
         left to the decode, which says why."""
-        channels = _shipped_channels(self.mode, self.layout)
+        channels = _shipped_channels(self.mode, self.layout, self.resize)
         for part, item in fetched:
             try:
                 height, width = probe_image(item.data)["oriented_size"]
@@ -401,7 +411,12 @@ class MediaPipeline:
                 # Fetch and decode, as the request waited for them.
                 self.metrics.observe("nixl", done - item.started)
                 source = outcome.resize["source"] if outcome.resize else None
-                self.metrics.handled_image("nixl", outcome.shape, source)
+                if outcome.processed is not None:
+                    # Patch rows: counted as the bytes they are, of an RGB source.
+                    height, width = source if source is not None else outcome.shape[:2]
+                    self.metrics.handled("nixl", outcome.size, height * width * 3)
+                else:
+                    self.metrics.handled_image("nixl", outcome.shape, source)
                 self.results[index] = encode_reference(outcome.to_dict(), self.config.secret)
 
     def _raise_first_failure(self) -> None:

@@ -22,6 +22,7 @@ from prometheus_client import CollectorRegistry, Gauge
 
 from pixelwire import __version__
 from pixelwire.config import (
+    CONNECTOR_NAME,
     HANDSHAKE_INTERVAL,
     HANDSHAKE_RECHECK_AGE,
     HANDSHAKE_RETRY,
@@ -30,7 +31,6 @@ from pixelwire.config import (
 )
 from pixelwire.frontend.errors import OpenAIError
 from pixelwire.handshake import SETTINGS, Mismatch, WorkerSettings, mismatches, worker_settings_in
-from pixelwire.vllm import CONNECTOR_NAME
 
 # The package's one logger: its name is what the frontend's log lines carry.
 log = logging.getLogger("pixelwire.frontend")

@@ -11,7 +11,9 @@ from __future__ import annotations
 import logging
 import os
 
-CONNECTOR_NAME = "pixelwire"
+from pixelwire.config import CONNECTOR_NAME
+
+__all__ = ["CONNECTOR_NAME", "register"]
 
 
 def _log_through_vllm() -> None:
@@ -47,4 +49,7 @@ def register() -> None:
         connector.check_signing_setting()
         connector.check_media_cache_setting()
         connector.check_resize_setting(sys.argv)
+        from pixelwire.vllm import processed_inputs
+
+        processed_inputs.install_processor_seam()
     connector.install_metrics(selected)

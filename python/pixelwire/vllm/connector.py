@@ -30,6 +30,8 @@ from pixelwire._native import (
     probe_image,
 )
 from pixelwire.config import (
+    BACKGROUND,
+    CONNECTOR_NAME,
     DECODED_MODES,
     Mode,
     VllmMediaSettings,
@@ -45,18 +47,19 @@ from pixelwire.handshake import INFO_LABELS, INFO_METRIC, WorkerSettings
 from pixelwire.loader_input import check_frames, checked_container, frame_list_frames, is_frame_list
 from pixelwire.metrics import ImageMetrics
 from pixelwire.outputs import as_output
+from pixelwire.processed import PatchLayout
 from pixelwire.reader import Reader
 from pixelwire.resend import NOT_HELD
 from pixelwire.resent_reference import ResentImage, resent_image
 from pixelwire.resize import ResizePolicy
 from pixelwire.signing import decode_reference, is_reference, reference_secret, signing_policy
 from pixelwire.transfer import default_reader
-from pixelwire.vllm import CONNECTOR_NAME
 from pixelwire.vllm.data_urls import decode_data_url_async, strict_b64decode
 from pixelwire.vllm.errors import as_vllm_error, local_files_refused
 from pixelwire.vllm.identity import keyed_identity
 from pixelwire.vllm.image_cache import worker_image_cache
 from pixelwire.vllm.image_info import vllm_image_metadata
+from pixelwire.vllm.processed_inputs import ProcessedImage, processed_image, worker_patch_layout
 from pixelwire.vllm.served_model import from_command_line as served_model_from_command_line
 from pixelwire.vllm.served_model import same_model, served_model
 from pixelwire.vllm.video import (
@@ -135,6 +138,14 @@ def check_resize_setting(argv: list[str]) -> None:
             "pixelwire model-aware resize: off (model %s, from %s); frontend-resized images are refused",
             served.model or "unknown",
             served.source,
+        )
+    layout = worker_patch_layout(policy)
+    if layout is not None:
+        log.info("pixelwire processed inputs: %s", layout.identity)
+    else:
+        log.info(
+            "pixelwire processed inputs: off (a processor pixelwire makes the outputs of needs Qwen2-VL or "
+            "Qwen2.5-VL, vLLM's device normalisation and no --trust-request-mm-kwargs); frontends ship pixels"
         )
 
 
@@ -220,7 +231,8 @@ def install_metrics(selected: str) -> ImageMetrics:
                 "(PIXELWIRE_ALLOW_UNSIGNED), private (PIXELWIRE_ALLOW_PRIVATE), resize (the policy of "
                 "vLLM's --model and --mm-processor-kwargs, or of PIXELWIRE_MODEL and "
                 "PIXELWIRE_MM_PROCESSOR_KWARGS, or none), memo (1 when PIXELWIRE_WORKER_CACHE_BYTES "
-                "keeps the data: URLs it decoded, so that a frontend may send resent ones as references)",
+                "keeps the data: URLs it decoded, so that a frontend may send resent ones as references), "
+                "processed (the processed inputs it takes, pixelwire.processed, or none)",
                 list(INFO_LABELS),
                 registry=REGISTRY,
             )
@@ -245,8 +257,11 @@ def declared_settings(selected: str) -> WorkerSettings:
     except (OSError, ValueError):
         if selected == CONNECTOR_NAME:
             raise
-        return WorkerSettings.declared(__version__, selected, "unreadable")
-    return WorkerSettings.declared(__version__, selected, policy.identity if policy else "none")
+        return WorkerSettings.declared(__version__, selected, "unreadable", "none")
+    layout = worker_patch_layout(policy)
+    return WorkerSettings.declared(
+        __version__, selected, policy.identity if policy else "none", layout.identity if layout else "none"
+    )
 
 
 def _reader_pool_capacity() -> float:
@@ -348,6 +363,28 @@ def _decode_for_model(
         )
         source_bytes = height * width * pixels.shape[2]
     return (pixels, source_bytes, *vllm_image_metadata(data, mode, background))
+
+
+def _decode_processed(
+    data: bytes, background: tuple[int, int, int], layout: PatchLayout
+) -> tuple[Any, list[int], int]:
+    """Decodes into the processor's patch rows (worker mode's processed
+    inputs); returns the rows (rows x row length), ``image_grid_thw`` and
+    the byte count at the decoded size."""
+    limits = _limits()
+    height, width = probe_image(data, limits=limits)["oriented_size"]
+    target = layout.target(height, width)
+    rows = decode_image(
+        data,
+        mode="RGB",
+        background=background,
+        limits=limits,
+        resize=[target],
+        resize_kernel=layout.kernel,
+        resize_filter=layout.filter,
+        patches=layout.grid,
+    )
+    return rows.reshape(rows.shape[0], rows.shape[1]), layout.grid_thw(*target), height * width * 3
 
 
 def cache_identity(
@@ -490,7 +527,7 @@ class PixelwireMediaConnector(MediaConnector):
 
     async def _read_reference(
         self, reference: str, mode: str | None, background: tuple[int, int, int], metrics: ImageMetrics
-    ) -> Image.Image | MediaWithBytes:
+    ) -> Image.Image | MediaWithBytes | ProcessedImage:
         # The signature is checked before anything reaches NIXL; without
         # PIXELWIRE_SECRET every reference is refused unless
         # PIXELWIRE_ALLOW_UNSIGNED=1 (reference_secret raises).
@@ -507,6 +544,8 @@ class PixelwireMediaConnector(MediaConnector):
                 f"{mode} on {list(background)}: give the frontend the same --media-io-kwargs as vLLM"
             )
         remote = parse_descriptor(descriptor)
+        if remote.processed is not None:
+            return await self._read_processed(remote, metrics)
         policy = _check_resize(remote) if remote.resize is not None else ""
         reader: Reader = default_reader()
         # vLLM's hasher keys a MediaWithBytes image on its bytes (it neither
@@ -542,6 +581,47 @@ class PixelwireMediaConnector(MediaConnector):
                 cache.put(key, image, remote.size)
         metrics.handled_image("nixl", remote.shape, remote.source_size)
         return image if identity is None else MediaWithBytes(image, identity)
+
+    async def _read_processed(self, remote: RemoteImage, metrics: ImageMetrics) -> ProcessedImage:
+        """A processed image's patch rows, read over NIXL (or served from the
+        worker's cache) and carried to vLLM's processor
+        (:mod:`pixelwire.vllm.processed_inputs`), which hands them on only
+        when its own processor would have made them."""
+        import torch
+
+        processed, resize = remote.processed, remote.resize
+        assert processed is not None
+        layout = worker_patch_layout(worker_resize_policy())
+        if layout is None or processed.processor != layout.identity:
+            raise DescriptorError(
+                f"the frontend processed this image for {processed.processor}, but this vLLM takes "
+                f"{'no processed inputs' if layout is None else layout.identity} (the start-up log says "
+                "why): give the frontend vLLM's --model and --mm-processor-kwargs, or start it with "
+                "--no-processed-inputs"
+            )
+        if resize is None or processed.grid_thw != tuple(layout.grid_thw(*layout.target(*resize.source))):
+            raise DescriptorError("the processed image's grid is not its processor's for its source size")
+        identity = cache_identity(
+            remote.source_sha256 or f"content:{remote.content_hash}", "RGB", BACKGROUND, processed.processor
+        )
+        reader: Reader = default_reader()
+        cache = worker_image_cache()
+        key = ("processed", identity, remote.content_hash, remote.shape)
+        kept = None
+        if cache.enabled and remote.content_hash:
+            remote.check(reader.settings.max_pixels, time.time())
+            kept = cache.get(key)
+        if kept is not None:
+            rows = kept[0]
+        else:
+            with metrics.timed("nixl"):
+                read = await reader.read_remote(remote, output="numpy")
+            rows = read.reshape(remote.shape[0], remote.shape[1])
+            if cache.enabled and remote.content_hash:
+                cache.put(key, rows, remote.size)
+        metrics.handled("nixl", remote.size, resize.source[0] * resize.source[1] * 3)
+        grid = list(processed.grid_thw)
+        return processed_image(identity, torch.from_numpy(rows), grid, processed.processor)
 
     async def _load_url(
         self, url: str, mode: str | None, background: tuple[int, int, int], metrics: ImageMetrics
@@ -594,6 +674,11 @@ class PixelwireMediaConnector(MediaConnector):
             # A mode pixelwire does not decode (P, None = the file's own, ...).
             return await self._vllm_load(data, mode, metrics)
         policy = worker_resize_policy() if mode == "RGB" and url_resize_allowed() else None
+        layout = worker_patch_layout(policy) if policy is not None else None
+        if layout is not None:
+            processed = await self._load_processed(data, digest, background, layout, metrics)
+            if processed is not None:
+                return processed
         # The same bytes decoded the same way: served from the worker's cache.
         key = None
         if cache.enabled:
@@ -622,6 +707,44 @@ class PixelwireMediaConnector(MediaConnector):
         if key is not None:
             cache.put(key, image, int(pixels.nbytes), io_config)
         return MediaWithBytes(image, data, io_config)
+
+    async def _load_processed(
+        self,
+        data: bytes,
+        digest: str | None,
+        background: tuple[int, int, int],
+        layout: PatchLayout,
+        metrics: ImageMetrics,
+    ) -> ProcessedImage | None:
+        """An image's encoded bytes made into its processor's patch rows
+        here, natively (worker mode's processed inputs), or taken from the
+        worker's cache; None for a format pixelwire does not decode (vLLM's
+        loader and processor then make it)."""
+        import torch
+
+        if digest is None:
+            digest = await asyncio.to_thread(lambda: hashlib.sha256(data).hexdigest())
+        identity = cache_identity(digest, "RGB", background, layout.identity)
+        cache = worker_image_cache()
+        key = ("processed-url", identity, len(data))
+        kept = cache.get(key) if cache.enabled else None
+        if kept is not None:
+            rows, grid = kept
+            metrics.handled("url", 0)
+        else:
+            try:
+                with metrics.timed("url"):
+                    rows, grid, source_bytes = await asyncio.to_thread(
+                        _decode_processed, data, background, layout
+                    )
+            except ImageTooLarge:
+                raise
+            except DecodeError:
+                return None
+            metrics.handled("url", int(rows.nbytes), source_bytes)
+            if cache.enabled:
+                cache.put(key, rows, int(rows.nbytes), grid)
+        return processed_image(identity, torch.from_numpy(rows), grid, layout.identity)
 
     async def _vllm_load(self, data: bytes, mode: str | None, metrics: ImageMetrics) -> MediaWithBytes:
         """vLLM's own loader on bytes pixelwire's Fetcher already fetched

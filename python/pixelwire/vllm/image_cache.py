@@ -8,7 +8,9 @@ again (:attr:`ImageCache.data_urls`; a resent image's reference,
 Bounded by ``PIXELWIRE_WORKER_CACHE_BYTES`` (0: off), least recently used
 out first. Each image is kept as a copy (an image read over NIXL maps the
 reader's receive memory, which must go back to its pool) and handed out as
-a copy, so nothing vLLM does to one request's image reaches another's.
+a copy, so nothing vLLM does to one request's image reaches another's. A
+processed image (:mod:`pixelwire.vllm.processed_inputs`) is kept as its
+patch rows, a numpy array, copied alike.
 """
 
 from __future__ import annotations
@@ -16,12 +18,16 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Hashable
-from typing import Any
-
-from PIL import Image
+from typing import Any, Protocol
 
 from pixelwire.config import data_url_memo_bytes, worker_cache_bytes_from_env
 from pixelwire.data_url_memo import DataUrlMemo
+
+
+class Copyable(Protocol):
+    """What the cache keeps: a PIL image or a numpy array (both ``.copy()``)."""
+
+    def copy(self) -> Any: ...
 
 
 class ImageCache:
@@ -30,7 +36,7 @@ class ImageCache:
     def __init__(self, budget: int) -> None:
         self.budget = max(0, budget)
         # key -> (image, what else the caller keeps with it, bytes)
-        self.images: OrderedDict[Hashable, tuple[Image.Image, Any, int]] = OrderedDict()
+        self.images: OrderedDict[Hashable, tuple[Copyable, Any, int]] = OrderedDict()
         self.bytes = 0
         self.hits = 0
         self.misses = 0
@@ -44,7 +50,7 @@ class ImageCache:
     def enabled(self) -> bool:
         return self.budget > 0
 
-    def get(self, key: Hashable) -> tuple[Image.Image, Any] | None:
+    def get(self, key: Hashable) -> tuple[Any, Any] | None:
         """A copy of the image kept for `key` and what was kept with it, or None."""
         with self._lock:
             kept = self.images.get(key)
@@ -55,7 +61,7 @@ class ImageCache:
             self.hits += 1
         return kept[0].copy(), kept[1]
 
-    def put(self, key: Hashable, image: Image.Image, nbytes: int, extra: Any = None) -> None:
+    def put(self, key: Hashable, image: Copyable, nbytes: int, extra: Any = None) -> None:
         """Keeps a copy of `image` (`nbytes` of pixels), and `extra`, unless
         it alone is over the budget; the least recently used go to make room."""
         if not self.enabled or nbytes > self.budget:

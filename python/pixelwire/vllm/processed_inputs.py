@@ -1,0 +1,183 @@
+"""Processed inputs at the worker: a frontend's patch rows handed to vLLM's
+engine as its processor's output, so that the API server makes no pass
+over their pixels (:mod:`pixelwire.processed` says what they are).
+
+The seam (docs/architecture.md, "Processed inputs"): vLLM 0.32's
+``BaseMultiModalProcessor._apply_hf_processor_main``, on
+``Qwen2VLMultiModalProcessor`` (Qwen2.5-VL's processor inherits it). Every
+path of vLLM's processing goes through it, with its processor cache on or
+off (lru, shm): it turns a request's media items into the processor's
+``BatchFeature``, from which vLLM builds the items, their prompt updates
+and what its caches keep. The wrapper takes the processed images out, has
+the HF processor make the rest (none: it is not called), and puts each
+processed image's rows and grid in its place.
+
+A processed image travels from the connector to the seam as a
+:class:`ProcessedImage`: a small ndarray (vLLM's parser leaves arrays as
+they are, and re-parses them so on a cache miss) whose bytes are the
+image's keyed identity, which vLLM's hasher keys its caches on, with the
+rows and grid attached. It is handed to vLLM only when the processor this
+vLLM would run has the same identity and the request sets no
+``mm_processor_kwargs`` of its own; otherwise the request fails with a
+ValueError (vLLM's 400) naming the setting. Never a wrong tensor.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from pixelwire.processed import PatchLayout, patch_layout, processed_identity
+from pixelwire.resize import ResizePolicy
+from pixelwire.vllm.served_model import served_model
+
+log = logging.getLogger("pixelwire.vllm")
+
+_install_lock = threading.Lock()
+_installed = False
+
+
+class ProcessedImage(np.ndarray):
+    """A processed image on its way to the seam: the array is its keyed
+    identity (what vLLM's caches key it on); ``pixel_values`` (uint8 rows),
+    ``image_grid_thw`` (int64, 1 x 3) and ``processor`` (the identity of
+    the processor whose output they are) ride along."""
+
+    pixel_values: Any
+    image_grid_thw: Any
+    processor: str
+
+
+def processed_image(
+    identity: bytes, pixel_values: Any, grid_thw: list[int], processor: str
+) -> ProcessedImage:
+    """The carrier of a processed image read from a frontend."""
+    import torch
+
+    item = np.frombuffer(identity, dtype=np.uint8).copy().reshape(1, -1, 1).view(ProcessedImage)
+    item.pixel_values = pixel_values
+    item.image_grid_thw = torch.tensor([grid_thw], dtype=torch.int64)
+    item.processor = processor
+    return item
+
+
+def device_normalises(argv: list[str]) -> bool:
+    """Whether vLLM started with ``argv`` normalises images on the device
+    (``--mm-device-do-normalize``, on by default for the covered models;
+    VLLM_USE_RUST_FRONTEND turns it off): the patch rows are then uint8.
+    The seam checks vLLM's resolved setting itself; this is what the
+    worker declares at start-up."""
+    if os.environ.get("VLLM_USE_RUST_FRONTEND", "").strip().lower() in ("1", "true"):
+        return False
+    on = True
+    for arg in argv:
+        name, _, value = arg.replace("_", "-").partition("=")
+        if name == "--no-mm-device-do-normalize":
+            on = False
+        elif name == "--mm-device-do-normalize":
+            on = value.lower() not in ("false", "0", "no", "off")
+    return on
+
+
+def worker_patch_layout(policy: ResizePolicy | None) -> PatchLayout | None:
+    """The patch layout of the model this vLLM serves (its resize policy:
+    ``policy``), or None where it takes no processed inputs."""
+    served = served_model(sys.argv)
+    if served.model is None or not device_normalises(sys.argv) or served.trusts_request_kwargs:
+        return None
+    try:
+        return patch_layout(served.model, served.mm_processor_kwargs, policy)
+    except (OSError, ValueError):
+        return None
+
+
+def live_identity(processor: Any) -> str | None:
+    """The identity of the output the processor ``processor`` (vLLM's
+    multimodal processor) would make of an image, from its live HF image
+    processor and vLLM's resolved settings; None where it would not make
+    uint8 patch rows."""
+    model_config = processor.info.ctx.model_config
+    if not model_config.multimodal_config.mm_device_do_normalize:
+        return None
+    image_processor = processor.info.get_hf_processor().image_processor
+    if type(image_processor).__name__ != "Qwen2VLImageProcessor":
+        return None  # the PIL backend (use_fast false) makes float rows
+    policy = ResizePolicy.from_processor_config(image_processor.to_dict())
+    if policy is None:
+        return None
+    grid = (image_processor.patch_size, image_processor.temporal_patch_size, image_processor.merge_size)
+    return processed_identity(*grid, policy.identity)
+
+
+def _checked(processor: Any, items: list[ProcessedImage], hf_kwargs: Mapping[str, object]) -> None:
+    """Refuses processed images this vLLM would not have made as they are."""
+    if hf_kwargs:
+        raise ValueError(
+            "this request sets its own mm_processor_kwargs, but its images came processed by a pixelwire "
+            "frontend for the server's settings: send the request without them"
+        )
+    ours = live_identity(processor)
+    for item in items:
+        if item.processor != ours:
+            raise ValueError(
+                f"the frontend processed this image for {item.processor}, but this vLLM's processor makes "
+                f"{ours or 'no uint8 patch rows (device normalisation off, or the PIL backend)'}: give the "
+                "frontend vLLM's --model and --mm-processor-kwargs, or start it with --no-processed-inputs"
+            )
+
+
+def _apply_with_processed(original: Any) -> Any:
+    def apply(self: Any, mm_items: Any, hf_kwargs: Mapping[str, object]) -> Any:
+        from vllm.multimodal.parse import ImageProcessorItems, MultiModalDataItems
+
+        images = mm_items.get("image")
+        everything = images.get_all() if isinstance(images, ImageProcessorItems) else []
+        processed = [isinstance(item, ProcessedImage) for item in everything]
+        if not any(processed):
+            return original(self, mm_items, hf_kwargs)
+        _checked(self, [item for item, p in zip(everything, processed, strict=True) if p], hf_kwargs)
+        import torch
+
+        rest = MultiModalDataItems({name: items for name, items in mm_items.items() if name != "image"})
+        others = [item for item, p in zip(everything, processed, strict=True) if not p]
+        if others:
+            rest["image"] = ImageProcessorItems(others)
+        out = original(self, rest, hf_kwargs)
+        made_rows, made_grids = out.get("pixel_values"), out.get("image_grid_thw")
+        made = iter(
+            zip(made_rows.split(made_grids.prod(-1).tolist()), made_grids.split(1), strict=True)
+            if others
+            else []
+        )
+        rows, grids = [], []
+        for item, p in zip(everything, processed, strict=True):
+            row, grid = (item.pixel_values, item.image_grid_thw) if p else next(made)
+            rows.append(row)
+            grids.append(grid)
+        # One image: its own rows, not a copy of them.
+        out["pixel_values"] = rows[0] if len(rows) == 1 else torch.cat(rows)
+        out["image_grid_thw"] = grids[0] if len(grids) == 1 else torch.cat(grids)
+        return out
+
+    apply.__wrapped__ = original  # type: ignore[attr-defined]
+    return apply
+
+
+def install_processor_seam() -> None:
+    """Wraps the covered processors' ``_apply_hf_processor_main`` (once)."""
+    global _installed
+    with _install_lock:
+        if _installed:
+            return
+        from vllm.model_executor.models.qwen2_vl import Qwen2VLMultiModalProcessor
+
+        Qwen2VLMultiModalProcessor._apply_hf_processor_main = _apply_with_processed(
+            Qwen2VLMultiModalProcessor._apply_hf_processor_main
+        )
+        _installed = True

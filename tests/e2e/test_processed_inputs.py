@@ -1,0 +1,296 @@
+"""Processed inputs, in process: what the frontend publishes for an image
+(``layout="PATCHES"``), read by the plug-in's connector over NIXL and handed
+to vLLM 0.32's own multimodal processor, is exactly what that processor
+makes of vLLM's own loader's image: ``pixel_values`` and ``image_grid_thw``
+``torch.equal``, the same prompt token ids, the same cache hashes across
+repeats, and the HF processor never called for it. Over the resize corpus
+(:mod:`resize_corpus`), at Qwen2-VL's default budget (12,845,056 pixels,
+where photos ship whole) and at a downsizing one, with vLLM's processor
+cache off, processor-only and LRU.
+
+And fail closed: a processed image reaches vLLM only when vLLM's processor
+would have made the same one; another setting is refused with the setting
+named, never answered on other rows."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import sys
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from resize_corpus import Case
+
+import pixelwire
+from pixelwire.processed import PatchLayout, patch_layout
+from pixelwire.resize import ResizePolicy
+
+import stack
+
+pytestmark = [pytest.mark.vllm, pytest.mark.timeout(1800)]
+
+DEFAULT_BUDGET = 12845056  # Qwen2-VL's processor default: 1080p and 4K photos ship whole
+DOWNSIZING_BUDGET = 1003520
+BUDGETS = [DEFAULT_BUDGET, DOWNSIZING_BUDGET]
+SECRET = "processed-inputs-test"
+PROMPT = "<|vision_start|><|image_pad|><|vision_end|>Describe it."
+
+
+def _kwargs(budget: int) -> dict[str, Any]:
+    return {"max_pixels": budget}
+
+
+@pytest.fixture(scope="module")
+def model() -> str:
+    return str(stack.model_dir())
+
+
+@pytest.fixture
+def served_as(monkeypatch: pytest.MonkeyPatch, model: str) -> Iterator[Any]:
+    """Makes this process a vLLM API server started with ``--model`` and
+    the given ``--mm-processor-kwargs`` (what the plug-in reads its settings
+    from), with the pixelwire connector, a secret and the seam installed."""
+    import pixelwire.vllm
+    from pixelwire.vllm import connector
+
+    monkeypatch.setenv("PIXELWIRE_SECRET", SECRET)
+    monkeypatch.setenv("VLLM_MEDIA_CONNECTOR", "pixelwire")
+
+    def serve(kwargs: dict[str, Any], *extra: str) -> None:
+        argv = ["api_server.py", "--model", model, "--mm-processor-kwargs", json.dumps(kwargs), *extra]
+        monkeypatch.setattr(sys, "argv", argv)
+        connector.worker_resize_policy.cache_clear()
+        with warnings.catch_warnings():
+            # vLLM's model modules, imported by the seam, warn of torch's deprecations.
+            warnings.simplefilter("ignore", DeprecationWarning)
+            pixelwire.vllm.register()
+
+    yield serve
+    connector.worker_resize_policy.cache_clear()
+
+
+def _processor(model: str, kwargs: dict[str, Any], **settings: Any) -> Any:
+    """vLLM's own multimodal processor for the tiny Qwen2-VL."""
+    from vllm.config import ModelConfig
+    from vllm.multimodal import MULTIMODAL_REGISTRY
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        config = ModelConfig(model=model, mm_processor_kwargs=kwargs, **settings)
+        return MULTIMODAL_REGISTRY.create_processor(config)
+
+
+def _layout(model: str, budget: int) -> PatchLayout:
+    layout = patch_layout(model, _kwargs(budget), ResizePolicy.from_pretrained(model, _kwargs(budget)))
+    assert layout is not None
+    return layout
+
+
+async def _loaded_in_worker_mode(items: list[bytes]) -> list[Any]:
+    """Each image as the plug-in's connector loads its ``data:`` URL itself
+    (worker mode): decoded into the processor's patch rows natively."""
+    from pixelwire.vllm.connector import PixelwireMediaConnector
+
+    loaded = []
+    for data in items:
+        url = "data:application/octet-stream;base64," + base64.b64encode(data).decode()
+        loaded.append(await PixelwireMediaConnector().fetch_image_async(url))
+    return loaded
+
+
+async def _published_and_read(items: list[bytes], layout: PatchLayout) -> list[Any]:
+    """Each image published as the frontend publishes it, then loaded by
+    the plug-in's connector from its signed reference."""
+    from pixelwire.signing import encode_reference
+    from pixelwire.vllm.connector import PixelwireMediaConnector
+
+    async with pixelwire.Publisher() as publisher:
+        carriers = []
+        for data in items:
+            decoded = await publisher.decode_and_publish(data, layout="PATCHES", resize=layout)
+            reference = encode_reference(decoded.to_dict(), SECRET.encode())
+            carriers.append(await PixelwireMediaConnector().fetch_image_async(reference))
+        return carriers
+
+
+def _hf_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """A list that grows by the images of each call of the HF processor."""
+    from vllm.model_executor.models.qwen2_vl import Qwen2VLMultiModalProcessor
+
+    calls: list[int] = []
+    original = Qwen2VLMultiModalProcessor._call_hf_processor
+
+    def counted(self: Any, hf_data: Any, *args: Any, **kwargs: Any) -> Any:
+        calls.append(len(hf_data.get("images", [])))
+        return original(self, hf_data, *args, **kwargs)
+
+    monkeypatch.setattr(Qwen2VLMultiModalProcessor, "_call_hf_processor", counted)
+    return calls
+
+
+def _apply(processor: Any, images: list[Any], cache: Any = None) -> Any:
+    tokenizer = processor.info.get_tokenizer()
+    prompt = tokenizer.encode(PROMPT * len(images))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return processor(prompt, processor.info.parse_mm_data({"image": images}), cache=cache)
+
+
+def _item(out: Any, index: int) -> tuple[Any, Any]:
+    item = out["mm_kwargs"]["image"][index]
+    return item["pixel_values"].data, item["image_grid_thw"].data
+
+
+@pytest.mark.parametrize("where", ["frontend", "worker"])
+@pytest.mark.parametrize("budget", BUDGETS)
+def test_processed_images_equal_vllms_processor_output(
+    resize_corpus: tuple[list[Case], dict[str, int]],
+    served_as: Any,
+    model: str,
+    budget: int,
+    where: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every corpus image: the rows and grid made at the frontend (read over
+    NIXL) or by the plug-in itself (worker mode) are vLLM's processor
+    output on vLLM's own loader's image, torch.equal, with the same prompt
+    token ids, and vLLM's HF processor is not called for them."""
+    import torch
+
+    cases, _ = resize_corpus
+    served_as(_kwargs(budget))
+    processor = _processor(model, _kwargs(budget))
+    layout = _layout(model, budget)
+    calls = _hf_calls(monkeypatch)
+    failures: list[str] = []
+    whole = 0
+    # The processor's smart_resize raises for aspect ratios over 200: nothing to compare.
+    sizes = [pixelwire.probe_image(case.data)["oriented_size"] for case in cases]
+    cases = [case for case, (h, w) in zip(cases, sizes, strict=True) if max(h, w) / min(h, w) <= 200]
+    sources = [case.data for case in cases]
+    if where == "frontend":
+        carriers = asyncio.run(_published_and_read(sources, layout))
+    else:
+        carriers = asyncio.run(_loaded_in_worker_mode(sources))
+    for case, carrier in zip(cases, carriers, strict=True):
+        height, width = pixelwire.probe_image(case.data)["oriented_size"]
+        expected = _apply(processor, [case.image])
+        calls.clear()
+        got = _apply(processor, [carrier])
+        # Kept its size, but for the rounding to the 28-pixel merge grid.
+        target = layout.target(height, width)
+        whole += abs(target[0] - height) <= 14 and abs(target[1] - width) <= 14
+        rows, grid = _item(got, 0)
+        want_rows, want_grid = _item(expected, 0)
+        if calls:
+            failures.append(f"{case.name}: the HF processor was called for {calls}")
+        if not (torch.equal(grid, want_grid) and torch.equal(rows, want_rows)):
+            failures.append(f"{case.name}: rows {tuple(rows.shape)} {rows.dtype}, grid {grid.tolist()}")
+        if got["prompt_token_ids"] != expected["prompt_token_ids"]:
+            failures.append(f"{case.name}: prompt token ids differ")
+    print(f"\nbudget {budget}: {len(cases)} images, {whole} kept their size (on the merge grid)")
+    assert not failures, failures
+    if budget == DEFAULT_BUDGET:
+        assert whole > len(cases) // 2, "at the default budget most images keep their size"
+
+
+@pytest.mark.parametrize("cache_kind", ["none", "processor_only", "lru"])
+def test_a_request_mixing_processed_and_other_images_is_vllms_own(
+    resize_corpus: tuple[list[Case], dict[str, int]],
+    served_as: Any,
+    model: str,
+    cache_kind: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Several images in one request, processed and not, in any order, twice
+    (the second time from vLLM's processor cache where it has one): every
+    item, the prompt token ids and the cache hashes are those of vLLM's own
+    images; the HF processor sees only the unprocessed ones, and none on a
+    cache hit."""
+    import torch
+    from vllm.multimodal.cache import MultiModalProcessorOnlyCache
+    from vllm.multimodal.cache.lru import LruKeyReplicatedSenderCache
+
+    cases, _ = resize_corpus
+    by_name = {case.name: case for case in cases}
+    chosen = [by_name["exif_gps_typeerror@1920x1080.jpg"], by_name["hopper.png"], by_name["flower2.jpg"]]
+    served_as(_kwargs(DEFAULT_BUDGET))
+    processor = _processor(model, _kwargs(DEFAULT_BUDGET))
+    config = processor.info.ctx.model_config
+    cache = {
+        "none": None,
+        "processor_only": MultiModalProcessorOnlyCache(config),
+        "lru": LruKeyReplicatedSenderCache(config),
+    }[cache_kind]
+    layout = _layout(model, DEFAULT_BUDGET)
+    carriers = asyncio.run(_published_and_read([chosen[0].data, chosen[2].data], layout))
+    mixed = [carriers[0], chosen[1].image, carriers[1]]
+    expected = _apply(processor, [case.image for case in chosen])
+    calls = _hf_calls(monkeypatch)
+    hashes = []
+    for round_ in range(2):
+        calls.clear()
+        got = _apply(processor, mixed, cache)
+        assert got["prompt_token_ids"] == expected["prompt_token_ids"]
+        for index in range(3):
+            if got["mm_kwargs"]["image"][index] is None:
+                # A sender cache's hit: the engine's side of the cache holds the item.
+                assert cache_kind == "lru" and round_ == 1, (round_, index)
+                continue
+            rows, grid = _item(got, index)
+            want_rows, want_grid = _item(expected, index)
+            assert torch.equal(grid, want_grid) and torch.equal(rows, want_rows), (round_, index)
+        hashes.append(got["mm_hashes"]["image"])
+        assert calls == ([1] if cache is None or round_ == 0 else []), (round_, calls)
+    assert hashes[0] == hashes[1], "a repeat keys vLLM's caches alike"
+    assert len(set(hashes[0])) == 3
+
+
+def test_a_processor_setting_unlike_the_frontends_is_refused(
+    resize_corpus: tuple[list[Case], dict[str, int]], served_as: Any, model: str
+) -> None:
+    """Rows made for another budget (or with device normalisation off at
+    vLLM, or a request's own mm_processor_kwargs) are refused with the
+    setting named: the comparison would catch a wrong setting."""
+    from pixelwire.vllm.connector import PixelwireMediaConnector  # noqa: F401 - registered below
+
+    cases, _ = resize_corpus
+    photo = next(case for case in cases if case.name == "exif_gps_typeerror@1920x1080.png")
+    served_as(_kwargs(DEFAULT_BUDGET))
+    (carrier,) = asyncio.run(_published_and_read([photo.data], _layout(model, DEFAULT_BUDGET)))
+    other_budget = _processor(model, _kwargs(DOWNSIZING_BUDGET))
+    with pytest.raises(ValueError, match=r"processed this image for .*max=12845056.*--no-processed-inputs"):
+        _apply(other_budget, [carrier])
+    not_on_device = _processor(model, _kwargs(DEFAULT_BUDGET), mm_device_do_normalize=False)
+    with pytest.raises(ValueError, match="device normalisation off"):
+        _apply(not_on_device, [carrier])
+    same = _processor(model, _kwargs(DEFAULT_BUDGET))
+    tokenizer = same.info.get_tokenizer()
+    with pytest.raises(ValueError, match="its own mm_processor_kwargs"):
+        same(
+            tokenizer.encode(PROMPT),
+            same.info.parse_mm_data({"image": [carrier]}),
+            hf_processor_mm_kwargs={"max_pixels": DEFAULT_BUDGET},
+        )
+    # The connector refuses rows made for another setting before any READ.
+    served_as(_kwargs(DOWNSIZING_BUDGET))
+    with pytest.raises(ValueError, match=r"this vLLM takes qwen2_vl_patches.*max=1003520"):
+        asyncio.run(_published_and_read([photo.data], _layout(model, DEFAULT_BUDGET)))
+    served_as(_kwargs(DEFAULT_BUDGET), "--no-mm-device-do-normalize")
+    with pytest.raises(ValueError, match="this vLLM takes no processed inputs"):
+        asyncio.run(_published_and_read([photo.data], _layout(model, DEFAULT_BUDGET)))
+
+
+def test_only_the_covered_processors_get_a_patch_layout(model: str) -> None:
+    """The PIL backend (use_fast false) makes float rows, and a request
+    that does not resize is not a Qwen2-VL processor's: no patch layout."""
+    policy = ResizePolicy.from_pretrained(model)
+    assert patch_layout(model, {}, policy) is not None
+    assert patch_layout(model, {"use_fast": False}, policy) is None
+    assert patch_layout(model, {}, None) is None
+    glm = str(stack.model_dir("glm4v"))
+    assert patch_layout(glm, {}, ResizePolicy.from_pretrained(glm)) is None

@@ -1,0 +1,120 @@
+"""Processed inputs at the frontend (``pixelwire.processed``): which models
+get a patch layout, and what the publisher ships for one: the processor's
+patch rows of the resized image, laid out as transformers'
+``Qwen2VLImageProcessor`` lays them out (the reference below spells out its
+reshape and permute with numpy), read back over NIXL unchanged; and the
+descriptor that names them. The comparison with vLLM's own processor is the
+vLLM group's (tests/e2e/test_processed_inputs.py)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+import pixelwire
+from pixelwire.descriptor import parse_descriptor
+from pixelwire.processed import PatchLayout, patch_layout, processed_identity
+from pixelwire.resize import ResizePolicy
+
+from reference import CORPUS
+
+POLICY = ResizePolicy("smart", factor=28, min_pixels=3136, max_pixels=50176)
+LAYOUT = PatchLayout(14, 2, 2, POLICY)
+IMAGES = ["hopper.png", "flower2.jpg", "pil_sample_cmyk.jpg"]
+
+
+def processor_rows(rgb: np.ndarray, patch: int, temporal: int, merge: int) -> np.ndarray:
+    """Qwen2VLImageProcessor's patch rows of an (H, W, 3) image: CHW, the
+    picture repeated along the temporal patch, reshaped and permuted as the
+    processor does."""
+    height, width, channels = rgb.shape
+    gh, gw = height // patch, width // patch
+    frames = np.repeat(rgb.transpose(2, 0, 1)[None], temporal, axis=0)  # (T, C, H, W)
+    blocks = frames.reshape(1, temporal, channels, gh // merge, merge, patch, gw // merge, merge, patch)
+    rows = blocks.transpose(0, 3, 6, 4, 7, 2, 1, 5, 8)
+    return rows.reshape(gh * gw, channels * temporal * patch * patch)
+
+
+def test_the_qwen2_vl_processors_get_a_patch_layout(qwen2_vl_folder: Callable[..., str]) -> None:
+    """Qwen2-VL and Qwen2.5-VL with the torchvision backend get one, whose
+    identity names the grid and the resize (budget included); another
+    model, the PIL backend, a kwarg changing the grid or no resize, none."""
+    model = qwen2_vl_folder()
+    policy = ResizePolicy.from_pretrained(model)
+    layout = patch_layout(model, None, policy)
+    assert layout is not None and layout.grid == (14, 2, 2)
+    assert layout.identity == processed_identity(14, 2, 2, policy.identity)
+    assert "max=12845056" in layout.identity
+    other_budget = ResizePolicy.from_pretrained(model, {"max_pixels": 1003520})
+    assert patch_layout(model, {"max_pixels": 1003520}, other_budget).identity != layout.identity  # type: ignore[union-attr]
+    assert patch_layout(model, {"use_fast": False}, policy) is None
+    assert patch_layout(model, {"backend": "pil"}, policy) is None
+    assert patch_layout(model, {"patch_size": 16}, policy) is None, "the grid no longer fits the resize"
+    assert patch_layout(model, None, None) is None
+    assert patch_layout(qwen2_vl_folder("qwen2_5_vl"), None, policy) is not None
+    assert patch_layout(qwen2_vl_folder("qwen3_vl"), None, policy) is None, (
+        "Qwen3-VL's processor: not covered"
+    )
+
+
+@pytest.mark.parametrize("name", IMAGES)
+def test_decode_image_lays_out_the_processors_rows(name: str) -> None:
+    """decode_image(patches=) gives the rows the processor makes of the
+    resized image, and the reference would see a wrong grid."""
+    data = (CORPUS / name).read_bytes()
+    height, width = pixelwire.probe_image(data)["oriented_size"]
+    target = LAYOUT.target(height, width)
+    resized = pixelwire.decode_image(data, resize=target)
+    rows = pixelwire.decode_image(data, resize=target, patches=LAYOUT.grid)
+    assert rows.shape == (target[0] * target[1] // 196, 1176, 1)
+    np.testing.assert_array_equal(rows[:, :, 0], processor_rows(resized, 14, 2, 2))
+    assert not np.array_equal(rows[:, :, 0], processor_rows(resized, 14, 2, 2)[::-1])
+
+
+def test_patch_rows_need_rgb_on_the_merge_grid() -> None:
+    data = (CORPUS / "hopper.png").read_bytes()
+    with pytest.raises(ValueError, match="merge windows"):
+        pixelwire.decode_image(data, resize=(100, 100), patches=(14, 2, 2))
+    with pytest.raises(ValueError, match="mode RGB"):
+        pixelwire.decode_image(data, mode="L", resize=(112, 112), patches=(14, 2, 2))
+    with pytest.raises(ValueError, match="1 to 1024"):
+        pixelwire.decode_image(data, resize=(112, 112), patches=(0, 2, 2))
+
+
+def test_the_publisher_ships_the_rows_and_the_descriptor_names_them() -> None:
+    """Published one at a time and in a batch, each image's slot holds its
+    rows (6 bytes a pixel of the target size), which a reader gets back
+    unchanged; the descriptor carries the processor's identity, the grid
+    and the resize, and a PATCHES layout needs a patch layout."""
+    sources = [(CORPUS / name).read_bytes() for name in IMAGES]
+
+    async def main() -> None:
+        async with pixelwire.Publisher() as publisher, pixelwire.Reader() as reader:
+            alone = [await publisher.decode_and_publish(d, layout="PATCHES", resize=LAYOUT) for d in sources]
+            batch = await publisher.decode_and_publish_many(sources, layout="PATCHES", resize=LAYOUT)
+            for name, data, one, many in zip(IMAGES, sources, alone, batch, strict=True):
+                assert isinstance(one, pixelwire.Decoded) and isinstance(many, pixelwire.Decoded), name
+                height, width = pixelwire.probe_image(data)["oriented_size"]
+                th, tw = LAYOUT.target(height, width)
+                expected = processor_rows(pixelwire.decode_image(data, resize=(th, tw)), 14, 2, 2)
+                for decoded in (one, many):
+                    assert decoded.layout == "PATCHES" and decoded.size == th * tw * 6
+                    assert decoded.processed == {
+                        "processor": LAYOUT.identity,
+                        "grid_thw": [1, th // 14, tw // 14],
+                        "patch": [14, 2, 2],
+                    }
+                    assert decoded.resize == {"policy": POLICY.identity, "source": [height, width]}
+                    remote = parse_descriptor(decoded.to_dict())
+                    assert remote.processed is not None and remote.processed.pixels == th * tw
+                    got = await reader.read_decoded(decoded.to_dict(), output="numpy")
+                    np.testing.assert_array_equal(got[:, :, 0], expected, err_msg=name)
+            with pytest.raises(ValueError, match="PATCHES layout"):
+                await publisher.decode_and_publish(sources[0], layout="PATCHES", resize=POLICY)
+            with pytest.raises(ValueError, match="PATCHES layout"):
+                await publisher.decode_and_publish(sources[0], resize=LAYOUT)
+
+    asyncio.run(main())
