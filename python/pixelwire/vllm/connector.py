@@ -616,12 +616,15 @@ class PixelwireMediaConnector(MediaConnector):
         else:
             with metrics.timed("nixl"):
                 read = await reader.read_remote(remote, output="numpy")
+            # Still in the reader's receive pool: the seam copies the rows out
+            # as it hands them to vLLM (processed_inputs).
             rows = read.reshape(remote.shape[0], remote.shape[1])
             if cache.enabled and remote.content_hash:
                 cache.put(key, rows, remote.size)
         metrics.handled("nixl", remote.size, resize.source[0] * resize.source[1] * 3)
         grid = list(processed.grid_thw)
-        return processed_image(identity, torch.from_numpy(rows), grid, processed.processor)
+        lent = kept is None
+        return processed_image(identity, torch.from_numpy(rows), grid, processed.processor, lent=lent)
 
     async def _load_url(
         self, url: str, mode: str | None, background: tuple[int, int, int], metrics: ImageMetrics

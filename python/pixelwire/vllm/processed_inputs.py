@@ -46,24 +46,27 @@ _installed = False
 class ProcessedImage(np.ndarray):
     """A processed image on its way to the seam: the array is its keyed
     identity (what vLLM's caches key it on); ``pixel_values`` (uint8 rows),
-    ``image_grid_thw`` (int64, 1 x 3) and ``processor`` (the identity of
-    the processor whose output they are) ride along."""
+    ``image_grid_thw`` (int64, 1 x 3), ``processor`` (the identity of the
+    processor whose output they are) and ``lent`` (the rows are the
+    reader's receive memory, lent until the carrier is dropped) ride along."""
 
     pixel_values: Any
     image_grid_thw: Any
     processor: str
+    lent: bool
 
 
 def processed_image(
-    identity: bytes, pixel_values: Any, grid_thw: list[int], processor: str
+    identity: bytes, pixel_values: Any, grid_thw: list[int], processor: str, *, lent: bool = False
 ) -> ProcessedImage:
-    """The carrier of a processed image read from a frontend."""
+    """The carrier of a processed image (read from a frontend, or made here)."""
     import torch
 
     item = np.frombuffer(identity, dtype=np.uint8).copy().reshape(1, -1, 1).view(ProcessedImage)
     item.pixel_values = pixel_values
     item.image_grid_thw = torch.tensor([grid_thw], dtype=torch.int64)
     item.processor = processor
+    item.lent = lent
     return item
 
 
@@ -160,8 +163,19 @@ def _apply_with_processed(original: Any) -> Any:
             row, grid = (item.pixel_values, item.image_grid_thw) if p else next(made)
             rows.append(row)
             grids.append(grid)
-        # One image: its own rows, not a copy of them.
-        out["pixel_values"] = rows[0] if len(rows) == 1 else torch.cat(rows)
+        # The engine gets one tensor of every image's rows: made by the one
+        # copy the rows take here (the concatenation), which also frees the
+        # reader's receive memory they were lent in. vLLM's items, which its
+        # processor cache may keep (processor-only, with several API
+        # servers) for as long as it likes, never hold that memory.
+        # (numpy's concatenate and copy: torch's, on uint8, are several
+        # times slower.)
+        if len(rows) > 1:
+            out["pixel_values"] = torch.from_numpy(np.concatenate([row.numpy() for row in rows]))
+        elif any(item.lent for item, p in zip(everything, processed, strict=True) if p):
+            out["pixel_values"] = torch.from_numpy(rows[0].numpy().copy())
+        else:
+            out["pixel_values"] = rows[0]
         out["image_grid_thw"] = grids[0] if len(grids) == 1 else torch.cat(grids)
         return out
 
