@@ -13,6 +13,7 @@
 //! image is one picture repeated along the temporal patch), each copy
 //! row-major: `[C][T][P][P]`.
 
+use crate::decode::Fresh;
 use crate::errors::{Error, Result};
 
 /// The patch geometry of a processor: `patch_size`, `temporal_patch_size`
@@ -122,6 +123,53 @@ impl PatchGrid {
     }
 }
 
+/// `parts` joined one after the other into a new buffer: part `i` is rows
+/// of `row_len` bytes, each row `CHANNELS` blocks of one picture, and lands
+/// with every block repeated `copies` times (a processor's temporal copies
+/// of an image, made from the one copy that travelled; 1: the rows as they
+/// are). Every part must land as rows of one length.
+pub fn join_rows(parts: &[(&[u8], usize, usize)]) -> Result<Vec<u8>> {
+    let mut landed_len = None;
+    let mut total = 0usize;
+    for &(part, row_len, copies) in parts {
+        let ok = row_len > 0 && row_len.is_multiple_of(CHANNELS) && copies > 0;
+        let landed = row_len.checked_mul(copies);
+        let size = part.len().checked_mul(copies);
+        let fits = landed_len.is_none() || landed_len == landed;
+        if !ok
+            || !part.len().is_multiple_of(row_len.max(1))
+            || landed.is_none()
+            || size.is_none()
+            || !fits
+        {
+            return Err(Error::InvalidArgument(format!(
+                "patch rows of {row_len} bytes copied {copies} times do not join the others"
+            )));
+        }
+        landed_len = landed;
+        total = total
+            .checked_add(size.unwrap_or(0))
+            .ok_or_else(|| Error::InvalidArgument("patch rows overflow".into()))?;
+    }
+    let mut fresh = Fresh::new(total);
+    let out = fresh.as_mut_ptr();
+    let mut at = 0;
+    for &(part, row_len, copies) in parts {
+        let block = row_len / CHANNELS;
+        for values in part.chunks_exact(block) {
+            for _ in 0..copies {
+                // SAFETY: `at + block <= total`: the blocks written add up
+                // to `total` (each part's bytes times its copies), checked above.
+                unsafe { std::ptr::copy_nonoverlapping(values.as_ptr(), out.add(at), block) };
+                at += block;
+            }
+        }
+    }
+    debug_assert_eq!(at, total);
+    // SAFETY: every byte of the `total` was written above, in order, once.
+    Ok(unsafe { fresh.assume_filled() })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -165,6 +213,30 @@ mod tests {
             g.write_u8(&rgb, h, w, &mut out).unwrap();
             assert_eq!(out, reference(&rgb, h, w, g), "{h}x{w} {g:?}");
         }
+    }
+
+    #[test]
+    fn joined_rows_are_the_rows_laid_out_with_their_copies() {
+        let (h, w) = (28, 56);
+        let rgb: Vec<u8> = (0..h * w * 3).map(|i| (i * 13 + i / 7) as u8).collect();
+        let (once, twice) = (
+            PatchGrid::new(14, 1, 2).unwrap(),
+            PatchGrid::new(14, 2, 2).unwrap(),
+        );
+        let mut compact = vec![0u8; once.bytes(h, w).unwrap()];
+        once.write_u8(&rgb, h, w, &mut compact).unwrap();
+        let mut full = vec![0u8; twice.bytes(h, w).unwrap()];
+        twice.write_u8(&rgb, h, w, &mut full).unwrap();
+        // A compact part copied twice, then a full part as it is.
+        let out = join_rows(&[(&compact, once.row_len(), 2), (&full, twice.row_len(), 1)]).unwrap();
+        assert_eq!(out.len(), full.len() * 2);
+        assert_eq!(&out[..full.len()], &full[..]);
+        assert_eq!(&out[full.len()..], &full[..]);
+        // Rows that would land at another length, or are not whole rows.
+        assert!(join_rows(&[(&compact, once.row_len(), 1), (&full, twice.row_len(), 1)]).is_err());
+        assert!(join_rows(&[(&compact[..10], once.row_len(), 2)]).is_err());
+        assert!(join_rows(&[(&compact, 10, 2)]).is_err());
+        assert!(join_rows(&[(&compact, once.row_len(), 0)]).is_err());
     }
 
     #[test]

@@ -242,11 +242,12 @@ def test_a_video_whose_frames_do_not_fill_its_buffer_is_not_read() -> None:
 
 
 def _processed() -> dict[str, Any]:
-    """A processed image's descriptor: 4 patch rows of a 28x28 image (grid 1x2x2, patch 14, 2 copies)."""
+    """A processed image's descriptor: 4 patch rows of a 28x28 image (grid
+    1x2x2, patch 14, each patch once: the 2 temporal copies are the worker's)."""
     decoded = dataclasses.replace(
         _decoded(),
-        shape=(4, 1176, 1),
-        size=4 * 1176,
+        shape=(4, 588, 1),
+        size=4 * 588,
         layout="PATCHES",
         processed={"processor": "qwen2_vl_patches:uint8", "grid_thw": [1, 2, 2], "patch": [14, 2, 2]},
     )
@@ -255,7 +256,7 @@ def _processed() -> dict[str, Any]:
 
 def test_a_processed_descriptor_reads_back_its_rows_grid_and_processor() -> None:
     image = parse_descriptor(_processed())
-    assert image.layout == "PATCHES" and image.shape == (4, 1176, 1)
+    assert image.layout == "PATCHES" and image.shape == (4, 588, 1)
     assert image.processed is not None and image.processed.grid_thw == (1, 2, 2)
     assert image.processed.processor == "qwen2_vl_patches:uint8" and image.processed.pixels == 28 * 28
     image.check(max_pixels=28 * 28, now=0.0)

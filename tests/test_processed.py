@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import pixelwire
+from pixelwire._native import join_patch_rows
 from pixelwire.descriptor import parse_descriptor
 from pixelwire.processed import PatchLayout, patch_layout, processed_identity
 from pixelwire.resize import ResizePolicy
@@ -86,9 +87,11 @@ def test_patch_rows_need_rgb_on_the_merge_grid() -> None:
 
 def test_the_publisher_ships_the_rows_and_the_descriptor_names_them() -> None:
     """Published one at a time and in a batch, each image's slot holds its
-    rows (6 bytes a pixel of the target size), which a reader gets back
-    unchanged; the descriptor carries the processor's identity, the grid
-    and the resize, and a PATCHES layout needs a patch layout."""
+    rows with each patch once (3 bytes a pixel of the target size, what the
+    pixels would take), which a reader gets back unchanged and
+    join_patch_rows turns into the processor's own rows; the descriptor
+    carries the processor's identity, the grid and the resize, and a
+    PATCHES layout needs a patch layout."""
     sources = [(CORPUS / name).read_bytes() for name in IMAGES]
 
     async def main() -> None:
@@ -99,9 +102,10 @@ def test_the_publisher_ships_the_rows_and_the_descriptor_names_them() -> None:
                 assert isinstance(one, pixelwire.Decoded) and isinstance(many, pixelwire.Decoded), name
                 height, width = pixelwire.probe_image(data)["oriented_size"]
                 th, tw = LAYOUT.target(height, width)
-                expected = processor_rows(pixelwire.decode_image(data, resize=(th, tw)), 14, 2, 2)
+                resized = pixelwire.decode_image(data, resize=(th, tw))
+                travelled, expected = processor_rows(resized, 14, 1, 2), processor_rows(resized, 14, 2, 2)
                 for decoded in (one, many):
-                    assert decoded.layout == "PATCHES" and decoded.size == th * tw * 6
+                    assert decoded.layout == "PATCHES" and decoded.size == th * tw * 3
                     assert decoded.processed == {
                         "processor": LAYOUT.identity,
                         "grid_thw": [1, th // 14, tw // 14],
@@ -110,11 +114,29 @@ def test_the_publisher_ships_the_rows_and_the_descriptor_names_them() -> None:
                     assert decoded.resize == {"policy": POLICY.identity, "source": [height, width]}
                     remote = parse_descriptor(decoded.to_dict())
                     assert remote.processed is not None and remote.processed.pixels == th * tw
-                    got = await reader.read_decoded(decoded.to_dict(), output="numpy")
-                    np.testing.assert_array_equal(got[:, :, 0], expected, err_msg=name)
+                    got = (await reader.read_decoded(decoded.to_dict(), output="numpy"))[:, :, 0]
+                    np.testing.assert_array_equal(got, travelled, err_msg=name)
+                    joined = join_patch_rows([got], [2])[:, :, 0]
+                    np.testing.assert_array_equal(joined, expected, err_msg=name)
             with pytest.raises(ValueError, match="PATCHES layout"):
                 await publisher.decode_and_publish(sources[0], layout="PATCHES", resize=POLICY)
             with pytest.raises(ValueError, match="PATCHES layout"):
                 await publisher.decode_and_publish(sources[0], resize=LAYOUT)
 
     asyncio.run(main())
+
+
+def test_joined_rows_are_each_parts_rows_with_their_copies() -> None:
+    """join_patch_rows: travelled rows (each patch once) with their temporal
+    copies made, beside rows already whole, in order, as one array; parts
+    that would land at other row lengths, or that are not rows, are refused."""
+    rgb = np.random.default_rng(3).integers(0, 256, (56, 28, 3), dtype=np.uint8)
+    once, twice = processor_rows(rgb, 14, 1, 2), processor_rows(rgb, 14, 2, 2)
+    joined = join_patch_rows([once, twice, once], [2, 1, 2])
+    np.testing.assert_array_equal(joined[:, :, 0], np.concatenate([twice, twice, twice]))
+    with pytest.raises(ValueError, match="do not join"):
+        join_patch_rows([once, twice], [1, 1])
+    with pytest.raises(ValueError, match="C-contiguous"):
+        join_patch_rows([twice[:, ::2]], [1])
+    with pytest.raises(ValueError, match="one each"):
+        join_patch_rows([once], [2, 2])

@@ -377,7 +377,8 @@ def _positive_triple(value: Any, what: str) -> tuple[int, int, int]:
 
 def _processed(value: Any, layout: Layout, shape: tuple[int, int, int]) -> ProcessedRecord | None:
     """A "PATCHES" descriptor's processed record, checked against its shape:
-    one row a patch of the grid, each ``3 * temporal * patch * patch`` bytes."""
+    one row a patch of the grid, each ``3 * patch * patch`` bytes (the
+    temporal copies are made by the worker)."""
     if layout != "PATCHES":
         if value is not None:
             raise DescriptorError("pixelwire.processed belongs to the PATCHES layout")
@@ -389,8 +390,8 @@ def _processed(value: Any, layout: Layout, shape: tuple[int, int, int]) -> Proce
         _positive_triple(value.get("grid_thw"), "pixelwire.processed.grid_thw"),
         _positive_triple(value.get("patch"), "pixelwire.processed.patch"),
     )
-    (t, h, w), (patch, temporal, merge) = record.grid_thw, record.patch
-    if h % merge or w % merge or shape != (t * h * w, 3 * temporal * patch * patch, 1):
+    (t, h, w), (patch, _, merge) = record.grid_thw, record.patch
+    if h % merge or w % merge or shape != (t * h * w, 3 * patch * patch, 1):
         raise DescriptorError(f"shape {list(shape)} is not the patch rows of grid {list(record.grid_thw)}")
     return record
 

@@ -9,7 +9,8 @@ default for them). The processor's output is then the resized image's own
 bytes, cut into patch rows (``pixel_values``, uint8, ``rows x 3*T*P*P``),
 with ``image_grid_thw`` ``[1, H/P, W/P]``: the frontend resizes exactly as
 the processor does (:mod:`pixelwire.resize`) and lays the rows out natively
-(``src/patches.rs``).
+(``src/patches.rs``), each patch once; the worker makes the temporal copies
+as it hands them on (:mod:`pixelwire.vllm.processed_inputs`).
 
 :func:`processed_identity` is the one rule naming such an output: the
 frontend computes it from ``--model``'s configs, the plug-in from the
@@ -52,8 +53,16 @@ class PatchLayout:
 
     @property
     def grid(self) -> tuple[int, int, int]:
-        """The native publisher's ``patches=`` argument."""
+        """``patches=`` for the processor's own rows (each patch repeated
+        along the temporal patch), as vLLM's engine gets them."""
         return self.patch_size, self.temporal_patch_size, self.merge_size
+
+    @property
+    def wire_grid(self) -> tuple[int, int, int]:
+        """``patches=`` for the rows as they travel: each patch once (the
+        temporal copies are made at the worker, as the rows leave its
+        receive memory), so they cost what the pixels would."""
+        return self.patch_size, 1, self.merge_size
 
     @property
     def identity(self) -> str:
@@ -61,8 +70,8 @@ class PatchLayout:
 
     @property
     def bytes_per_pixel(self) -> int:
-        """Bytes a pixel of the resized image takes in the rows."""
-        return CHANNELS * self.temporal_patch_size
+        """Bytes a pixel of the resized image takes in the rows as they travel."""
+        return CHANNELS
 
     @property
     def kernel(self) -> Kernel:

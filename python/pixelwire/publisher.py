@@ -119,7 +119,7 @@ def _publish_many(
             mode=mode,
             background=background,
             rgbx=layout == "RGBX",
-            patches=resize.grid if isinstance(resize, PatchLayout) else None,
+            patches=resize.wire_grid if isinstance(resize, PatchLayout) else None,
             resizes=[target for target in targets if not isinstance(target, Exception)],
             control=control,
             threads=threads,

@@ -13,6 +13,7 @@ pub use convert::expand_rgb_to_rgbx;
 mod fresh;
 #[cfg(any(test, fuzzing))]
 pub use fresh::poison;
+pub(crate) use fresh::Fresh;
 mod generic;
 mod gif;
 mod jpeg;

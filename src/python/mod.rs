@@ -8,6 +8,7 @@ use pyo3::types::{PyBytes, PyDict};
 
 mod batch;
 mod errors;
+mod patches;
 mod pixels;
 mod publisher;
 mod reader;
@@ -354,6 +355,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyLimits>()?;
     m.add_function(wrap_pyfunction!(decode_image, m)?)?;
     m.add_function(wrap_pyfunction!(batch::decode_many, m)?)?;
+    m.add_function(wrap_pyfunction!(patches::join_patch_rows, m)?)?;
     m.add_function(wrap_pyfunction!(probe_image, m)?)?;
     Ok(())
 }

@@ -572,10 +572,10 @@ def _nixl_bytes(before: str, after: str) -> tuple[float, float]:
 @pytest.mark.parametrize("name", sorted(PHOTOS))
 def test_processed_inputs_give_vllms_own_answer(served: dict[str, Any], name: str) -> None:
     """Through `pixelwire frontend --model` (processed inputs, its default), a
-    1080p or 4K photo crosses NIXL as its processor's patch rows (uint8, two
-    temporal copies of each patch: 6 bytes a pixel of the target size) and
-    vLLM answers as on its own loader's full image: the same tokens, and
-    the same logprobs for PNG."""
+    1080p or 4K photo crosses NIXL as its processor's patch rows (uint8,
+    each patch once: 3 bytes a pixel of the target size, the worker makes
+    the temporal copies) and vLLM answers as on its own loader's full
+    image: the same tokens, and the same logprobs for PNG."""
     from pixelwire.processed import patch_layout
     from pixelwire.resize import ResizePolicy
 
@@ -588,7 +588,7 @@ def test_processed_inputs_give_vllms_own_answer(served: dict[str, Any], name: st
     before = served["processed"].get("/metrics")
     got = _complete(served["processed"], [url])
     shipped, source = _nixl_bytes(before, served["processed"].get("/metrics"))
-    assert shipped == target[0] * target[1] * 6, "the target size's patch rows, and nothing more"
+    assert shipped == target[0] * target[1] * 3, "the target size's patch rows, and nothing more"
     assert source == height * width * 3
     if name.endswith(".png"):
         assert got == reference

@@ -587,7 +587,6 @@ class PixelwireMediaConnector(MediaConnector):
         worker's cache) and carried to vLLM's processor
         (:mod:`pixelwire.vllm.processed_inputs`), which hands them on only
         when its own processor would have made them."""
-        import torch
 
         processed, resize = remote.processed, remote.resize
         assert processed is not None
@@ -622,9 +621,9 @@ class PixelwireMediaConnector(MediaConnector):
             if cache.enabled and remote.content_hash:
                 cache.put(key, rows, remote.size)
         metrics.handled("nixl", remote.size, resize.source[0] * resize.source[1] * 3)
-        grid = list(processed.grid_thw)
+        grid, copies = list(processed.grid_thw), processed.patch[1]
         lent = kept is None
-        return processed_image(identity, torch.from_numpy(rows), grid, processed.processor, lent=lent)
+        return processed_image(identity, rows, grid, processed.processor, copies=copies, lent=lent)
 
     async def _load_url(
         self, url: str, mode: str | None, background: tuple[int, int, int], metrics: ImageMetrics
@@ -723,7 +722,6 @@ class PixelwireMediaConnector(MediaConnector):
         here, natively (worker mode's processed inputs), or taken from the
         worker's cache; None for a format pixelwire does not decode (vLLM's
         loader and processor then make it)."""
-        import torch
 
         if digest is None:
             digest = await asyncio.to_thread(lambda: hashlib.sha256(data).hexdigest())
@@ -747,7 +745,7 @@ class PixelwireMediaConnector(MediaConnector):
             metrics.handled("url", int(rows.nbytes), source_bytes)
             if cache.enabled:
                 cache.put(key, rows, int(rows.nbytes), grid)
-        return processed_image(identity, torch.from_numpy(rows), grid, layout.identity)
+        return processed_image(identity, rows, grid, layout.identity)
 
     async def _vllm_load(self, data: bytes, mode: str | None, metrics: ImageMetrics) -> MediaWithBytes:
         """vLLM's own loader on bytes pixelwire's Fetcher already fetched

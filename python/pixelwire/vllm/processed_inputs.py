@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from pixelwire._native import join_patch_rows
 from pixelwire.processed import PatchLayout, patch_layout, processed_identity
 from pixelwire.resize import ResizePolicy
 from pixelwire.vllm.served_model import served_model
@@ -45,28 +46,37 @@ _installed = False
 
 class ProcessedImage(np.ndarray):
     """A processed image on its way to the seam: the array is its keyed
-    identity (what vLLM's caches key it on); ``pixel_values`` (uint8 rows),
-    ``image_grid_thw`` (int64, 1 x 3), ``processor`` (the identity of the
-    processor whose output they are) and ``lent`` (the rows are the
-    reader's receive memory, lent until the carrier is dropped) ride along."""
+    identity (what vLLM's caches key it on); ``rows`` (a 2-D uint8 numpy
+    array of patch rows), ``copies`` (how many times each block of a row
+    lands in the processor's own rows: its temporal patch for rows as they
+    travel, 1 for rows made here), ``lent`` (the rows are the reader's
+    receive memory, lent until the carrier is dropped), ``image_grid_thw``
+    (int64, 1 x 3) and ``processor`` (the identity of the processor whose
+    output they are) ride along."""
 
-    pixel_values: Any
+    rows: Any
+    copies: int
+    lent: bool
     image_grid_thw: Any
     processor: str
-    lent: bool
 
 
 def processed_image(
-    identity: bytes, pixel_values: Any, grid_thw: list[int], processor: str, *, lent: bool = False
+    identity: bytes,
+    rows: Any,
+    grid_thw: list[int],
+    processor: str,
+    *,
+    copies: int = 1,
+    lent: bool = False,
 ) -> ProcessedImage:
     """The carrier of a processed image (read from a frontend, or made here)."""
     import torch
 
     item = np.frombuffer(identity, dtype=np.uint8).copy().reshape(1, -1, 1).view(ProcessedImage)
-    item.pixel_values = pixel_values
+    item.rows, item.copies, item.lent = rows, copies, lent
     item.image_grid_thw = torch.tensor([grid_thw], dtype=torch.int64)
     item.processor = processor
-    item.lent = lent
     return item
 
 
@@ -158,24 +168,30 @@ def _apply_with_processed(original: Any) -> Any:
             if others
             else []
         )
-        rows, grids = [], []
+        parts, copies, grids = [], [], []
         for item, p in zip(everything, processed, strict=True):
-            row, grid = (item.pixel_values, item.image_grid_thw) if p else next(made)
-            rows.append(row)
-            grids.append(grid)
-        # The engine gets one tensor of every image's rows: made by the one
-        # copy the rows take here (the concatenation), which also frees the
-        # reader's receive memory they were lent in. vLLM's items, which its
-        # processor cache may keep (processor-only, with several API
-        # servers) for as long as it likes, never hold that memory.
-        # (numpy's concatenate and copy: torch's, on uint8, are several
-        # times slower.)
-        if len(rows) > 1:
-            out["pixel_values"] = torch.from_numpy(np.concatenate([row.numpy() for row in rows]))
-        elif any(item.lent for item, p in zip(everything, processed, strict=True) if p):
-            out["pixel_values"] = torch.from_numpy(rows[0].numpy().copy())
-        else:
-            out["pixel_values"] = rows[0]
+            if p:
+                parts.append(item.rows)
+                copies.append(item.copies)
+                grids.append(item.image_grid_thw)
+            else:
+                rows, grid = next(made)
+                parts.append(rows.numpy())
+                copies.append(1)
+                grids.append(grid)
+        # The engine gets one tensor of every image's rows, made here in one
+        # native pass that also writes each travelled patch's temporal
+        # copies and frees the reader's receive memory the rows were lent
+        # in: vLLM's items, which its processor cache may keep
+        # (processor-only, with several API servers) as long as it likes,
+        # never hold that memory. One image made here needs no pass at all.
+        alone = (
+            len(parts) == 1
+            and copies[0] == 1
+            and not any(item.lent for item, p in zip(everything, processed, strict=True) if p)
+        )
+        joined = parts[0] if alone else join_patch_rows(parts, copies)
+        out["pixel_values"] = torch.from_numpy(joined.reshape(joined.shape[0], joined.shape[1]))
         out["image_grid_thw"] = grids[0] if len(grids) == 1 else torch.cat(grids)
         return out
 

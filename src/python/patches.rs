@@ -1,0 +1,48 @@
+//! PyO3 wrapper of `crate::patches` for the worker: a request's processed
+//! images joined into the one tensor of patch rows vLLM's engine gets.
+
+use numpy::{PyReadonlyArray2, PyUntypedArrayMethods};
+use pyo3::prelude::*;
+
+use super::pixels;
+use crate::decode::OutputShape;
+use crate::errors::Error;
+use crate::patches;
+
+/// `parts` (2-D uint8 arrays of patch rows, C-contiguous) joined in order
+/// into one new array (rows, row length, 1), part `i`'s every block
+/// repeated `copies[i]` times (a processor's temporal copies of an image);
+/// every part must land at one row length. The GIL is released while it
+/// copies; the output's memory is recycled from earlier outputs.
+#[pyfunction]
+#[pyo3(signature = (parts, copies))]
+pub fn join_patch_rows<'py>(
+    py: Python<'py>,
+    parts: Vec<PyReadonlyArray2<'py, u8>>,
+    copies: Vec<usize>,
+) -> PyResult<Bound<'py, PyAny>> {
+    if parts.is_empty() || parts.len() != copies.len() {
+        return Err(Error::InvalidArgument(format!(
+            "{} parts and {} copy counts (one each, at least one part)",
+            parts.len(),
+            copies.len()
+        ))
+        .into());
+    }
+    let mut joined = Vec::with_capacity(parts.len());
+    for (part, &n) in parts.iter().zip(&copies) {
+        let row_len = part.shape()[1];
+        let values = part.as_slice().map_err(|_| {
+            Error::InvalidArgument("patch rows must be a C-contiguous array".into())
+        })?;
+        joined.push((values, row_len, n));
+    }
+    let row_len = joined[0].1 * joined[0].2;
+    let rows = py.detach(|| patches::join_rows(&joined))?;
+    let shape = OutputShape {
+        height: rows.len() / row_len.max(1),
+        width: row_len,
+        channels: 1,
+    };
+    pixels::array(py, rows, shape)
+}
