@@ -413,8 +413,9 @@ def test_the_worker_declares_its_settings_for_the_handshake(
     frontend compares with its own: version, connector, the secret's
     fingerprint (never the secret), the unsigned and private policies, the
     resize policy of PIXELWIRE_MODEL/PIXELWIRE_MM_PROCESSOR_KWARGS, or
-    without them of vLLM's --model and --mm-processor-kwargs, and whether it
-    keeps the data: URLs it decoded (PIXELWIRE_WORKER_CACHE_BYTES)."""
+    without them of vLLM's --model and --mm-processor-kwargs, whether it
+    keeps the data: URLs it decoded (PIXELWIRE_WORKER_CACHE_BYTES), and the
+    processed inputs it takes."""
     import json
 
     from prometheus_client import REGISTRY, generate_latest
@@ -451,6 +452,8 @@ def test_the_worker_declares_its_settings_for_the_handshake(
         "private": "1",
         "resize": policy.identity,
         "memo": "1",
+        # Not a Qwen2-VL checkpoint (no config.json): no processed inputs.
+        "processed": "none",
     }
     assert "worker-secret" not in json.dumps(labels)
     # Without the variables, from vLLM's command line: the same label.

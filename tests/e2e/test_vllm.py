@@ -32,6 +32,9 @@ OTHER_PNG = "bw_gradient.png"
 LEASE_SECONDS = 20
 # Photos at 1080p and 4K for the model-aware resize (made from a corpus photo).
 PHOTOS = {f"photo_{h}p.{ext}": (w, h) for (w, h) in ((1920, 1080), (3840, 2160)) for ext in ("png", "jpg")}
+# vLLM's processor cache and tensor IPC settings other than its defaults
+# (an LRU cache, tensors over its RPC), for one of the servers.
+SHM_SETTINGS = ("--mm-processor-cache-type", "shm", "--mm-tensor-ipc", "torch_shm")
 # The image server is on the loopback: the frontends' guard lets it through.
 GUARD = ("--allowed-domains", "127.0.0.1", "--allow-private")
 # A max_pixels other than the tiny model's (12544): a frontend set up with it
@@ -644,24 +647,33 @@ def test_a_conversation_resending_its_images_gets_vllms_tokens_each_turn(served:
 @pytest.fixture(scope="module")
 def resending(served: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """A vLLM whose plug-in keeps the images and data: URLs it decoded
-    (PIXELWIRE_WORKER_CACHE_BYTES), behind a worker-mode frontend that
-    remembers what it sent (--cache-bytes)."""
+    (PIXELWIRE_WORKER_CACHE_BYTES), started with vLLM's shared-memory
+    processor cache and tensor IPC (its defaults are the session's vLLM's),
+    behind a worker-mode frontend that remembers what it sent
+    (--cache-bytes) and a frontend shipping processed inputs."""
     logs = tmp_path_factory.mktemp("resending")
     worker_env = {"PIXELWIRE_SECRET": stack.SECRET, "PIXELWIRE_WORKER_CACHE_BYTES": "64MiB"}
-    vllm = stack.start_vllm("vllm-worker-cache", logs, connector="pixelwire", extra_env=worker_env)
-    frontend: stack.Service | None = None
+    vllm = stack.start_vllm(
+        "vllm-worker-cache", logs, connector="pixelwire", extra_env=worker_env, extra_args=SHM_SETTINGS
+    )
+    services = [vllm]
     try:
         frontend = stack.start_frontend(
             "frontend-worker-resent", logs, vllm.url, "--decode-at", "worker", "--cache-bytes", "64MiB",
             env={"PIXELWIRE_SECRET": stack.SECRET},
         )  # fmt: skip
-        for service in (vllm, frontend):
+        services.append(frontend)
+        processed = stack.start_frontend(
+            "frontend-processed-shm", logs, vllm.url, *GUARD, "--model", served["model"],
+            env={"PIXELWIRE_SECRET": stack.SECRET},
+        )  # fmt: skip
+        services.append(processed)
+        for service in services:
             service.wait_ready("/health", timeout=600)
-        yield {"vllm": vllm, "frontend": frontend}
+        yield {"vllm": vllm, "frontend": frontend, "processed": processed}
     finally:
-        if frontend is not None:
-            frontend.stop()
-        vllm.stop()
+        for service in reversed(services):
+            service.stop()
 
 
 def test_resent_images_go_to_the_worker_as_references_and_get_vllms_tokens(
@@ -689,53 +701,16 @@ def test_resent_images_go_to_the_worker_as_references_and_get_vllms_tokens(
     assert stack.metric(text, "pixelwire_frontend_resent_not_held_total") == 0
 
 
-# vLLM's processor cache and tensor IPC settings other than its defaults
-# (an LRU cache, tensors over its RPC), each with a processed-inputs frontend.
-PROCESSING_SETTINGS = {
-    "shm-cache-torch-shm-ipc": ("--mm-processor-cache-type", "shm", "--mm-tensor-ipc", "torch_shm"),
-    "no-cache": ("--mm-processor-cache-gb", "0"),
-}
-
-
-@pytest.fixture(scope="module")
-def processing_settings(
-    served: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict[str, stack.Service]]:
-    """For each of PROCESSING_SETTINGS, a pixelwire vLLM started with it and
-    a frontend shipping processed inputs to it, started side by side."""
-    logs = tmp_path_factory.mktemp("processing-settings")
-    secret = {"PIXELWIRE_SECRET": stack.SECRET}
-    services: list[stack.Service] = []
-    frontends: dict[str, stack.Service] = {}
-    try:
-        for name, flags in PROCESSING_SETTINGS.items():
-            vllm = stack.start_vllm(
-                f"vllm-{name}", logs, connector="pixelwire", extra_env=secret, extra_args=flags
-            )
-            services.append(vllm)
-            frontends[name] = stack.start_frontend(
-                f"frontend-{name}", logs, vllm.url, *GUARD, "--model", served["model"], env=secret
-            )
-            services.append(frontends[name])
-        for service in services:
-            service.wait_ready("/health", timeout=600)
-        yield frontends
-    finally:
-        for service in reversed(services):
-            service.stop()
-
-
-@pytest.mark.parametrize("setting", sorted(PROCESSING_SETTINGS))
-def test_processed_inputs_hold_with_vllms_cache_and_ipc_settings(
-    served: dict[str, Any], processing_settings: dict[str, stack.Service], setting: str
+def test_processed_inputs_hold_with_vllms_shared_memory_cache_and_ipc(
+    served: dict[str, Any], resending: dict[str, Any]
 ) -> None:
-    """With vLLM's shared-memory processor cache and tensor IPC, or with no
-    processor cache: a conversation resending its images (repeats, which a
-    cache serves) streamed and not, gets vLLM's own loader's tokens and
-    logprobs every turn."""
-    frontend = processing_settings[setting]
+    """With vLLM's shared-memory processor cache and tensor IPC (and the
+    plug-in's own cache on): a conversation resending its images (repeats,
+    which the caches serve) through a processed-inputs frontend, streamed
+    and not, gets vLLM's own loader's tokens and logprobs every turn. (No
+    processor cache at all: the session's bench test serves processed
+    inputs with it off, and test_processed_inputs.py compares the outputs.)"""
     a, b = stack.data_url(PNG), f"{served['images']}/photo_1080p.png"
     for stream, turn in ((False, [a]), (True, [a, b]), (False, [a, b, a])):
         expected = _complete(served["reference_vllm"], turn, stream=stream)
-        got = _complete(frontend, turn, stream=stream)
-        assert got == expected, (stream, len(turn))
+        assert _complete(resending["processed"], turn, stream=stream) == expected, (stream, len(turn))

@@ -28,6 +28,7 @@ import logging
 import os
 import sys
 import threading
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -205,7 +206,11 @@ def install_processor_seam() -> None:
     with _install_lock:
         if _installed:
             return
-        from vllm.model_executor.models.qwen2_vl import Qwen2VLMultiModalProcessor
+        with warnings.catch_warnings():
+            # vLLM's model module warns of torch's own deprecations on
+            # import: Python hides them by default, and so does this.
+            warnings.simplefilter("ignore", DeprecationWarning)
+            from vllm.model_executor.models.qwen2_vl import Qwen2VLMultiModalProcessor
 
         Qwen2VLMultiModalProcessor._apply_hf_processor_main = _apply_with_processed(
             Qwen2VLMultiModalProcessor._apply_hf_processor_main
