@@ -280,9 +280,7 @@ def decode_image(
     (resized) image laid out as a Qwen2-VL processor's uint8 patch rows,
     shape (rows, row length, 1). The GIL is released while it decodes."""
 
-def join_patch_rows(
-    parts: Sequence[npt.NDArray[np.uint8]], copies: Sequence[int]
-) -> npt.NDArray[np.uint8]:
+def join_patch_rows(parts: Sequence[npt.NDArray[np.uint8]], copies: Sequence[int]) -> npt.NDArray[np.uint8]:
     """``parts`` (2-D uint8 arrays of a processor's patch rows, C-contiguous)
     joined in order into one new array (rows, row length, 1), part ``i``'s
     every block (a row is three channel blocks) repeated ``copies[i]``
