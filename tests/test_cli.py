@@ -134,6 +134,16 @@ def test_decode_takes_a_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert "hopper.png" in out and "flower2.jpg" in out and "notes.txt" not in out
 
 
+def test_decode_exits_1_when_any_file_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A script's `pixelwire decode` must see that one of its files failed."""
+    shutil.copy(CORPUS / "hopper.png", tmp_path / "hopper.png")
+    (tmp_path / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n broken")
+    assert cli.main(["decode", str(tmp_path)]) == 1
+    captured = capsys.readouterr()
+    assert "hopper.png" in captured.out and "broken.png" in captured.out
+    assert "1 of 2 files failed to decode" in captured.err
+
+
 def test_decode_of_a_missing_path_or_an_empty_folder_is_one_line(tmp_path: Path) -> None:
     line = _one_line_error(_cli("decode", str(tmp_path / "nope.png")), "decode")
     assert "nope.png: no such file or folder" in line
@@ -141,17 +151,125 @@ def test_decode_of_a_missing_path_or_an_empty_folder_is_one_line(tmp_path: Path)
     assert "holds no image files" in line
 
 
-def test_a_hub_model_missing_from_the_cache_names_the_download_and_hf_hub_offline(tmp_path: Path) -> None:
-    env = {
+def _empty_hub_cache(tmp_path: Path, **more: str) -> dict[str, str]:
+    return {
         **dict(os.environ),
-        "HF_HUB_OFFLINE": "1",
         "HF_HUB_CACHE": str(tmp_path / "hub"),
         "HF_HOME": str(tmp_path / "hf"),
+        **more,
     }
+
+
+def test_a_hub_model_without_huggingface_hub_names_the_hub_extra(tmp_path: Path) -> None:
+    """The documented install (the wheel alone) has no huggingface_hub: the
+    error names the extra that brings it, and the `hf` command (not the
+    deprecated huggingface-cli)."""
+    hide_hub = "import sys\nsys.modules['huggingface_hub'] = None"
+    done = _cli(
+        "frontend", "--upstream", "http://127.0.0.1:9", "--model", "nobody/no-such-model",
+        env=_empty_hub_cache(tmp_path), prelude=hide_hub,
+    )  # fmt: skip
+    line = _one_line_error(done, "frontend")
+    assert "nobody/no-such-model" in line and "pip install 'pixelwire[hub]'" in line
+    assert "hf download nobody/no-such-model --include '*.json'" in line
+    assert "huggingface-cli" not in line
+
+
+def test_the_hub_extra_is_declared() -> None:
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert any(r.startswith("huggingface_hub") for r in project["optional-dependencies"]["hub"])
+
+
+def test_a_hub_model_missing_from_the_cache_offline_names_the_download_and_hf_hub_offline(
+    tmp_path: Path,
+) -> None:
+    pytest.importorskip("huggingface_hub")
+    env = _empty_hub_cache(tmp_path, HF_HUB_OFFLINE="1")
     done = _cli("frontend", "--upstream", "http://127.0.0.1:9", "--model", "nobody/no-such-model", env=env)
     line = _one_line_error(done, "frontend")
     assert "nobody/no-such-model" in line and "HF_HUB_OFFLINE" in line
-    assert "huggingface-cli download nobody/no-such-model" in line
+    assert "hf download nobody/no-such-model --include '*.json'" in line
+    assert "huggingface-cli" not in line
+
+
+@pytest.mark.parametrize(
+    ("upstream", "words"),
+    [
+        ("127.0.0.1:8511", "give http://127.0.0.1:8511"),
+        ("http://127.0.0.1:8000/v1", "give vLLM's server address, http://127.0.0.1:8000, without /v1"),
+        ("http://127.0.0.1:8000/v1/", "without /v1"),
+        ("ftp://127.0.0.1/", "is not an http:// or https:// URL"),
+        ("http://127.0.0.1:8000?x=1", "has a query or fragment"),
+    ],
+)  # fmt: skip
+def test_an_upstream_the_frontend_cannot_use_is_one_line(upstream: str, words: str) -> None:
+    """The likeliest copy-pastes: a host:port without a scheme, and the
+    OpenAI base URL (.../v1), which would forward to /v1/v1/...: refused at
+    start, before the frontend says it serves."""
+    line = _one_line_error(_cli("frontend", "--upstream", upstream), "frontend")
+    assert words in line, line
+    line = _one_line_error(
+        _cli("frontend", "--upstream", "http://127.0.0.1:9", "--upstream-metrics", "127.0.0.1:8000/metrics"),
+        "frontend",
+    )
+    assert "--upstream-metrics" in line and "give http://127.0.0.1:8000/metrics" in line
+
+
+def test_cache_bytes_over_pool_bytes_is_one_line() -> None:
+    """The cache lives inside the pool: more than the pool is a mistake,
+    said at start. Given only a smaller pool, the default cache fits it."""
+    line = _one_line_error(
+        _cli(
+            "frontend", "--upstream", "http://127.0.0.1:9", "--pool-bytes", "64MiB", "--cache-bytes", "128MiB"
+        ),
+        "frontend",
+    )
+    assert "--cache-bytes (134217728) is over --pool-bytes (67108864)" in line
+
+
+def test_the_default_cache_fits_a_smaller_pool(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pixelwire import frontend
+
+    started: list[Any] = []
+    monkeypatch.delenv("PIXELWIRE_CACHE_BYTES", raising=False)
+    monkeypatch.setattr(frontend, "run", lambda config, host, port: started.append(config))
+    assert cli.main(["frontend", "--upstream", "http://127.0.0.1:9", "--pool-bytes", "64MiB"]) == 0
+    assert cli.main(["frontend", "--upstream", "http://127.0.0.1:9"]) == 0
+    small, default = started
+    assert small.cache_bytes == 32 << 20 and default.cache_bytes == 128 << 20
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "words"),
+    [
+        ("--mm-processor-kwargs", '{"max_pixels": 1003520', "is not JSON: Expecting"),
+        ("--mm-processor-kwargs", "[1, 2]", "is not a JSON object"),
+        ("--media-io-kwargs", "{'image': {}}", "is not JSON: Expecting property name"),
+    ],
+)  # fmt: skip
+def test_bad_json_in_a_json_option_says_what_is_wrong(
+    option: str, value: str, words: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["frontend", "--upstream", "http://127.0.0.1:9", option, value])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument {option}: " in err and words in err and "invalid loads value" not in err, err
+
+
+def test_frontend_without_nixl_says_what_to_install_before_it_serves() -> None:
+    """No traceback, no "frontend on ..." line first: one line naming the
+    runtime to install, or worker mode, which needs none."""
+    hide_nixl = (
+        "import importlib.util as u\nreal = u.find_spec\n"
+        "u.find_spec = lambda name, *a: None if name.startswith('nixl') else real(name, *a)"
+    )
+    env = {k: v for k, v in dict(os.environ).items() if k != "PIXELWIRE_NIXL_LIB"}
+    done = _cli("frontend", "--upstream", "http://127.0.0.1:9", "--port", "9", env=env, prelude=hide_nixl)
+    line = _one_line_error(done, "frontend")
+    assert "pip install --no-deps nixl-cu12" in line and "--decode-at worker" in line
 
 
 def test_resize_approximate_without_a_model_is_one_line() -> None:

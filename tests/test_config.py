@@ -1,5 +1,5 @@
-"""Settings from the environment: sizes with units through one parser, and
-the access log's switch."""
+"""Settings from the environment: sizes with units through one parser, the
+access log's switch, and the caches' defaults."""
 
 from __future__ import annotations
 
@@ -64,3 +64,25 @@ def test_the_frontend_cache_is_on_by_default_and_takes_units(monkeypatch: pytest
     monkeypatch.setenv("PIXELWIRE_CACHE_BYTES", "32MiB")
     assert config.FrontendConfig.from_env("http://u").cache_bytes == 32 << 20
     assert config.FrontendConfig.from_env("http://u", cache_bytes=0).cache_bytes == 0
+
+
+def test_the_frontend_cache_defaults_to_at_most_half_the_pool(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A smaller pool alone keeps room for the images in flight; a cache
+    given explicitly is kept as given (the CLI refuses one over the pool)."""
+    monkeypatch.delenv("PIXELWIRE_CACHE_BYTES", raising=False)
+    monkeypatch.delenv("PIXELWIRE_POOL_BYTES", raising=False)
+    assert config.FrontendConfig.from_env("http://u", pool_bytes=64 << 20).cache_bytes == 32 << 20
+    monkeypatch.setenv("PIXELWIRE_POOL_BYTES", "64MiB")
+    assert config.FrontendConfig.from_env("http://u").cache_bytes == 32 << 20
+    assert config.FrontendConfig.from_env("http://u", cache_bytes=48 << 20).cache_bytes == 48 << 20
+
+
+def test_the_worker_cache_is_on_by_default_and_takes_units(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Chat clients resend every earlier image each turn: the plug-in keeps
+    them unless PIXELWIRE_WORKER_CACHE_BYTES=0 turns its cache off."""
+    monkeypatch.delenv("PIXELWIRE_WORKER_CACHE_BYTES", raising=False)
+    assert config.worker_cache_bytes_from_env() == config.WORKER_CACHE_BYTES == 1 << 30
+    monkeypatch.setenv("PIXELWIRE_WORKER_CACHE_BYTES", "256MiB")
+    assert config.worker_cache_bytes_from_env() == 256 << 20
+    monkeypatch.setenv("PIXELWIRE_WORKER_CACHE_BYTES", "0")
+    assert config.worker_cache_bytes_from_env() == 0

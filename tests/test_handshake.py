@@ -10,7 +10,13 @@ import pytest
 
 import pixelwire
 from pixelwire.config import FrontendConfig
-from pixelwire.handshake import WorkerSettings, mismatches, worker_settings_in
+from pixelwire.handshake import (
+    WorkerSettings,
+    api_key_mismatches,
+    metrics_problem,
+    mismatches,
+    worker_settings_in,
+)
 from pixelwire.processed import PatchLayout
 from pixelwire.resize import ResizePolicy
 from pixelwire.signing import secret_fingerprint
@@ -77,11 +83,15 @@ def test_each_disagreement_is_named(
     assert words in found[0].message, found[0].message
 
 
-def test_a_vllm_without_the_plugin_disagrees_in_frontend_mode_only() -> None:
+def test_a_vllm_without_the_plugin_disagrees_in_both_modes() -> None:
     (found,) = mismatches(_frontend(), None, VERSION)
     assert found.setting == "connector" and "VLLM_MEDIA_CONNECTOR=pixelwire" in found.message
-    # In worker mode vLLM's own loader fetches the URLs: nothing to agree on.
-    assert mismatches(_frontend(decode_at="worker", allow_private=True), None, VERSION) == []
+    # In worker mode vLLM's own loader would fetch the URLs, outside the
+    # guard on redirects and without the native decode.
+    for worker in (None, _worker(connector="http")):
+        (found,) = mismatches(_frontend(decode_at="worker"), worker, VERSION)
+        assert found.setting == "connector", found
+        assert "VLLM_MEDIA_CONNECTOR=pixelwire" in found.message and "--no-check-upstream" in found.message
 
 
 def test_worker_mode_compares_the_private_address_policy_only() -> None:
@@ -112,11 +122,11 @@ def test_the_info_line_is_read_from_metrics_text() -> None:
     assert older.memo == "unknown"
 
 
-@pytest.mark.parametrize(("cache", "memo"), [(None, "0"), ("0", "0"), ("64MiB", "1")])
+@pytest.mark.parametrize(("cache", "memo"), [(None, "1"), ("0", "0"), ("64MiB", "1")])
 def test_a_worker_declares_whether_it_keeps_the_data_urls_it_decoded(
     monkeypatch: pytest.MonkeyPatch, cache: str | None, memo: str
 ) -> None:
-    """The memo label, from PIXELWIRE_WORKER_CACHE_BYTES (off by default):
+    """The memo label, from PIXELWIRE_WORKER_CACHE_BYTES (on by default):
     a worker-mode frontend sends resent images as references only to a
     worker that shows 1 there. It is no disagreement either way."""
     if cache is None:
@@ -127,3 +137,41 @@ def test_a_worker_declares_whether_it_keeps_the_data_urls_it_decoded(
     assert declared.memo == memo and declared.labels()["memo"] == memo
     worker_mode = _frontend(decode_at="worker")
     assert mismatches(worker_mode, declared, VERSION) == []
+
+
+@pytest.mark.parametrize(
+    ("status", "text", "words"),
+    [
+        (404, "Not Found", "answers GET /metrics with 404"),
+        (200, "<html>a web server</html>", "neither vLLM's metrics nor the pixelwire plug-in's"),
+        (200, "# TYPE dynamo_requests counter\ndynamo_requests_total 3.0\n", "neither vLLM's metrics"),
+    ],
+    ids=["hidden", "not-vllm", "a-router"],
+)  # fmt: skip
+def test_a_metrics_page_that_is_not_vllms_is_named_with_the_fix(status: int, text: str, words: str) -> None:
+    problem = metrics_problem(status, text)
+    assert problem is not None and words in problem, problem
+    assert "without /v1" in problem and "--upstream-metrics" in problem and "--no-check-upstream" in problem
+
+
+def test_vllms_metrics_page_is_read_with_or_without_the_plugin() -> None:
+    assert (
+        metrics_problem(200, "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 0.0\n")
+        is None
+    )
+    labels = ",".join(f'{k}="{v}"' for k, v in AGREEING.labels().items())
+    assert metrics_problem(200, f"pixelwire_worker_info{{{labels}}} 1.0\n") is None
+
+
+def test_an_api_key_vllm_would_refuse_is_a_disagreement() -> None:
+    (without,) = api_key_mismatches(0, refused_without_key=True, refused_keys=0)
+    assert (
+        without.setting == "api_key" and "--api-key" in without.message and "VLLM_API_KEY" in without.message
+    )
+    (refused,) = api_key_mismatches(1, refused_without_key=False, refused_keys=1)
+    assert refused.setting == "api_key" and "refuses this frontend's API key" in refused.message
+    (some,) = api_key_mismatches(3, refused_without_key=False, refused_keys=2)
+    assert "2 of this frontend's 3 API keys" in some.message
+    # A vLLM without a key takes any; one that takes every key of the frontend agrees.
+    assert api_key_mismatches(0, refused_without_key=False, refused_keys=0) == []
+    assert api_key_mismatches(2, refused_without_key=False, refused_keys=0) == []

@@ -1,5 +1,6 @@
 """Outputs as the caller asks for them; without Pillow, ``output="pil"``
-says which extra installs it, before any work."""
+says which extra installs it, and without PyTorch ``output="torch"`` says
+to install it, before any work."""
 
 from __future__ import annotations
 
@@ -34,6 +35,29 @@ def test_a_reader_refuses_pil_output_without_pillow_before_reading(without_pillo
         asyncio.run(reader.read_decoded({"not": "a descriptor"}))
     with pytest.raises(ModuleNotFoundError, match=r"pixelwire\[pil\]"):
         asyncio.run(reader.load({"url": "data:,"}))
+
+
+@pytest.fixture
+def without_torch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``import torch`` fails, as where PyTorch is not installed."""
+    for name in [m for m in sys.modules if m == "torch" or m.startswith("torch.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "torch", None)
+
+
+def test_torch_output_without_torch_says_what_to_install(without_torch: None) -> None:
+    pixels = np.zeros((2, 3, 3), dtype=np.uint8)
+    with pytest.raises(
+        ModuleNotFoundError, match=r"output='torch' needs PyTorch.*pip install torch"
+    ) as missing:
+        as_output(pixels, "torch")
+    assert missing.value.name == "torch" and "output='numpy'" in str(missing.value)
+
+
+def test_a_reader_refuses_torch_output_without_torch_before_reading(without_torch: None) -> None:
+    reader = pixelwire.Reader()  # never opened: the check comes first
+    with pytest.raises(ModuleNotFoundError, match=r"needs PyTorch"):
+        asyncio.run(reader.read_decoded({"not": "a descriptor"}, output="torch"))
 
 
 def test_the_pil_extra_is_declared() -> None:

@@ -1,7 +1,7 @@
 """The plug-in's cache of images it handed vLLM
 (`python/pixelwire/vllm/image_cache.py`): least recently used out first
-within its byte budget, copies in and out, off at 0. (Its use by the
-connector: tests/e2e/test_connector.py.)"""
+within its byte budget, copies in and out, off at 0, and the stats its
+metrics show. (Its use by the connector: tests/e2e/test_connector.py.)"""
 
 from __future__ import annotations
 
@@ -47,3 +47,15 @@ def test_a_budget_of_zero_keeps_nothing() -> None:
     assert not cache.enabled
     cache.put("k", _image(1), 1)
     assert cache.get("k") is None and not cache.images
+
+
+def test_its_stats_count_hits_misses_evictions_and_bytes() -> None:
+    cache = ImageCache(budget=100)
+    for key in "abc":
+        cache.put(key, _image(ord(key)), 40)
+    assert cache.get("a") is None and cache.get("c") is not None
+    stats = cache.stats()
+    assert {k: stats[k] for k in ("hits", "misses", "evictions", "bytes", "budget")} == {
+        "hits": 1, "misses": 1, "evictions": 1, "bytes": 80, "budget": 100,
+    }  # fmt: skip
+    assert stats["data_url_hits"] == 0 and stats["data_url_bytes"] == 0

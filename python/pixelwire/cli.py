@@ -65,6 +65,18 @@ def _size(text: str) -> int:
         raise argparse.ArgumentTypeError(str(error)) from None
 
 
+def _json_object(text: str) -> dict[str, Any]:
+    """An argparse type: a JSON object, as vLLM's JSON options take; what is
+    wrong with the text is said, with where."""
+    try:
+        value = json.loads(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"{text!r} is not JSON: {error}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a JSON object ({{...}})")
+    return value
+
+
 class _HelpFormatter(argparse.HelpFormatter):
     """Descriptions by paragraph (each filled to the width, a list kept as
     written), and each option's default after its help unless the help
@@ -113,7 +125,9 @@ def _decode(paths: list[Path], mode: str) -> int:
             continue
         shape = "x".join(str(n) for n in pixels.shape)
         print(f"{path.name[:40]:40} {info['format']:6} {shape:>16} {elapsed:10.2f}")
-    return 1 if failures == len(files) else 0
+    if failures:
+        print(f"{failures} of {len(files)} files failed to decode", file=sys.stderr)
+    return 1 if failures else 0
 
 
 def _frontend(args: argparse.Namespace) -> int:
@@ -124,11 +138,17 @@ def _frontend(args: argparse.Namespace) -> int:
     from pixelwire import frontend
     from pixelwire.config import FrontendConfig
     from pixelwire.frontend.nixl_interfaces import InterfaceNotFound, listen_devices
+    from pixelwire.frontend.upstream_watch import upstream_url
     from pixelwire.processed import patch_layout
     from pixelwire.resize import ResizePolicy, video_resize_policy
     from pixelwire.video.sampling import model_video_loader
 
-    media_io_kwargs = args.media_io_kwargs if isinstance(args.media_io_kwargs, dict) else {}
+    try:
+        upstream = upstream_url(args.upstream)
+        upstream_metrics = [upstream_url(url, "--upstream-metrics") for url in args.upstream_metrics or []]
+    except ValueError as error:
+        raise CommandError(str(error)) from None
+    media_io_kwargs = args.media_io_kwargs
     image_kwargs = media_io_kwargs.get("image", {})
     video_kwargs = media_io_kwargs.get("video", {})
     resize = video_resize = video_loader = processed = None
@@ -157,11 +177,12 @@ def _frontend(args: argparse.Namespace) -> int:
             # Zero would close every connection, or time every body out.
             raise CommandError(f"{flag} must be positive, not {value:g}")
     try:
-        nixl_devices = listen_devices(args.nixl_interface, args.upstream)
+        nixl_devices = listen_devices(args.nixl_interface, upstream)
     except InterfaceNotFound as error:
         raise CommandError(str(error)) from None
     config = FrontendConfig.from_env(
-        args.upstream,
+        upstream,
+        upstream_metrics=upstream_metrics,
         nixl_devices=nixl_devices,
         decode_at=args.decode_at,
         pool_bytes=args.pool_bytes,
@@ -198,8 +219,29 @@ def _frontend(args: argparse.Namespace) -> int:
         api_keys=args.api_key,
         access_log=args.access_log or None,
     )
+    if config.decode_at == "frontend":
+        if config.cache_bytes > config.pool_bytes:
+            raise CommandError(
+                f"--cache-bytes ({config.cache_bytes}) is over --pool-bytes ({config.pool_bytes}): the "
+                "cache keeps published images inside the pool; give a smaller --cache-bytes (or "
+                "PIXELWIRE_CACHE_BYTES), or a larger --pool-bytes"
+            )
+        _load_nixl()
     frontend.run(config, args.host, args.port)
     return 0
+
+
+def _load_nixl() -> None:
+    """NIXL's runtime, loaded before the frontend says it serves: without
+    it, one line saying what to install, not a traceback at start-up."""
+    from pixelwire.nixl import ensure_nixl
+
+    try:
+        ensure_nixl()
+    except PixelwireError as error:
+        raise CommandError(
+            f"{error}; or run the frontend with --decode-at worker, which publishes nothing over NIXL"
+        ) from None
 
 
 def _selected_bench(argv: list[str]) -> str | None:
@@ -254,7 +296,18 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
         formatter_class=_HelpFormatter,
     )
     front.add_argument(
-        "--upstream", required=True, help="the vLLM server, e.g. http://127.0.0.1:8000 (required)"
+        "--upstream",
+        required=True,
+        help="the vLLM server's address, e.g. http://127.0.0.1:8000, without /v1 (required)",
+    )
+    front.add_argument(
+        "--upstream-metrics",
+        action="append",
+        default=None,
+        metavar="URL",
+        help="a vLLM server's /metrics page, e.g. http://10.0.0.5:8000/metrics, where the handshake reads "
+        "the plug-in's settings, for an --upstream that is a router or load balancer that does not pass "
+        "vLLM's /metrics on (repeatable: each server behind it; default: the upstream's /metrics)",
     )
     front.add_argument(
         "--host",
@@ -289,7 +342,7 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
         default=None,
         help="pool bytes of published images kept to serve a repeated image without decoding it again, "
         "within --pool-bytes (evicted first when the pool is full); 0 turns it off (default: "
-        f"PIXELWIRE_CACHE_BYTES, else {config.CACHE_BYTES >> 20}MiB)",
+        f"PIXELWIRE_CACHE_BYTES, else {config.CACHE_BYTES >> 20}MiB, at most half --pool-bytes)",
     )
     front.add_argument(
         "--region-bytes",
@@ -307,7 +360,7 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     )
     front.add_argument(
         "--media-io-kwargs",
-        type=json.loads,
+        type=_json_object,
         default={},
         help="the same JSON as vLLM's --media-io-kwargs; its 'image' and 'video' parts are used (a "
         "video is sampled here only when the loader is known: 'video_backend' here, or --model) "
@@ -391,7 +444,7 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     )
     front.add_argument(
         "--mm-processor-kwargs",
-        type=json.loads,
+        type=_json_object,
         default=None,
         help="the same JSON as vLLM's --mm-processor-kwargs (e.g. '{\"max_pixels\": 1003520}'; "
         "default: none)",
@@ -408,7 +461,8 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
         type=float,
         default=config.DRAIN_SECONDS,
         help="after SIGTERM, seconds the frontend keeps serving while /health answers 503 (so a load "
-        "balancer takes it out), before it stops listening and lets the requests in flight finish "
+        "balancer takes it out), before it stops listening and lets the requests in flight finish; "
+        f"sooner once no request has been in flight or come for {config.DRAIN_IDLE_SECONDS:g} s "
         f"(default {config.DRAIN_SECONDS:g})",
     )
     front.add_argument(
@@ -493,7 +547,7 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
         "--no-check-upstream",
         action="store_true",
         help="skip the handshake: never refuse image requests for the upstream worker's settings "
-        "(connector, version, secret, resize, private-address policy)",
+        "(connector, version, secret, resize, private-address policy, API key)",
     )
     front.add_argument(
         "--access-log",

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from pixelwire.resize import ResizePolicy
 
 MiB = 1024 * 1024
+GiB = 1024 * MiB
 
 # VLLM_MEDIA_CONNECTOR's value that selects pixelwire's plug-in.
 CONNECTOR_NAME = "pixelwire"
@@ -51,18 +52,30 @@ LEASE_SECONDS = 60.0
 # Published images `pixelwire frontend` keeps to hand out again to a request
 # that sends the same image (decoded once, not once per turn), in pool bytes:
 # counted inside its pool (a publish that finds the pool full evicts them
-# before it waits); 0 turns the cache off. A Publisher made in code keeps
-# none unless given cache_bytes.
+# before it waits); 0 turns the cache off. Not given, it is at most half the
+# pool (default_cache_bytes), so that a smaller --pool-bytes alone keeps
+# room for the images in flight. A Publisher made in code keeps none unless
+# given cache_bytes.
 CACHE_BYTES = 128 * MiB
 # Beside it, the data: URLs behind the cached images, by exact text and
 # cache_salt (pixelwire.data_url_memo): a resent one is neither base64-decoded
 # nor hashed again. Its texts and decoded bytes are Python memory, not pool
 # bytes, held within this share of cache_bytes.
 DATA_URL_MEMO_SHARE = 0.25
-# Images the vLLM plug-in keeps (as copies, in its own memory) to serve a
-# repeated reference without a READ, or a repeated URL's same bytes without
-# decoding them again (PIXELWIRE_WORKER_CACHE_BYTES); 0 turns it off.
-WORKER_CACHE_BYTES = 0
+# Images the vLLM plug-in keeps (as copies, in vLLM's API-server process) to
+# serve a repeated reference without a READ, or a repeated URL's same bytes
+# without decoding them again (PIXELWIRE_WORKER_CACHE_BYTES); 0 turns it
+# off. On by default: chat clients resend every earlier image each turn, and
+# without it a conversation's later turns cost vLLM's API server (and, in
+# worker mode, the frontend, which sends resent data: URLs as references only
+# to a worker that keeps them) several times its first ones. 1 GiB holds the
+# 8 latest full-size 1080p screenshots (8.3 MB each as the frontend ships
+# them, RGBX) of 16 conversations, and many more at a model's resized size;
+# with the quarter beside it for the data: URLs (DATA_URL_MEMO_SHARE) it is
+# 1.25 GiB at most, about a third of the 4 GiB vLLM's own processor cache
+# takes by default (--mm-processor-cache-gb) in the same process, on GPU
+# hosts with hundreds of GiB of memory.
+WORKER_CACHE_BYTES = 1 * GiB
 # How long a publish waits for a free slot in a full pool.
 ACQUIRE_TIMEOUT = 10.0
 # How long a worker's READ may take.
@@ -213,6 +226,12 @@ MIN_BODY_RATE = 16 * 1024
 # answers 503 (a load balancer's checks must see it before it stops
 # listening: more than their interval times their fall count).
 DRAIN_SECONDS = 5.0
+# ...or less: the drain ends once no request has been in flight, and none
+# has come (the frontend's own /health and /metrics aside), for this long.
+# A load balancer still sending requests keeps it serving; one whose
+# requests stopped (it took the frontend out), or a frontend with no
+# traffic at all, stops without waiting out the window.
+DRAIN_IDLE_SECONDS = 1.0
 # The start-up handshake (pixelwire.frontend.upstream_watch): the frontend
 # reads the worker's settings from vLLM's /metrics every HANDSHAKE_INTERVAL
 # seconds while they agree, every HANDSHAKE_RETRY seconds while they do not
@@ -424,6 +443,12 @@ def worker_cache_bytes_from_env() -> int:
     return env_bytes("PIXELWIRE_WORKER_CACHE_BYTES", WORKER_CACHE_BYTES)
 
 
+def default_cache_bytes(pool_bytes: int) -> int:
+    """The frontend's cache when neither ``--cache-bytes`` nor
+    ``PIXELWIRE_CACHE_BYTES`` gives one: CACHE_BYTES, at most half the pool."""
+    return min(CACHE_BYTES, max(0, pool_bytes) // 2)
+
+
 def data_url_memo_bytes(cache_bytes: int) -> int:
     """The memo of ``data:`` URLs kept beside a cache of ``cache_bytes``."""
     return int(max(0, cache_bytes) * DATA_URL_MEMO_SHARE)
@@ -607,6 +632,10 @@ class FrontendConfig:
     allowed_domains: list[str] | None = None
     allow_private: bool = False
     check_upstream: bool = True
+    # The vLLM /metrics pages the handshake reads (--upstream-metrics), where
+    # the upstream is a router or load balancer that does not pass vLLM's
+    # own on; empty: the upstream's /metrics.
+    upstream_metrics: list[str] = field(default_factory=list)
     # Request body cap (413 above it).
     max_request_bytes: int = MAX_REQUEST_BYTES
     # Images in one request (400 above it), counted before any fetch or decode.
@@ -677,7 +706,9 @@ class FrontendConfig:
         given.setdefault("region_bytes", publisher.region_bytes)
         given.setdefault("lease_seconds", publisher.lease_seconds)
         given.setdefault("publish_threads", publisher.publish_threads)
-        given.setdefault("cache_bytes", env_bytes("PIXELWIRE_CACHE_BYTES", CACHE_BYTES))
+        given.setdefault(
+            "cache_bytes", env_bytes("PIXELWIRE_CACHE_BYTES", default_cache_bytes(given["pool_bytes"]))
+        )
         given["allow_private"] = bool(given.get("allow_private")) or allow_private_from_env()
         given.setdefault("secret", secret_from_env())
         given["api_keys"] = list(given.get("api_keys") or api_keys_from_env())

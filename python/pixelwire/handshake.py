@@ -12,8 +12,11 @@ comes from vLLM's ``--model`` and ``--mm-processor-kwargs``, or
 ``PIXELWIRE_MODEL``/``PIXELWIRE_MM_PROCESSOR_KWARGS``). At the worker (the
 frontend passes URLs on): a frontend that lets private addresses through
 (``--allow-private``) needs a plug-in that fetches them too
-(``PIXELWIRE_ALLOW_PRIVATE=1``); a vLLM without the plug-in fetches with its
-own loader, so there is nothing to compare.
+(``PIXELWIRE_ALLOW_PRIVATE=1``), and a vLLM without the plug-in disagrees:
+its own loader would fetch them, outside pixelwire's guard on redirects. In
+both modes a vLLM that requires an API key must accept the frontend's
+(:func:`api_key_mismatches`), and a /metrics page that is not vLLM's (a
+router's or a load balancer's) is named as such (:func:`metrics_problem`).
 
 Image modes and backgrounds are not declared: the plug-in learns vLLM's
 ``--media-io-kwargs`` per connector, not at start-up, so they stay checked
@@ -126,8 +129,80 @@ class Mismatch:
 
 NOT_THE_CONNECTOR = (
     "the upstream vLLM does NOT run the pixelwire media connector: start it with pixelwire installed "
-    "and VLLM_MEDIA_CONNECTOR=pixelwire, or run this frontend with --decode-at worker"
+    "and VLLM_MEDIA_CONNECTOR=pixelwire (where --upstream is a router in front of vLLM servers that do, "
+    "give --upstream-metrics with each one's /metrics URL)"
 )
+# Worker mode passes URLs on for the plug-in to fetch and decode: a vLLM
+# without it would load them with its own loader, which follows redirects
+# the frontend never checked and decodes with Pillow.
+NOT_THE_CONNECTOR_FOR_URLS = (
+    "the upstream vLLM does NOT run the pixelwire media connector, so with --decode-at worker its own "
+    "loader would fetch and decode the images this frontend passes on (redirects unchecked by "
+    "pixelwire's address guard, no native decode): start it with pixelwire installed and "
+    "VLLM_MEDIA_CONNECTOR=pixelwire, or give this frontend --no-check-upstream to pass images to it anyway"
+)
+# How to point the handshake at vLLM's own /metrics, for every answer that
+# is not a vLLM page the frontend can read its worker's settings from.
+METRICS_FIX = (
+    "--upstream must be a vLLM server's own address (http://HOST:PORT, without /v1); behind a router or "
+    "load balancer that does not pass vLLM's /metrics on, give --upstream-metrics with each vLLM "
+    "server's /metrics URL (repeatable), or --no-check-upstream to skip the handshake"
+)
+
+
+def metrics_problem(status: int, text: str) -> str | None:
+    """Why an answer to GET /metrics (``status``, body ``text``) tells
+    nothing about the worker's settings, with the fix; None for a page of
+    vLLM's (with or without the plug-in's info: :func:`mismatches` judges
+    that). A page without vLLM's own metrics and without the plug-in's
+    info is a router's, a load balancer's, or another server's."""
+    if status != 200:
+        return (
+            f"the upstream answers GET /metrics with {status}, so this frontend cannot read the pixelwire "
+            f"plug-in's settings there: {METRICS_FIX}"
+        )
+    if INFO_METRIC not in text and "vllm:" not in text:
+        return (
+            "the upstream's GET /metrics shows neither vLLM's metrics nor the pixelwire plug-in's settings "
+            f"(it is not a vLLM server with pixelwire installed and VLLM_MEDIA_CONNECTOR=pixelwire): "
+            f"{METRICS_FIX}"
+        )
+    return None
+
+
+def api_key_mismatches(keys: int, refused_without_key: bool, refused_keys: int) -> list[Mismatch]:
+    """The API-key disagreement, from GET /v1/models upstream (which vLLM
+    guards with its ``--api-key``): a frontend of ``keys`` keys (0: none)
+    whose upstream refused a request without a key (``refused_without_key``),
+    or ``refused_keys`` of the frontend's keys. A frontend without a key in
+    front of a vLLM with one would fetch and decode images for clients
+    vLLM then refuses; one whose key vLLM refuses sends no request vLLM
+    serves."""
+    if keys == 0 and refused_without_key:
+        return [
+            Mismatch(
+                "api_key",
+                "none",
+                "required",
+                "the upstream vLLM requires an API key and this frontend has none, so it would fetch and "
+                "decode images for clients vLLM then refuses (401): give the frontend vLLM's key "
+                "(--api-key, or VLLM_API_KEY)",
+            )
+        ]
+    if refused_keys:
+        which = (
+            "this frontend's API key" if keys == 1 else f"{refused_keys} of this frontend's {keys} API keys"
+        )
+        return [
+            Mismatch(
+                "api_key",
+                "set",
+                "refused",
+                f"the upstream vLLM refuses {which} (401 to GET /v1/models), so every request sent with it "
+                "fails there: give the frontend the same key as vLLM's --api-key (or VLLM_API_KEY)",
+            )
+        ]
+    return []
 
 
 def mismatches(config: FrontendConfig, worker: WorkerSettings | None, version: str) -> list[Mismatch]:
@@ -136,7 +211,15 @@ def mismatches(config: FrontendConfig, worker: WorkerSettings | None, version: s
     the terms of the frontend's ``decode_at``."""
     if config.decode_at == "worker":
         if worker is None or worker.connector != CONNECTOR_NAME:
-            return []  # vLLM's own loader fetches: no plug-in guard to agree with
+            selected = "none" if worker is None else worker.connector
+            return [
+                Mismatch(
+                    "connector",
+                    CONNECTOR_NAME,
+                    selected,
+                    f"{NOT_THE_CONNECTOR_FOR_URLS} (its connector: {selected})",
+                )
+            ]
         if config.allow_private and worker.private != "1":
             return [
                 Mismatch(
@@ -244,4 +327,4 @@ def _secret_mismatches(config: FrontendConfig, worker: WorkerSettings) -> list[M
 
 
 # Every setting a mismatch can name, for metrics that show each one.
-SETTINGS = ("connector", "version", "secret", "unsigned", "resize", "private", "processed")
+SETTINGS = ("connector", "version", "secret", "unsigned", "resize", "private", "processed", "api_key")

@@ -226,3 +226,51 @@ class CacheMetrics(Collector):
             "Text and decoded bytes of the data: URLs the memo holds (within a share of --cache-bytes)",
             value=stats.get("data_url_bytes", 0),
         )
+
+
+class WorkerCacheMetrics(Collector):
+    """The vLLM plug-in's cache of images it handed vLLM
+    (``PIXELWIRE_WORKER_CACHE_BYTES``), read from its stats at each scrape:
+    ``pixelwire_worker_cache_hits_total`` (repeats served from it: no READ,
+    no decode), ``..._misses_total`` (images looked for and not found:
+    READ or decoded, then kept), ``..._evictions_total`` (kept images given
+    up for newer ones), ``..._bytes`` (pixel bytes it holds) and
+    ``..._capacity_bytes`` (its budget; 0: off); and
+    ``pixelwire_worker_data_url_hits_total`` and ``..._data_url_bytes``, the
+    memo of worker mode's data: URLs beside it."""
+
+    def __init__(self, registry: CollectorRegistry, stats: Callable[[], dict[str, int]]) -> None:
+        self.stats = stats
+        registry.register(self)
+
+    def collect(self) -> Iterator[Metric]:
+        stats = self.stats()
+        prefix = "pixelwire_worker_cache"
+        for name, key, help_text in (
+            ("hits", "hits", "Images served again from the plug-in's cache: neither READ nor decoded"),
+            ("misses", "misses", "Images looked for in the plug-in's cache and not found (READ or decoded, "
+             "then kept)"),
+            ("evictions", "evictions", "Images the plug-in's cache gave up, least recently used first, "
+             "to keep within PIXELWIRE_WORKER_CACHE_BYTES"),
+        ):  # fmt: skip
+            yield CounterMetricFamily(f"{prefix}_{name}", help_text, value=stats.get(key, 0))
+        yield GaugeMetricFamily(
+            f"{prefix}_bytes", "Pixel bytes the plug-in's cache holds", value=stats.get("bytes", 0)
+        )
+        yield GaugeMetricFamily(
+            f"{prefix}_capacity_bytes",
+            "Pixel bytes the plug-in's cache may hold (PIXELWIRE_WORKER_CACHE_BYTES; 0: off)",
+            value=stats.get("budget", 0),
+        )
+        yield CounterMetricFamily(
+            "pixelwire_worker_data_url_hits",
+            "Resent data: URLs found in the plug-in's memo: neither base64-decoded nor hashed again, or "
+            "found by a resent image's reference",
+            value=stats.get("data_url_hits", 0),
+        )
+        yield GaugeMetricFamily(
+            "pixelwire_worker_data_url_bytes",
+            "Text and decoded bytes of the data: URLs the plug-in's memo holds (a quarter of "
+            "PIXELWIRE_WORKER_CACHE_BYTES)",
+            value=stats.get("data_url_bytes", 0),
+        )

@@ -1,7 +1,8 @@
 """A model's processor config files, found in its folder or, for a Hub id,
-through the Hugging Face cache (or the Hub, where huggingface_hub is
-installed and not offline), and read: what :mod:`pixelwire.resize` and
-:mod:`pixelwire.video.sampling` take the processors' settings from."""
+through the Hugging Face cache (or the Hub, where huggingface_hub, the
+``hub`` extra, is installed and not offline), and read: what
+:mod:`pixelwire.resize` and :mod:`pixelwire.video.sampling` take the
+processors' settings from."""
 
 from __future__ import annotations
 
@@ -42,12 +43,42 @@ def image_processor_config(model: str) -> dict[str, Any]:
         return config
     if Path(model).expanduser().is_dir():
         raise FileNotFoundError(f"{model!r}: the folder has no {' or '.join(IMAGE_PROCESSOR_FILES)}")
+    files = " or ".join(IMAGE_PROCESSOR_FILES)
+    # Every config file the frontend reads is a small .json.
+    download = f"`hf download {model} --include '*.json'`"
+    if not hub_installed():
+        raise FileNotFoundError(
+            f"{model!r} is not a folder and the Hugging Face cache has no {files} for it; reading a model "
+            "id from the Hub needs huggingface_hub, which pixelwire installs only with its hub extra: "
+            f"pip install 'pixelwire[hub]'; or download the model's configs with {download}, or give "
+            "the model's folder"
+        )
+    if hub_offline():
+        raise FileNotFoundError(
+            f"{model!r} is not a folder and the Hugging Face cache has no {files} for it, and "
+            f"HF_HUB_OFFLINE is set, so the Hub was not asked: download the model's configs first with "
+            f"{download} (without HF_HUB_OFFLINE), or give the model's folder"
+        )
     raise FileNotFoundError(
-        f"{model!r} is not a folder, and neither the Hugging Face cache nor the Hub had its "
-        f"{' or '.join(IMAGE_PROCESSOR_FILES)} (the Hub is not asked with HF_HUB_OFFLINE=1 set, or without "
-        f"huggingface_hub installed): check the id, or download it first with `huggingface-cli download "
-        f"{model} preprocessor_config.json` (unset HF_HUB_OFFLINE for that), or give the model's folder"
+        f"{model!r} is not a folder, and neither the Hugging Face cache nor the Hub had its {files}: "
+        "check the id (a gated or private model needs `hf auth login`, or HF_TOKEN), or give the "
+        "model's folder"
     )
+
+
+def hub_installed() -> bool:
+    """Whether huggingface_hub can be imported (the ``hub`` extra)."""
+    try:
+        import huggingface_hub  # type: ignore[import-not-found,unused-ignore]  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def hub_offline() -> bool:
+    """Whether huggingface_hub is told not to reach the Hub (HF_HUB_OFFLINE,
+    read as huggingface_hub reads it)."""
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "on", "yes", "true")
 
 
 def model_config(model: str) -> dict[str, Any]:

@@ -29,15 +29,28 @@ def pillow() -> Any:
     return Image
 
 
+def torch_module() -> Any:
+    """PyTorch, which ``output="torch"`` needs; pixelwire does not install
+    it (the build depends on the host's CUDA), so without it this says so,
+    or to ask for numpy."""
+    try:
+        import torch
+    except ImportError:
+        raise ModuleNotFoundError(
+            "output='torch' needs PyTorch, which pixelwire does not install: pip install torch (the "
+            "build for your CUDA: https://pytorch.org), or ask for output='numpy'",
+            name="torch",
+        ) from None
+    return torch
+
+
 def as_output(pixels: npt.NDArray[np.uint8], output: Output, device: str = "cpu") -> Any:
     """The (H, W, C) pixels as the caller asked: numpy, PIL or torch (on
     ``device``)."""
     if output == "numpy":
         return pixels
     if output == "torch":
-        import torch
-
-        tensor = torch.from_numpy(pixels)
+        tensor = torch_module().from_numpy(pixels)
         return tensor if device == "cpu" else tensor.to(device)
     Image = pillow()
     c = pixels.shape[2]

@@ -19,7 +19,7 @@ from pixelwire import _native
 from pixelwire.config import Mode, Output, ReaderSettings
 from pixelwire.descriptor import Decoded, PassThrough, RemoteImage, parse_descriptor
 from pixelwire.nixl import ensure_nixl
-from pixelwire.outputs import OUTPUTS, as_output, pillow, rgb_image_over
+from pixelwire.outputs import OUTPUTS, as_output, pillow, rgb_image_over, torch_module
 from pixelwire.publisher import default_fetcher
 
 if TYPE_CHECKING:
@@ -450,8 +450,11 @@ def _without_padding(flat: Any, image: RemoteImage) -> Any:
 def _check_output(output: str) -> None:
     if output not in OUTPUTS:
         raise ValueError(f"output must be 'pil', 'numpy' or 'torch', not {output!r}")
+    # Before any work: without the library, the error says what to install.
     if output == "pil":
-        pillow()  # before any work: without Pillow, the error names the extra
+        pillow()
+    elif output == "torch":
+        torch_module()
 
 
 @functools.lru_cache(maxsize=64)

@@ -805,8 +805,11 @@ def test_a_repeated_data_url_is_decoded_once_in_worker_mode(
     """The same bytes twice (a conversation resending its image as a data:
     URL) are decoded once and give the same pixels and cache key; the
     resent URL's text is not even base64-decoded again, and another text
-    of the same bytes is."""
+    of the same bytes is; vLLM's /metrics (the default registry) shows the
+    cache's hits, misses and bytes."""
     import base64
+
+    from prometheus_client import REGISTRY
 
     from pixelwire.vllm.image_cache import worker_image_cache
 
@@ -824,6 +827,12 @@ def test_a_repeated_data_url_is_decoded_once_in_worker_mode(
     np.testing.assert_array_equal(_pixels(third), _pixels(first))
     assert worker_image_cache().data_urls.hits == 1
     assert (worker_image_cache().hits, worker_image_cache().misses) == (2, 1)
+    shown = {
+        name: REGISTRY.get_sample_value(f"pixelwire_worker_{name}")
+        for name in ("cache_hits_total", "cache_misses_total", "data_url_hits_total")
+    }
+    assert shown == {"cache_hits_total": 2, "cache_misses_total": 1, "data_url_hits_total": 1}
+    assert REGISTRY.get_sample_value("pixelwire_worker_cache_bytes") == worker_image_cache().bytes > 0
 
 
 def test_a_resent_images_reference_is_served_from_the_bytes_the_worker_holds(

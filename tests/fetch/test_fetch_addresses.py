@@ -23,6 +23,7 @@ import pytest
 
 import pixelwire
 from pixelwire.fetch import Fetcher, address_refusal
+from pixelwire.fetch.addresses import DEPLOYMENT_PRIVATE_HINT
 
 from reference import CORPUS
 
@@ -338,11 +339,19 @@ def test_embedded_ipv4_is_judged_by_the_ipv4_rule(address: str, refused: bool, w
         assert words in (reason or "")
 
 
-def test_a_refused_private_address_names_both_settings_that_allow_it() -> None:
-    """Worker mode needs both (the frontend checks a URL, the plug-in checks
-    it again): the refusal names the frontend's flag and the plug-in's variable."""
+def test_a_refused_private_address_says_how_this_fetcher_allows_it() -> None:
+    """A Fetcher made in code names its own switch (allow_private=True, and
+    the variable of pixelwire's default fetchers), not the CLI's flags; the
+    frontend's and the plug-in's (DEPLOYMENT_PRIVATE_HINT) name both
+    settings, since worker mode needs both (the frontend checks a URL, the
+    plug-in checks it again)."""
     with pytest.raises(pixelwire.BlockedURL) as refused:
         pixelwire.Fetcher().check("http://127.0.0.1:9/x.png")
     message = str(refused.value)
     assert "loopback" in message
+    assert "allow_private=True" in message and "PIXELWIRE_ALLOW_PRIVATE=1" in message
+    assert "--allow-private" not in message
+    with pytest.raises(pixelwire.BlockedURL) as refused:
+        pixelwire.Fetcher(private_hint=DEPLOYMENT_PRIVATE_HINT).check("http://127.0.0.1:9/x.png")
+    message = str(refused.value)
     assert "--allow-private" in message and "PIXELWIRE_ALLOW_PRIVATE=1" in message

@@ -32,12 +32,16 @@ def started_frontend(log_dir: Path, upstream_url: str, *args: str) -> stack.Serv
     return service
 
 
-def post(service: stack.Service, body: dict[str, Any], timeout: float = 30) -> tuple[int, Any]:
-    """A chat completion: the status and the raw answer, or an error's JSON."""
+def post(
+    service: stack.Service, body: dict[str, Any], timeout: float = 30, api_key: str | None = None
+) -> tuple[int, Any]:
+    """A chat completion (with ``api_key`` as its Bearer token): the status
+    and the raw answer, or an error's JSON."""
+    headers = {"Content-Type": "application/json"}
+    if api_key is not None:
+        headers["Authorization"] = f"Bearer {api_key}"
     request = urllib.request.Request(
-        f"{service.url}/v1/chat/completions",
-        data=json.dumps(body).encode(),
-        headers={"Content-Type": "application/json"},
+        f"{service.url}/v1/chat/completions", data=json.dumps(body).encode(), headers=headers
     )
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:

@@ -45,6 +45,8 @@ def worker_info(**settings: str) -> str:
 
 
 INFO = worker_info()
+# What a vLLM without the plug-in shows on /metrics: its own metrics only.
+VLLM_METRICS = "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 0.0\n"
 
 
 class Upstream:
@@ -53,11 +55,15 @@ class Upstream:
         image's reference, the digest and size it names); ``"hang"`` in the model
         name makes it wait forever, ``"held"`` until :meth:`release` (its images
     unread till then), ``"stream"`` answers SSE. Its /metrics
-        shows ``metrics_text`` (a worker's info line, or none), which a test may
-        change; its /health answers ``health_status``."""
+        shows ``metrics_text`` (a worker's info line, or vLLM's metrics alone),
+        with ``metrics_status``, which a test may change; its /health answers
+        ``health_status``; with ``api_keys`` set, its /v1 routes answer 401 to a
+        request without one of them as its Bearer token, as vLLM's --api-key."""
 
     def __init__(self, *, plugin: bool = True) -> None:
-        self.metrics_text = INFO if plugin else "# no plug-in\n"
+        self.metrics_text = INFO if plugin else VLLM_METRICS
+        self.metrics_status = 200
+        self.api_keys: list[str] = []
         # While metrics_silent, each /metrics GET is dropped unanswered (as
         # by a vLLM not listening yet); metrics_gate, when a test sets one,
         # holds the next GET (silent or not as it came; metrics_held says it
@@ -75,7 +81,8 @@ class Upstream:
         # answered as by a plug-in that no longer holds it.
         self.not_held = 0
         self.calls = 0
-        self.paths: list[str] = []  # every request but /metrics and /health, as the upstream saw its path
+        # Every request but /metrics, /health and the handshake's, as the upstream saw its path.
+        self.paths: list[str] = []
         self.options_bodies: list[bytes] = []  # the body of every OPTIONS request, as received
         self.bodies: list[dict[str, Any]] = []  # every chat-shaped body, as the upstream got it
         self.redirect_to = ""
@@ -111,10 +118,15 @@ class Upstream:
 
     @web.middleware
     async def record(self, request: web.Request, handler: Any) -> web.StreamResponse:
-        if request.path not in ("/metrics", "/health"):
+        handshake = "(handshake)" in request.headers.get("User-Agent", "")
+        if request.path not in ("/metrics", "/health") and not handshake:
             self.paths.append(request.raw_path)
         if request.method == "OPTIONS":
             self.options_bodies.append(await request.read())
+        if self.api_keys and request.path.startswith("/v1") and request.method != "OPTIONS":
+            scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+            if scheme.lower() != "bearer" or token not in self.api_keys:
+                return web.json_response({"error": "Unauthorized"}, status=401)
         return await handler(request)  # type: ignore[no-any-return]
 
     async def redirect(self, _request: web.Request) -> web.Response:
@@ -131,7 +143,7 @@ class Upstream:
             assert request.transport is not None
             request.transport.abort()
             self.metrics_dropped.set()
-        return web.Response(text=self.metrics_text)
+        return web.Response(text=self.metrics_text, status=self.metrics_status)
 
     async def health(self, _request: web.Request) -> web.Response:
         return web.Response(status=self.health_status)

@@ -2,8 +2,8 @@
 real frontend: answers relayed (streams live, redirects handed back), other
 routes passed through, upstream failures answered (502, 504) and a dropped
 pooled connection retried once, a request's images freed when its client
-goes away, clients without the API key refused before any work, and the
-access log."""
+goes away, clients without the API key refused before any work, the
+access log, and the metrics an alert needs shown from the start."""
 
 from __future__ import annotations
 
@@ -65,11 +65,15 @@ def test_a_disconnected_clients_images_are_freed_at_once(frontend: stack.Service
 
 
 def test_upstream_down_is_502_and_slow_upstream_is_504(upstream: Upstream, tmp_path: Path) -> None:
+    """...and the log says so in one short line (the error's type and
+    text, not aiohttp's repr of its connection key)."""
     down = started_frontend(tmp_path, f"http://127.0.0.1:{stack.free_port()}", "--no-check-upstream")
     try:
         code, body = post(down, chat(stack.data_url("hopper.png")))
         assert code == 502 and "unreachable" in body["error"]["message"], body
         assert wait_empty(down, 2) == 0
+        (line,) = [line for line in down.tail(200).splitlines() if "is unreachable" in line]
+        assert "ClientConnectorError: " in line and "ConnectionKey" not in line and len(line) < 300, line
     finally:
         down.stop()
     slow = started_frontend(tmp_path, upstream.url, "--upstream-timeout", "1")
@@ -94,6 +98,17 @@ def test_an_upstream_without_the_connector_is_a_502_for_images(tmp_path: Path) -
     finally:
         service.stop()
         bare.close()
+
+
+def test_images_refused_upstream_is_shown_at_zero_from_the_start(tmp_path: Path, upstream: Upstream) -> None:
+    """An alert on its rate needs the series before the first refusal."""
+    service = started_frontend(tmp_path, upstream.url)
+    try:
+        text = service.get("/metrics")
+        for path in ("nixl", "passthrough"):
+            assert f'pixelwire_frontend_images_refused_upstream_total{{path="{path}"}} 0.0' in text, text
+    finally:
+        service.stop()
 
 
 def test_upstream_redirects_are_handed_back_not_followed(

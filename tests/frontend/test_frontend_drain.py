@@ -1,7 +1,8 @@
 """A `pixelwire frontend` stopped with SIGTERM (pixelwire.frontend.drain):
 its /health turns 503 at once while it keeps serving, a second SIGTERM
 makes it stop listening, and a request in flight (its image still unread in
-the pool) finishes with the right pixels before the process exits 0.
+the pool) finishes with the right pixels before the process exits 0; an
+idle frontend stops without waiting out its drain.
 
 Each step waits for an event (the upstream holds a request until the test
 releases it; the drain's own window is far longer than the test), never
@@ -85,4 +86,30 @@ def test_sigterm_drains_then_finishes_the_requests_in_flight(upstream: Upstream,
         assert "stopped" in service.tail()
     finally:
         upstream.release()
+        service.stop()
+
+
+def test_an_idle_frontend_stops_soon_after_sigterm(upstream: Upstream, tmp_path: Path) -> None:
+    """No request in flight and none coming (a load balancer's /health
+    probes aside): the drain ends after DRAIN_IDLE_SECONDS, not after
+    --drain-seconds."""
+    service = started_frontend(tmp_path, upstream.url, "--drain-seconds", "3600")
+    try:
+        assert _health(service)[0] == 200
+        service.process.send_signal(signal.SIGTERM)
+        probes = 0
+
+        def probed_until_gone() -> bool:
+            nonlocal probes
+            try:
+                probes += 1
+                _health(service)
+            except (OSError, ValueError):
+                pass  # it stopped listening, or closed the connection mid-answer
+            return service.process.poll() is not None
+
+        _until(probed_until_gone, "the idle frontend exits, probed every 50 ms meanwhile")
+        assert service.process.wait(timeout=STEP_SECONDS) == 0 and probes > 10
+        assert "the drain ends early" in service.tail()
+    finally:
         service.stop()

@@ -3,7 +3,13 @@ through a real frontend in front of a fake vLLM whose /metrics the test
 controls: each disagreement refuses image requests with a 502 naming the
 setting on each side, logs one line per change, shows on /health and the
 metrics, and ends as soon as the worker is fixed; a plug-in refusal makes
-the frontend look again at once."""
+the frontend look again at once. Mistakes in how the two are set up are
+said at start, once in the log and in each image request's answer, with
+the fix: an upstream whose /metrics is not vLLM's (a router, a load
+balancer that hides it, another server), a worker-mode frontend in front
+of a vLLM without the plug-in, an API key vLLM would refuse, an upstream
+that does not answer; behind a router, ``--upstream-metrics`` names the
+vLLM servers' pages."""
 
 from __future__ import annotations
 
@@ -23,7 +29,7 @@ from pixelwire.signing import secret_fingerprint
 
 import stack
 from frontend_client import SECRET, chat, expected, post, started_frontend
-from loopback_servers import INFO, Upstream, worker_info
+from loopback_servers import INFO, VLLM_METRICS, Upstream, worker_info
 
 TEXT = {"model": "m", "messages": [{"role": "user", "content": "text only"}]}
 QWEN = {"image_processor_type": "Qwen2VLImageProcessor", "patch_size": 14, "merge_size": 2,
@@ -243,3 +249,151 @@ def test_health_is_answered_by_the_frontend(worker: Upstream, tmp_path: Path) ->
         assert stack.metric(down.get("/metrics"), "pixelwire_frontend_upstream_agreement") == 0
     finally:
         down.stop()
+
+
+def _logged(service: stack.Service, words: str) -> list[str]:
+    """The frontend's log lines holding ``words``."""
+    return [line for line in service.tail(400).splitlines() if words in line]
+
+
+@pytest.mark.parametrize("case", ["metrics-hidden", "not-vllm"])
+def test_an_upstream_whose_metrics_are_not_vllms_is_named_at_start_with_the_fix(
+    case: str, worker: Upstream, tmp_path: Path
+) -> None:
+    """A load balancer that keeps /metrics to itself (404), or a server that
+    is not vLLM (a page without vLLM's metrics, as an --upstream of the
+    wrong port or path finds): one log line at start, before any request,
+    and each image request's 502 says what --upstream must be and how to
+    point the check at vLLM's /metrics, never "unreachable"."""
+    if case == "metrics-hidden":
+        worker.metrics_status = 404
+    else:
+        worker.metrics_text = "<html><body>a web server</body></html>"
+    service = started_frontend(tmp_path, worker.url)
+    try:
+        _until(lambda: _logged(service, "--upstream-metrics"))
+        for _ in range(2):
+            status, body = post(service, chat(stack.data_url("hopper.png")))
+            assert status == 502, body
+            message = body["error"]["message"]
+            assert "unreachable" not in message, message
+            assert "without /v1" in message and "--upstream-metrics" in message, message
+        assert worker.calls == 0, "nothing reached the upstream"
+        assert len(_logged(service, "--upstream-metrics")) == 1, "said once"
+        handshake = _health(service)[1]["handshake"]
+        assert handshake["agreement"] is False and "--upstream-metrics" in handshake["problem"]
+        assert stack.metric(service.get("/metrics"), "pixelwire_frontend_upstream_agreement") == 0
+    finally:
+        service.stop()
+
+
+def test_behind_a_router_the_handshake_reads_the_vllm_servers_named(worker: Upstream, tmp_path: Path) -> None:
+    """--upstream is a router whose /metrics is its own (here 404), and
+    --upstream-metrics names each vLLM server's page: a server that
+    disagrees refuses image requests naming the setting; once each agrees,
+    image requests go through the router."""
+    router = Upstream()
+    router.metrics_status = 404
+    other = Upstream()
+    other.metrics_text = worker_info(secret="0123456789abcdef")
+    pages = ["--upstream-metrics", f"{worker.url}/metrics", "--upstream-metrics", f"{other.url}/metrics/"]
+    service = started_frontend(tmp_path, router.url, *pages)
+    try:
+        url = stack.data_url("hopper.png")
+        status, body = post(service, chat(url))
+        assert status == 502 and "PIXELWIRE_SECRET differs" in body["error"]["message"], body
+        assert other.url in _logged(service, "disagrees with this frontend")[0]
+        other.metrics_text = INFO
+        time.sleep(0.3)
+        status, raw = post(service, chat(url))
+        assert status == 201, raw
+        assert json.loads(raw)["images"] == [expected("hopper.png")]
+        assert (router.calls, worker.calls, other.calls) == (1, 0, 0), "images go through the router"
+    finally:
+        service.stop()
+        router.close()
+        other.close()
+
+
+def test_worker_mode_in_front_of_a_vllm_without_the_plugin_refuses_images(tmp_path: Path) -> None:
+    """With --decode-at worker the plug-in fetches and decodes the URLs the
+    frontend passes on; a vLLM without it would load them with its own
+    loader: said once at start and in each image request's 502, with both
+    fixes; --no-check-upstream passes them on anyway."""
+    bare = Upstream(plugin=False)
+    assert "vllm:" in VLLM_METRICS
+    (tmp_path / "checked").mkdir()
+    (tmp_path / "unchecked").mkdir()
+    service = started_frontend(tmp_path / "checked", bare.url, "--decode-at", "worker")
+    unchecked = started_frontend(
+        tmp_path / "unchecked", bare.url, "--decode-at", "worker", "--no-check-upstream"
+    )
+    try:
+        url = stack.data_url("hopper.png")
+        _until(lambda: _logged(service, "does NOT run the pixelwire media connector"))
+        status, body = post(service, chat(url))
+        message = body["error"]["message"]
+        assert status == 502 and "VLLM_MEDIA_CONNECTOR=pixelwire" in message, body
+        assert "--no-check-upstream" in message
+        assert bare.calls == 0
+        assert len(_logged(service, "does NOT run the pixelwire media connector")) == 1
+        metrics = service.get("/metrics")
+        assert stack.metric(metrics, "pixelwire_frontend_upstream_mismatch", setting="connector") == 1
+        status, raw = post(unchecked, chat(url))
+        assert status == 201 and json.loads(raw)["images"] == [{"url": url[:40]}], raw
+    finally:
+        service.stop()
+        unchecked.stop()
+        bare.close()
+
+
+@pytest.mark.parametrize("case", ["frontend-without-a-key", "another-key"])
+def test_an_api_key_vllm_would_refuse_is_said_at_start_and_no_image_work_is_done(
+    case: str, worker: Upstream, tmp_path: Path
+) -> None:
+    """vLLM with --api-key: a frontend without a key (it would fetch and
+    decode images for any client, whom vLLM then refuses), or with a key
+    vLLM refuses (every request fails there): one log line at start, and
+    each image request's 502 names --api-key, before any fetch or decode;
+    text requests get vLLM's own answer. Once vLLM takes the key, images
+    are served."""
+    worker.api_keys = ["vllm-key"]
+    args, client_key = (
+        ([], "vllm-key") if case == "frontend-without-a-key" else (["--api-key", "mine"], "mine")
+    )
+    service = started_frontend(tmp_path, worker.url, *args)
+    try:
+        url = stack.data_url("hopper.png")
+        _until(lambda: _logged(service, "--api-key"))
+        for _ in range(2):
+            status, body = post(service, chat(url), api_key=client_key)
+            assert status == 502 and "--api-key" in body["error"]["message"], body
+        assert worker.calls == 0, "nothing was sent upstream for the image request"
+        metrics = service.get("/metrics")
+        assert stack.metric(metrics, "pixelwire_frontend_upstream_mismatch", setting="api_key") == 1
+        if case == "another-key":
+            assert post(service, TEXT, api_key=client_key)[0] == 401, "vLLM's own answer"
+        assert len(_logged(service, "--api-key")) == 1, "said once"
+        worker.api_keys = [] if case == "frontend-without-a-key" else ["vllm-key", "mine"]
+        time.sleep(0.3)
+        status, raw = post(service, chat(url), api_key=client_key)
+        assert status == 201, raw
+        assert json.loads(raw)["images"] == [expected("hopper.png")]
+    finally:
+        service.stop()
+
+
+def test_an_upstream_that_does_not_answer_is_logged_once_in_a_short_line(tmp_path: Path) -> None:
+    """vLLM not up yet (or a wrong port): one warning at start, a line
+    without aiohttp's long reprs, however many looks and image requests
+    follow; each image request's 502 says it does not answer."""
+    service = started_frontend(tmp_path, f"http://127.0.0.1:{stack.free_port()}")
+    try:
+        _until(lambda: _logged(service, "does not answer"))
+        for _ in range(3):
+            status, body = post(service, chat(stack.data_url("hopper.png")))
+            assert status == 502 and "unreachable" in body["error"]["message"], body
+        (line,) = _logged(service, "does not answer")
+        assert "ConnectionKey" not in line and len(line) < 400, line
+    finally:
+        service.stop()

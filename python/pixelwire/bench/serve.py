@@ -359,8 +359,8 @@ class Stack:
                 }
                 if kwargs_json:
                     plugin_env["PIXELWIRE_MM_PROCESSOR_KWARGS"] = kwargs_json
-                if caches:
-                    plugin_env["PIXELWIRE_WORKER_CACHE_BYTES"] = str(settings.worker_cache_bytes)
+                # Off for the image workloads, which measure each image's full path.
+                plugin_env["PIXELWIRE_WORKER_CACHE_BYTES"] = str(settings.worker_cache_bytes if caches else 0)
                 if settings.resize_approximate:
                     plugin_env["PIXELWIRE_RESIZE_APPROXIMATE"] = "1"
                 plugged = start_vllm("vllm-pixelwire", plugin_env)

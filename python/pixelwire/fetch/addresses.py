@@ -40,9 +40,17 @@ HOST_NAME: Final = re.compile(r"[a-z0-9_.-]+")
 # A final label that is a number in any base: the host is an IPv4 spelling.
 _NUMERIC_LABEL: Final = re.compile(r"(?:0x[0-9a-f]*|[0-9]+)")
 
-# Both settings, since worker mode needs both: the frontend checks a URL
-# before passing it on, and the plug-in checks it again when vLLM fetches.
+# How a refusal of a private address says to allow it. A Fetcher made in
+# code is told so in code; pixelwire's default fetchers (decode_and_publish's)
+# read the variable.
 PRIVATE_HINT: Final = (
+    "a Fetcher reaches private addresses when made with allow_private=True (pixelwire's default "
+    "fetchers, as decode_and_publish uses: PIXELWIRE_ALLOW_PRIVATE=1)"
+)
+# The frontend's and the plug-in's: both settings, since worker mode needs
+# both (the frontend checks a URL before passing it on, and the plug-in
+# checks it again when vLLM fetches).
+DEPLOYMENT_PRIVATE_HINT: Final = (
     "private addresses are allowed by --allow-private on pixelwire frontend and "
     "PIXELWIRE_ALLOW_PRIVATE=1 for the vLLM plug-in"
 )

@@ -97,7 +97,9 @@ class Fetcher:
     followed. ``allowed_domains``, when given, is the only set of
     hosts fetched from on any hop: an entry matches that host exactly,
     ``"*.example.com"`` matches every subdomain of example.com. ``allow_private``
-    turns off the address check (see :mod:`pixelwire.fetch.addresses`).
+    turns off the address check (see :mod:`pixelwire.fetch.addresses`);
+    ``private_hint`` is what a refused private address's error says to do
+    (by default: ``allow_private=True``; the frontend names its flag).
     ``file:`` URLs are read only when ``allowed_local_path`` is set and the
     file, symlinks resolved, lies below it; no symbolic link is followed out
     of it.
@@ -130,6 +132,7 @@ class Fetcher:
         allow_private: bool = False,
         allowed_local_path: str | os.PathLike[str] | None = None,
         user_agent: str = DEFAULT_USER_AGENT,
+        private_hint: str = PRIVATE_HINT,
     ) -> None:
         if not timeout > 0 or not connect_timeout > 0:
             raise ValueError("timeout and connect_timeout must be positive")
@@ -148,6 +151,7 @@ class Fetcher:
             None if allowed_domains is None else frozenset(normalise_domain(d) for d in allowed_domains)
         )
         self.allow_private = bool(allow_private)
+        self.private_hint = private_hint
         self._local_folder = None if allowed_local_path is None else LocalFolder(allowed_local_path)
         self.allowed_local_path: Path | None = None if self._local_folder is None else self._local_folder.root
         self.user_agent = user_agent
@@ -407,7 +411,7 @@ class Fetcher:
                 return  # a name: its addresses are checked when the connector resolves it
         reason = self._address_refusal(host, ip)
         if reason is not None:
-            raise blocked(f"address {ip} is refused ({reason}): {where}; {PRIVATE_HINT}")
+            raise blocked(f"address {ip} is refused ({reason}): {where}; {self.private_hint}")
 
     async def _getaddrinfo(self, host: str, port: int, family: int) -> list[tuple[int, int, str]]:
         """Resolves ``host``: ``(family, proto, address)`` for each result.
@@ -444,7 +448,7 @@ class Fetcher:
                 raise blocked(f"host {host!r} resolved to an unparseable address") from None
             reason = self._address_refusal(host, ip)
             if reason is not None:
-                raise blocked(f"host {host!r} resolves to {ip}, refused ({reason}); {PRIVATE_HINT}")
+                raise blocked(f"host {host!r} resolves to {ip}, refused ({reason}); {self.private_hint}")
             results.append(
                 ResolveResult(
                     hostname=host,

@@ -37,6 +37,7 @@ from yarl import URL
 from pixelwire.config import FrontendConfig, data_url_memo_bytes
 from pixelwire.data_url_memo import DataUrlMemo
 from pixelwire.fetch import Fetcher
+from pixelwire.fetch.addresses import DEPLOYMENT_PRIVATE_HINT
 from pixelwire.frontend import nixl_interfaces
 from pixelwire.frontend.access_log import access_log, note_media
 from pixelwire.frontend.connections import (
@@ -59,7 +60,7 @@ from pixelwire.frontend.inspect import (
     scan_body,
 )
 from pixelwire.frontend.pipeline import MediaPipeline
-from pixelwire.frontend.upstream_watch import UpstreamWatch
+from pixelwire.frontend.upstream_watch import UpstreamWatch, short_error
 from pixelwire.metrics import CacheMetrics, ImageMetrics
 from pixelwire.publisher import Publisher
 from pixelwire.resend import asks_for_resend
@@ -100,7 +101,11 @@ class Frontend:
         self.config = config
         self.upstream = config.upstream.rstrip("/")
         self.registry = CollectorRegistry()
-        self.fetcher = Fetcher(allowed_domains=config.allowed_domains, allow_private=config.allow_private)
+        self.fetcher = Fetcher(
+            allowed_domains=config.allowed_domains,
+            allow_private=config.allow_private,
+            private_hint=DEPLOYMENT_PRIVATE_HINT,
+        )
         self.publisher = Publisher(
             pool_bytes=config.pool_bytes,
             region_bytes=config.region_bytes,
@@ -140,6 +145,9 @@ class Frontend:
             ["path"],
             registry=self.registry,
         )
+        # Shown at 0 from the start, for alerts on its rate to have a series.
+        for path in ("nixl", "passthrough"):
+            self.refused_upstream.labels(path=path)
         self.upstream_calls = Counter(
             "pixelwire_frontend_upstream_requests",
             "Requests forwarded upstream (a retry on a fresh connection counts once)",
@@ -242,6 +250,8 @@ class Frontend:
         return app
 
     async def _start(self, _app: web.Application) -> None:
+        # First: a publisher that cannot open leaves no session unclosed.
+        await asyncio.to_thread(self.publisher.open)
         timeout = aiohttp.ClientTimeout(
             total=self.config.upstream_timeout, sock_connect=self.config.connect_timeout
         )
@@ -250,7 +260,6 @@ class Frontend:
         self._fresh_session = aiohttp.ClientSession(
             timeout=timeout, auto_decompress=False, connector=aiohttp.TCPConnector(force_close=True)
         )
-        await asyncio.to_thread(self.publisher.open)
         self.watch.start(self._session)
         self.connections.start()
 
@@ -268,13 +277,20 @@ class Frontend:
     @web.middleware
     async def _timed_heads(self, request: web.Request, handler: Any) -> web.StreamResponse:
         """A request's head has arrived: its connection's head deadline is
-        off until the answer is out (pixelwire.frontend.connections)."""
+        off until the answer is out (pixelwire.frontend.connections), and
+        it is in flight for the drain, unless it is the frontend's own
+        /health or /metrics (a load balancer's probes keep no drain going)."""
+        own = request.method == "GET" and request.path in ("/metrics", "/health")
         self.connections.request_started(request.transport)
+        if not own:
+            self.drain.request_started()
         try:
             answer: web.StreamResponse = await handler(request)
             return answer
         finally:
             self.connections.request_ended(request.transport)
+            if not own:
+                self.drain.request_ended()
 
     @web.middleware
     async def _authenticate(self, request: web.Request, handler: Any) -> web.StreamResponse:
@@ -584,14 +600,14 @@ class Frontend:
         try:
             return await self._relay(self._session, request, url, headers, body, route, resend, answered)
         except _StaleConnection as stale:
-            log.info("upstream connection closed before answering %s (%r); sending it again", target, stale)
+            log.info("upstream connection closed before answering %s (%s); sending it again", target, stale)
             self.upstream_retries.inc()
         try:
             return await self._relay(
                 self._fresh_session, request, url, headers, body, route, resend, answered
             )
         except _StaleConnection as stale:
-            log.warning("the upstream %s closed a fresh connection too: %r", self.upstream, stale)
+            log.warning("the upstream %s closed a fresh connection too: %s", self.upstream, stale)
             raise OpenAIError(502, "the upstream closed the connection without answering") from None
 
     async def _relay(
@@ -639,19 +655,23 @@ class Frontend:
                 await response.write_eof()
                 if upstream.status == 400:
                     self.watch.notice_refusal(bytes(head))
+                elif upstream.status == 401:
+                    self.watch.notice_unauthorized()
                 self.requests.labels(route=route, status=str(upstream.status)).inc()
                 return response
         except (TimeoutError, aiohttp.ClientError, ConnectionError) as e:
             if response is not None and response.prepared:
                 # Mid-stream: the status is sent, so the connection just ends.
-                log.warning("upstream stream or client connection broke on %s: %r", request.rel_url, e)
+                log.warning(
+                    "upstream stream or client connection broke on %s: %s", request.rel_url, short_error(e)
+                )
                 raise
             if response is None and _closed_before_answering(e):
-                raise _StaleConnection(repr(e)) from None
+                raise _StaleConnection(short_error(e)) from None
             if isinstance(e, (TimeoutError, aiohttp.ServerTimeoutError)):
                 log.warning("the upstream %s timed out on %s", self.upstream, request.rel_url)
                 raise OpenAIError(504, "the upstream timed out") from None
-            log.warning("the upstream %s is unreachable: %r", self.upstream, e)
+            log.warning("the upstream %s is unreachable: %s", self.upstream, short_error(e))
             raise OpenAIError(502, f"the upstream is unreachable: {type(e).__name__}") from None
 
 
@@ -713,6 +733,8 @@ def run(config: FrontendConfig, host: str, port: int) -> None:
         config.resize.identity if config.resize else "off",
     )
     log.info("NIXL listens on %s (UCX_NET_DEVICES)", devices or "every network device")
+    if config.upstream_metrics:
+        log.info("the handshake reads the worker's settings from %s", ", ".join(config.upstream_metrics))
     if config.decode_at == "frontend":
         loader = config.video_kwargs.get("video_backend") or config.video_loader
         if loader is None:

@@ -43,9 +43,10 @@ from pixelwire.config import (
 )
 from pixelwire.descriptor import RemoteImage, decoded_as, is_video_descriptor, parse_descriptor
 from pixelwire.fetch import Fetcher
+from pixelwire.fetch.addresses import DEPLOYMENT_PRIVATE_HINT
 from pixelwire.handshake import INFO_LABELS, INFO_METRIC, WorkerSettings
 from pixelwire.loader_input import check_frames, checked_container, frame_list_frames, is_frame_list
-from pixelwire.metrics import ImageMetrics
+from pixelwire.metrics import ImageMetrics, WorkerCacheMetrics
 from pixelwire.outputs import as_output
 from pixelwire.processed import PatchLayout
 from pixelwire.reader import Reader
@@ -244,6 +245,7 @@ def install_metrics(selected: str) -> ImageMetrics:
                 registry=REGISTRY,
             )
             frontends.set_function(_reader_frontends)
+            WorkerCacheMetrics(REGISTRY, lambda: worker_image_cache().stats())
         return _metrics
 
 
@@ -296,6 +298,7 @@ def _fetcher(
                 allowed_domains=domains or None,
                 allow_private=allow_private,
                 allowed_local_path=local_path,
+                private_hint=DEPLOYMENT_PRIVATE_HINT,
             )
             _fetchers[key] = fetcher
         return fetcher

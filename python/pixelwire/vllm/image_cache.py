@@ -40,6 +40,7 @@ class ImageCache:
         self.bytes = 0
         self.hits = 0
         self.misses = 0
+        self.evictions = 0
         # vLLM may load a request's media on several threads.
         self._lock = threading.Lock()
         # Worker mode's data: URLs behind the kept images: a resent one is
@@ -76,6 +77,20 @@ class ImageCache:
             while self.bytes > self.budget:
                 _, (_, _, gone) = self.images.popitem(last=False)
                 self.bytes -= gone
+                self.evictions += 1
+
+    def stats(self) -> dict[str, int]:
+        """What the cache's metrics show (:class:`pixelwire.metrics.WorkerCacheMetrics`)."""
+        with self._lock:
+            return {
+                "hits": self.hits,
+                "misses": self.misses,
+                "evictions": self.evictions,
+                "bytes": self.bytes,
+                "budget": self.budget,
+                "data_url_hits": self.data_urls.hits,
+                "data_url_bytes": self.data_urls.held,
+            }
 
 
 _lock = threading.Lock()
