@@ -343,7 +343,7 @@ impl Agent {
     }
 
     /// Whether a posted READ has completed (one status check, no wait).
-    fn poll_read(&self, posted: &mut PostedRead) -> std::result::Result<bool, ReadError> {
+    pub fn poll_read(&self, posted: &mut PostedRead) -> std::result::Result<bool, ReadError> {
         if let (false, Some(request)) = (posted.done, &posted.request) {
             match self
                 .inner

@@ -243,13 +243,14 @@ impl Reader {
     /// `chunk` bytes, calling `on_chunk(offset, len)` in order as each lands
     /// (the caller starts hashing it, or copying it on to a GPU); then
     /// (pixelwire descriptors) its slot header into host memory at
-    /// `header_to`, and checks it. With a slot header all the chunks are in
-    /// flight at once and the notification rides on the header's READ,
-    /// posted once every chunk has landed; without one the chunks go one
-    /// after the other and the last carries it. Either way the frontend
-    /// frees the slot only after every READ. Chunks handed to `on_chunk` are
-    /// not yet checked: only an `Ok` from here says the pixels are the
-    /// published ones.
+    /// `header_to`, and checks it. With a slot header the chunks are posted
+    /// without waiting for one another (from the second on, the chunks
+    /// found landed are handed to `on_chunk` before the next is posted) and
+    /// the notification rides on the header's READ, posted once every chunk
+    /// has landed; without one the chunks go one after the other and the
+    /// last carries it. Either way the frontend frees the slot only after
+    /// every READ. Chunks handed to `on_chunk` are not yet checked: only an
+    /// `Ok` from here says the pixels are the published ones.
     fn transfer_chunked(
         &self,
         source: &Source,
@@ -279,8 +280,47 @@ impl Reader {
         let mut pixels = || -> std::result::Result<(), ReadError> {
             let mut in_flight: VecDeque<(usize, usize, PostedRead)> = VecDeque::new();
             let mut next = 0;
+            // The front chunk once it has landed (waited for when `wait`),
+            // handed to `on_chunk`; Ok(false) when it has not landed yet.
+            let mut land = |in_flight: &mut VecDeque<(usize, usize, PostedRead)>,
+                            wait: bool|
+             -> std::result::Result<bool, ReadError> {
+                let Some((_, _, posted)) = in_flight.front_mut() else {
+                    return Ok(false);
+                };
+                let landed = if wait {
+                    self.agent.wait_read(posted, deadline).map(|()| true)
+                } else {
+                    self.agent.poll_read(posted)
+                };
+                let landed = match landed {
+                    Ok(false) => return Ok(false),
+                    Ok(true) => {
+                        let (at, n, _) = in_flight.pop_front().expect("looked at above");
+                        on_chunk(at, n).map_err(refused)
+                    }
+                    Err(error) => {
+                        // Its request is let go (as abandoned) with it.
+                        in_flight.pop_front();
+                        Err(error)
+                    }
+                };
+                if let Err(error) = landed {
+                    // The READs still running are waited for (until the
+                    // deadline) before their requests are let go: NIXL is
+                    // not asked to drop a request UCX may still be serving.
+                    // Bytes may have landed meanwhile, so the destination
+                    // is still treated as written by them.
+                    let others = !in_flight.is_empty();
+                    for (_, _, mut running) in in_flight.drain(..) {
+                        let _ = self.agent.wait_read(&mut running, deadline);
+                    }
+                    return Err(landing_if(error, others));
+                }
+                Ok(true)
+            };
             loop {
-                while next < source.len && in_flight.len() < in_flight_max {
+                if next < source.len && in_flight.len() < in_flight_max {
                     let n = chunk.min(source.len - next);
                     let last = next + n >= source.len;
                     let note = (last && source.header.is_none()).then_some(notification);
@@ -296,25 +336,22 @@ impl Reader {
                         .map_err(|e| landing_if(e, !in_flight.is_empty()))?;
                     in_flight.push_back((next, n, posted));
                     next += n;
-                }
-                let Some((at, n, mut posted)) = in_flight.pop_front() else {
-                    return Ok(());
-                };
-                let others = !in_flight.is_empty();
-                let landed = self
-                    .agent
-                    .wait_read(&mut posted, deadline)
-                    .and_then(|()| on_chunk(at, n).map_err(refused));
-                if let Err(error) = landed {
-                    // The READs still running are waited for (until the
-                    // deadline) before their requests are let go: NIXL is
-                    // not asked to drop a request UCX may still be serving.
-                    // Bytes may have landed meanwhile, so the destination
-                    // is still treated as written by them.
-                    for (_, _, mut running) in in_flight.drain(..) {
-                        let _ = self.agent.wait_read(&mut running, deadline);
+                    // Chunks that have landed are handed on before the next
+                    // is posted. NIXL's threaded UCX engine returns from a
+                    // post of a split READ once its threads have issued it,
+                    // which on one host (CMA) is mostly once its bytes have
+                    // been copied: posting every chunk first left the
+                    // hashing and the device copies nothing to overlap. The
+                    // first hand-off waits for a second chunk to be posted:
+                    // its callback may wait for the caller (a CUDA read's
+                    // device memory is given while the first chunk lands).
+                    if next >= chunk.saturating_mul(2) || next >= source.len {
+                        while land(&mut in_flight, false)? {}
                     }
-                    return Err(landing_if(error, others));
+                    continue;
+                }
+                if !land(&mut in_flight, true)? {
+                    return Ok(());
                 }
             }
         };

@@ -286,6 +286,50 @@ def test_chunked_read_into_calls_back_in_order_and_checks_the_slot_last(
     _LANDING_ZONES.append(buffer)
 
 
+def test_chunks_are_handed_on_while_later_ones_are_still_to_be_read(
+    publisher_process: PublisherProcess, ppm_of_size: Callable[..., bytes]
+) -> None:
+    """A chunked READ hands its chunks on (to be hashed, or copied to a GPU)
+    while the chunks after them are still to be READ, not once every chunk
+    has landed: NIXL's threaded UCX engine returns from a post only once
+    its threads have issued the READ, which on one host is mostly once the
+    bytes are copied, so a reader that posted every chunk before handing
+    any on overlapped nothing. After a first read (which connects), the
+    first of eight chunks is handed on before the last has been posted (a
+    chunk's completion is seen a post or two after its bytes are in), its
+    bytes still the zeros the buffer was filled with, in at least one of
+    five reads (one is enough to show the overlap, and a loaded machine may
+    delay some); the pixels are whole every time."""
+    from pixelwire._native import NativeReader
+    from pixelwire.nixl import ensure_nixl
+
+    ensure_nixl()
+    native = NativeReader(ReaderSettings(timeout=10, verify=True))
+    data = ppm_of_size(8 << 20, seed=17)
+    expected = pixelwire.decode_image(data).reshape(-1)
+    buffer = np.zeros(expected.size, dtype=np.uint8)
+    native.register(addr=buffer.ctypes.data, size=buffer.size, mem_type="Dram", device=0, owner=buffer)
+    last = buffer[7 << 20 :]
+    last_landed_first = []
+    for round_ in range(6):
+        buffer[:] = 0
+        image = pixelwire.descriptor.parse_descriptor(publisher_process.publish(data)["desc"])
+        seen: list[tuple[int, bool]] = []
+        native.read_into(
+            image,
+            local_addr=buffer.ctypes.data,
+            mem_type="Dram",
+            device=0,
+            chunk_bytes=1 << 20,
+            on_chunk=lambda at, n, seen=seen: seen.append((at, bool(last.any()))),
+        )
+        assert [at for at, _ in seen] == [k << 20 for k in range(8)]
+        np.testing.assert_array_equal(buffer, expected)
+        if round_ > 0:
+            last_landed_first.append(seen[0][1])
+    assert not all(last_landed_first), "the first chunk was handed on after the last had landed, every time"
+
+
 @pytest.mark.parametrize(
     "settings",
     [{}, {"inline_wait": 0.0}, {"inline_bytes": 0}],

@@ -109,11 +109,11 @@ READ_THREADS = 4
 # READs of at least this many bytes are split across those threads.
 READ_SPLIT_MIN_BYTES = 1 * MiB
 # Host READs whose content hash is checked go in chunks of this size (whole
-# 256 KiB hash pieces), all in flight at once; each chunk's pieces are hashed
-# on HASH_THREADS threads as it lands, while the rest are READ. On the H200
-# box 4 MiB chunks beat 1 MiB ones (each chunk is a NIXL request split across
-# the READ threads; small ones cost more than the overlap gains):
-# docs/performance.md, "Transfers".
+# 256 KiB hash pieces), posted without waiting for one another; each chunk's
+# pieces are hashed on HASH_THREADS threads as it lands, while the next are
+# READ. On the H200 and H100 boxes 4 MiB chunks beat 1 MiB ones (each chunk
+# is a NIXL request split across the READ threads; small ones cost more than
+# the overlap gains): docs/performance.md, "Transfers".
 READ_CHUNK_BYTES = 4 * MiB
 # One hashing thread a core, up to 16: on the H200 box (16 cores) 16 threads
 # read 24 MiB in 1.9 ms against 2.6 ms with 4 (the hash tail after the last
@@ -131,8 +131,9 @@ READ_INLINE_WAIT = 0.0003
 # A CUDA destination: READ into pinned, registered host memory and copy each
 # chunk to the device as it lands ("pinned"), or READ straight into
 # registered device memory through UCX ("direct": 5-10x slower on the H200
-# box). 8 MiB chunks beat 2 and 4 MiB ones there (more, smaller READs are
-# slower than the copies they let start early): docs/performance.md.
+# box). 8 MiB chunks beat 2 and 4 MiB ones there and on the H100 box (more,
+# smaller READs are slower than the copies they let start early):
+# docs/performance.md.
 CudaStaging = Literal["pinned", "direct"]
 CUDA_STAGING: CudaStaging = "pinned"
 CUDA_CHUNK_BYTES = 8 * MiB

@@ -304,7 +304,8 @@ class Reader:
         (one per device, grown by replacing it, used by one read at a time):
         pinned host memory whose chunks the native reader copies to the
         device as they land (hashed too, when the reader verifies), on a
-        native thread the loop awaits like a host read; or device memory
+        native thread waited for like a host read's (in place for small
+        images, else through the loop); or device memory
         UCX writes directly. The slot header is checked after the last
         chunk; pixels go out only if it (and the hash) holds, so a copy
         started from a chunk is discarded with everything else when it does
@@ -312,8 +313,8 @@ class Reader:
         by the native reader, which keeps it until the transfer has surely
         ended, and the next read gets a new one.
 
-        The device tensor is allocated while the READ runs (the first chunk
-        to land waits for it). The tensor comes back once the READ is
+        The device tensor is allocated, in the slot's shape, while the READ
+        runs (the first chunk to land waits for it). The tensor comes back once the READ is
         checked, with the last chunk's copy possibly still queued: the
         caller's current stream (when the read starts) is made to wait for
         the copies, so the pixels are there for anything it runs (as with
@@ -363,29 +364,32 @@ class Reader:
 
             out = None
             try:
-                # While the READ runs: the tensor, and the stream made to
-                # wait for the copies (the caller's current one).
-                out = torch.empty(image.size, dtype=torch.uint8, device=torch.device("cuda", index))
+                # While the READ runs: the tensor (in the slot's shape), and
+                # the stream made to wait for the copies (the caller's
+                # current one).
+                out = torch.empty(_pixels_shape(image), dtype=torch.uint8, device=torch.device("cuda", index))
                 caller_stream = torch.cuda.current_stream(index)
                 ticket.copy_into(out.data_ptr(), ready_on=caller_stream.cuda_stream)
             except BaseException:
                 ticket.withhold()  # unless given, no copy is queued: only the READ to wait for
                 let_go(out)  # kept all the same, in case it was given
                 raise
-            try:
-                if completions is not None:
-                    await completions.finished(ticket)
-                else:
-                    await asyncio.to_thread(select.select, [signal.fileno()], [], [])
-            except asyncio.CancelledError:
-                let_go(out)
-                raise
-            ticket.wait()
+            # Small images are waited for in place, as host reads are.
+            if image.size > self.settings.inline_bytes or ticket.wait(self.settings.inline_wait) is None:
+                try:
+                    if completions is not None:
+                        await completions.finished(ticket)
+                    else:
+                        await asyncio.to_thread(select.select, [signal.fileno()], [], [])
+                except asyncio.CancelledError:
+                    let_go(out)
+                    raise
+                ticket.wait()
         finally:
             if held:
                 self._cuda_lock.release()
         if image.pixel_bytes == image.shape[2]:
-            return out.view(_pixels_shape(image))
+            return out
         with torch.cuda.stream(caller_stream):  # the stream the copies are ordered before
             return _without_padding(out, image)
 
@@ -438,12 +442,13 @@ def _pixels_shape(image: RemoteImage) -> tuple[int, ...]:
     return (h, w, image.pixel_bytes) if image.frames is None else (image.frames, h, w, image.pixel_bytes)
 
 
-def _without_padding(flat: Any, image: RemoteImage) -> Any:
-    """A new contiguous tensor of the slot's pixels without the fourth byte
-    of an RGBX layout (a plain copy otherwise)."""
+def _without_padding(slot: Any, image: RemoteImage) -> Any:
+    """A new contiguous tensor of the slot's pixels (flat, or in the slot's
+    shape) without the fourth byte of an RGBX layout (a plain copy
+    otherwise)."""
     import torch
 
-    pixels = flat.view(_pixels_shape(image))
+    pixels = slot.view(_pixels_shape(image))
     return pixels[..., : image.shape[2]].clone(memory_format=torch.contiguous_format)
 
 
