@@ -12,6 +12,8 @@ import json
 import os
 import sys
 import threading
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -215,3 +217,23 @@ def completion(url: str, image_urls: list[str], *, max_tokens: int = 8) -> Any:
             seed=0,
         )
     return response
+
+
+def post_chat(
+    service: Service, body: dict[str, Any], api_key: str | None = None
+) -> tuple[int, dict[str, Any]]:
+    """POST ``body`` to ``service``'s /v1/chat/completions (with ``api_key``
+    as its Bearer token, if given): the status and the JSON answer, errors
+    included."""
+    headers = {"Content-Type": "application/json"}
+    if api_key is not None:
+        headers["Authorization"] = f"Bearer {api_key}"
+    request = urllib.request.Request(
+        f"{service.url}/v1/chat/completions", data=json.dumps(body).encode(), headers=headers
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=120) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as e:
+        with e:
+            return e.code, json.loads(e.read())

@@ -9,10 +9,7 @@ info, connector ``http``), and vLLM answers the handshake's GET /v1/models
 
 from __future__ import annotations
 
-import json
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -52,20 +49,6 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, stack
             service.stop()
 
 
-def _post(service: stack.Service, body: dict[str, Any], key: str) -> tuple[int, dict[str, Any]]:
-    request = urllib.request.Request(
-        f"{service.url}/v1/chat/completions",
-        data=json.dumps(body).encode(),
-        headers={"Content-Type": "application/json", "Authorization": f"Bearer {key}"},
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=120) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as e:
-        with e:
-            return e.code, json.loads(e.read())
-
-
 def _image_chat() -> dict[str, Any]:
     parts = [
         {"type": "image_url", "image_url": {"url": stack.data_url(IMAGE)}},
@@ -95,14 +78,14 @@ def _until_checked(service: stack.Service) -> None:
 def test_worker_mode_in_front_of_vllms_own_loader_refuses_images(served: dict[str, stack.Service]) -> None:
     keyed = served["keyed"]
     _until_checked(keyed)
-    status, body = _post(keyed, _image_chat(), KEY)
+    status, body = stack.post_chat(keyed, _image_chat(), KEY)
     assert status == 502, body
     message = body["error"]["message"]
     assert "VLLM_MEDIA_CONNECTOR=pixelwire" in message and "--no-check-upstream" in message
     assert "--api-key" not in message, "vLLM takes this frontend's key"
     assert (_mismatch(keyed, "connector"), _mismatch(keyed, "api_key")) == (1, 0)
     assert len(_logged(keyed, "disagrees with this frontend")) == 1
-    status, body = _post(keyed, TEXT, KEY)
+    status, body = stack.post_chat(keyed, TEXT, KEY)
     assert status == 200, body
 
 
@@ -115,7 +98,7 @@ def test_an_api_key_vllm_refuses_is_said_before_any_image_work(
     front = served[name]
     _until_checked(front)
     client_key = KEY if name == "keyless" else "x"
-    status, body = _post(front, _image_chat(), client_key)
+    status, body = stack.post_chat(front, _image_chat(), client_key)
     assert status == 502 and "--api-key" in body["error"]["message"] and words in body["error"]["message"], (
         body
     )
@@ -123,4 +106,4 @@ def test_an_api_key_vllm_refuses_is_said_before_any_image_work(
     (line,) = _logged(front, "disagrees with this frontend")
     assert "--api-key" in line
     if name == "other-key":
-        assert _post(front, TEXT, client_key)[0] == 401, "vLLM's own answer"
+        assert stack.post_chat(front, TEXT, client_key)[0] == 401, "vLLM's own answer"

@@ -13,8 +13,6 @@ import base64
 import json
 import shutil
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -195,20 +193,6 @@ def _cases(images: str) -> dict[str, list[str]]:
 
 def _metrics(service: stack.Service) -> str:
     return service.get("/metrics")
-
-
-def _post(service: stack.Service, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-    request = urllib.request.Request(
-        f"{service.url}/v1/chat/completions",
-        data=json.dumps(body).encode(),
-        headers={"Content-Type": "application/json"},
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=120) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as e:
-        with e:
-            return e.code, json.loads(e.read())
 
 
 def _wait_pool_empty(frontend: stack.Service, within: float) -> float:
@@ -454,7 +438,9 @@ def test_the_plugin_learns_the_served_model_from_vllms_command_line(served: dict
 def test_client_supplied_descriptor_is_refused_before_vllm(served: dict[str, Any]) -> None:
     frontend = served["frontend"]
     calls = _upstream_calls(frontend)
-    status, body = _post(frontend, {"model": "tiny", "messages": _messages([_minted_reference(served)])})
+    status, body = stack.post_chat(
+        frontend, {"model": "tiny", "messages": _messages([_minted_reference(served)])}
+    )
     _assert_openai_error(status, body, 400, "minted by the frontend")
     assert body["error"]["param"] == "messages[0].content[0]"
     assert _upstream_calls(frontend) == calls
@@ -474,12 +460,14 @@ def test_forged_or_unsigned_descriptors_are_refused_before_nixl(served: dict[str
     # Through the frontend: refused as client-supplied, vLLM never asked.
     calls = _upstream_calls(served["frontend"])
     for reference in (forged, unsigned, altered):
-        status, body = _post(served["frontend"], {"model": "tiny", "messages": _messages([reference])})
+        status, body = stack.post_chat(
+            served["frontend"], {"model": "tiny", "messages": _messages([reference])}
+        )
         _assert_openai_error(status, body, 400, "minted by the frontend")
     assert _upstream_calls(served["frontend"]) == calls
     # Straight to vLLM: the plug-in refuses them before any NIXL call.
     for reference, words in ((forged, "does not match"), (unsigned, "unsigned"), (altered, "does not match")):
-        status, body = _post(vllm, {"model": "tiny", "messages": _messages([reference])})
+        status, body = stack.post_chat(vllm, {"model": "tiny", "messages": _messages([reference])})
         _assert_openai_error(status, body, 400, words)
     after = _metrics(vllm)
     refused = stack.metric(after, "pixelwire_worker_errors_total", type="SignatureError") - stack.metric(
@@ -497,7 +485,9 @@ def test_blocked_url_is_a_400_and_vllm_is_never_asked(served: dict[str, Any], ur
     for name in ("frontend", "worker_mode"):
         frontend = served[name]
         calls = _upstream_calls(frontend)
-        status, body = _post(frontend, {"model": "tiny", "messages": _messages([stack.data_url(PNG), url])})
+        status, body = stack.post_chat(
+            frontend, {"model": "tiny", "messages": _messages([stack.data_url(PNG), url])}
+        )
         _assert_openai_error(status, body, 400, "refused")
         assert body["error"]["param"] == "messages[0].content[1]"
         assert _upstream_calls(frontend) == calls
@@ -506,10 +496,10 @@ def test_blocked_url_is_a_400_and_vllm_is_never_asked(served: dict[str, Any], ur
 
 def test_frontend_in_front_of_a_vllm_without_the_connector_says_so(served: dict[str, Any]) -> None:
     body = {"model": "tiny", "messages": _messages([stack.data_url(PNG)])}
-    status, body = _post(served["misconfigured"], body)
+    status, body = stack.post_chat(served["misconfigured"], body)
     _assert_openai_error(status, body, 502, "VLLM_MEDIA_CONNECTOR=pixelwire")
     # Text-only requests still pass through.
-    status, body = _post(
+    status, body = stack.post_chat(
         served["misconfigured"],
         {"model": "tiny", "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]},
     )
@@ -519,7 +509,7 @@ def test_frontend_in_front_of_a_vllm_without_the_connector_says_so(served: dict[
 def test_other_routes_pass_through(served: dict[str, Any]) -> None:
     models = json.loads(served["frontend"].get("/v1/models"))
     assert [m["id"] for m in models["data"]] == ["tiny"]
-    status, body = _post(
+    status, body = stack.post_chat(
         served["frontend"], {"model": "no-such-model", "messages": _messages([stack.data_url(PNG)])}
     )
     assert status == 404, body  # vLLM's own status, preserved
