@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import http.server
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -21,10 +22,24 @@ from pathlib import Path
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
+# Ports handed to servers come from below Linux's ephemeral range (32768 up),
+# so that no outgoing connection's source port can take one between this
+# check and the server's own bind; picked at random so that two runs on one
+# host rarely pick the same one.
+_LISTEN_PORTS = range(20000, 32768)
+
+
 def free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+    """A port on ``host`` nothing listens on now, for a server started next."""
+    for _ in range(200):
+        port = random.choice(_LISTEN_PORTS)
+        with socket.socket() as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port on {host} in {_LISTEN_PORTS}")
 
 
 class Service:
