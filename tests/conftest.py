@@ -153,6 +153,15 @@ def long_video(tmp_path_factory: pytest.TempPathFactory) -> bytes:
 
 
 @pytest.fixture(scope="session")
+def video_bomb(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
+    """``video_clips.VIDEO_BOMB``: a video bomb (1,500 1080p frames claiming
+    1.5 ms) and a victim's 5 s 720p clip."""
+    import video_clips
+
+    return video_clips.make_all(video_clips.VIDEO_BOMB, tmp_path_factory.mktemp("video_bomb"))
+
+
+@pytest.fixture(scope="session")
 def corrupt_video(video_clips: dict[str, bytes]) -> bytes:
     """``h264_high_bframes.mp4`` with 2000 random bytes a third of the way
     in: some of its frames no longer decode, the others still do."""

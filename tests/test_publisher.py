@@ -235,7 +235,8 @@ def test_each_failing_video_is_a_typed_error_and_keeps_no_slot(
     video_clips: dict[str, bytes], bad_videos: dict[str, bytes]
 ) -> None:
     """A video the publisher cannot publish raises its own error: over a
-    limit (before any slot is taken), bigger than the whole pool, a codec
+    limit (before any slot is taken), bigger than the videos' share of the
+    pool (half of it), a codec
     pixelwire does not decode, no decodable frame (its slot is given back);
     none keeps a slot, and a good video after them reads back right."""
     good = video_clips["h264_baseline.mkv"]
@@ -243,14 +244,14 @@ def test_each_failing_video_is_a_typed_error_and_keeps_no_slot(
     sampling = VideoSampling(num_frames=6)
 
     async def main() -> dict[str, int]:
-        publisher = pixelwire.Publisher(pool_bytes=2 * MiB, acquire_timeout=0.5)
+        publisher = pixelwire.Publisher(pool_bytes=4 * MiB, acquire_timeout=0.5)
         async with publisher, pixelwire.Reader() as reader:
             with pytest.raises(pixelwire.VideoTooLarge) as over:
                 await publisher.decode_and_publish_video(
                     good, sampling=sampling, limits=pixelwire.VideoLimits(max_frames=5)
                 )
             assert over.value.setting == "max_frames"
-            with pytest.raises(pixelwire.PoolExhausted, match="more than the whole pool"):
+            with pytest.raises(pixelwire.PoolExhausted, match="more than the videos' share of the pool"):
                 await publisher.decode_and_publish_video(good, sampling=VideoSampling(num_frames=32))
             with pytest.raises(pixelwire.UnsupportedVideo):
                 await publisher.decode_and_publish_video(bad_videos["ffv1.mkv"], sampling=sampling)
@@ -402,7 +403,8 @@ def test_a_published_per_video_size_follows_the_frames_that_decode(corrupt_video
 
 
 def test_videos_decode_on_their_own_threads_at_a_lowered_priority(video_clips: dict[str, bytes]) -> None:
-    """A video decodes on one of a few threads of its own, whose nice value
+    """A video decodes on one of a few threads of its own (VIDEO_DECODE_THREADS,
+    of which VIDEO_DECODE_CALLS decode at once), whose nice value
     (inherited by the decoder threads FFmpeg starts from it) is the image
     pool's, so that long videos cannot crowd out images."""
     import threading
@@ -416,7 +418,7 @@ def test_videos_decode_on_their_own_threads_at_a_lowered_priority(video_clips: d
 
     asyncio.run(main())
     threads = [t for t in threading.enumerate() if t.name.startswith("pixelwire-video")]
-    assert 1 <= len(threads) <= config.VIDEO_DECODE_CALLS
+    assert 1 <= len(threads) <= config.VIDEO_DECODE_THREADS
     for thread in threads:
         stat = Path(f"/proc/self/task/{thread.native_id}/stat").read_text()
         nice = int(stat.rpartition(")")[2].split()[16])

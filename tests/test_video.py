@@ -472,6 +472,63 @@ def test_a_tiny_file_claiming_a_thousand_hours_is_refused_unless_max_seconds_all
     assert len(frames) == 24 and time.monotonic() - started < 5
 
 
+def test_a_video_claiming_a_million_frames_a_second_is_counted_by_its_frames(bad_videos):
+    """A header's rate cannot make a video cheap: 400 720p frames claiming
+    0.4 ms pass a one-second max_seconds, but max_decode_pixels counts the
+    frames up to the last sampled one, from the headers, before any frame
+    memory; within it they decode."""
+    data = bad_videos["h264_million_fps.mp4"]
+    frame = 1280 * 720
+    assert len(decode_video(data, limits=VideoLimits(max_seconds=1))[0]) == 32
+    with pytest.raises(VideoTooLarge) as raised:
+        decode_video(data, limits=VideoLimits(max_seconds=1, max_decode_pixels=399 * frame))
+    assert (raised.value.setting, raised.value.actual) == ("max_decode_pixels", 400 * frame)
+    # Sampling only the start needs only the start decoded.
+    frames, _ = decode_video(data, num_frames=2, limits=VideoLimits(max_decode_pixels=400 * frame))
+    assert len(frames) == 2
+
+
+def test_decoding_past_the_budget_stops_as_it_goes(video_clips):
+    """The budget also holds as the decoder runs, whatever the headers said:
+    the frame count's check at the end of a VP9 stream decodes the stream,
+    and stops once it has decoded twice the budget's frames (each pass may
+    take it once)."""
+    data = video_clips["vp9.webm"]  # 12 frames of 320x240
+    with pytest.raises(VideoTooLarge) as raised:
+        VideoCapture(data, settle_count=True, limits=VideoLimits(max_decode_pixels=2 * 320 * 240))
+    assert raised.value.setting == "max_decode_pixels"
+    assert VideoCapture(data, settle_count=True, limits=VideoLimits(max_decode_pixels=12 * 320 * 240))
+
+
+def test_a_short_video_decodes_while_a_long_one_of_another_client_waits(long_video, video_clips):
+    """With one decode running at a time, a long video (32 frames across
+    3,000, read on one thread: about 0.3 s alone) of client "a" hands its
+    turn on between packets to client "b"'s short clip, which ends while
+    the long one is still decoding; first come, first served, the clip
+    would wait for it."""
+    import threading
+
+    pixelwire._native.configure_video_turns(1)
+    ended: list[str] = []
+    started = threading.Event()
+
+    def decode(name: str, data: bytes, client: str) -> None:
+        if name == "long":
+            started.set()
+        decode_video(data, num_frames=32 if name == "long" else 2, threads=1, client=client)
+        ended.append(name)
+
+    long = threading.Thread(target=decode, args=("long", long_video, "a"))
+    long.start()
+    started.wait()
+    time.sleep(0.05)
+    short = threading.Thread(target=decode, args=("short", video_clips["vp8.webm"], "b"))
+    short.start()
+    short.join(60)
+    long.join(120)
+    assert ended == ["short", "long"]
+
+
 def test_a_capture_reads_once(video_clips):
     capture = VideoCapture(video_clips["vp8.webm"])
     capture.read([0])
@@ -504,6 +561,9 @@ def test_video_limits_defaults_and_repr():
     assert limits.max_frames == 3 and limits.max_pixels == VideoLimits().max_pixels
     assert VideoLimits().max_seconds == pixelwire.config.MAX_VIDEO_SECONDS == 3 * 3600
     assert repr(limits).startswith("VideoLimits(max_bytes=") and "max_seconds=10800" in repr(limits)
+    # The decoding of max_seconds of 1080p at 30 frames a second.
+    default = VideoLimits().max_decode_pixels
+    assert default == pixelwire.config.MAX_VIDEO_DECODE_PIXELS == 10_800 * 30 * 1920 * 1080
 
 
 def test_decode_video_without_limits_takes_them_from_the_environment(video_clips, monkeypatch):

@@ -114,6 +114,21 @@ LONG: dict[str, list[str]] = {
     ],
 }  # fmt: skip
 
+# The video bomb of an attack on decode capacity, and its victim. The bomb:
+# 1,500 flat 1080p frames (120 KB) whose container claims a million frames
+# a second, so 0.0015 s long by its headers; sampled over its length, every
+# frame is decoded (about a second on two cores). The victim: 5 s of 720p.
+VIDEO_BOMB: dict[str, list[str]] = {
+    "h264_1080p_million_fps_bomb.mp4": [
+        *["-f", "lavfi", "-i", "color=c=black:size=1920x1080:rate=1000000"],
+        *["-frames:v", "1500", *X264, "-preset", "ultrafast"],
+    ],
+    "h264_720p_5s.mp4": [
+        *["-f", "lavfi", "-i", "testsrc2=size=1280x720:rate=30"],
+        *["-frames:v", "150", *X264, "-preset", "ultrafast"],
+    ],
+}
+
 BAD_SOURCES: dict[str, list[str]] = {
     "audio_only.mka": ["-f", "lavfi", "-i", "sine=frequency=440:duration=0.5", "-c:a", "pcm_s16le"],
     "zero_frames.mkv": [*PATTERN, "-frames:v", "0", *X264],
@@ -126,6 +141,12 @@ BAD_SOURCES: dict[str, list[str]] = {
         "-frames:v",
         "1",
         *VP9,
+    ],
+    # 400 flat 720p frames whose container claims a million frames a
+    # second: 0.4 ms long by its headers, 400 frames to decode all the same.
+    "h264_million_fps.mp4": [
+        *["-f", "lavfi", "-i", "color=c=black:size=1280x720:rate=1000000"],
+        *["-frames:v", "400", *X264, "-preset", "ultrafast"],
     ],
     # One valid frame: Qwen2-VL samples frames in pairs.
     "one_frame.mp4": [*PATTERN, "-frames:v", "1", *X264],

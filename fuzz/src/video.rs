@@ -17,7 +17,8 @@ pub const VIDEO_HEADER: usize = 4;
 ///   bit 6 `max_bytes` one below the file's length (must refuse); bit 7
 ///   the frame count's end-of-stream check shared with the read (else
 ///   settled at open).
-/// * `h[1]`: frames sampled (1..=4; `max_frames` is 3, so 4 must refuse).
+/// * `h[1]`: bits 0-1 frames sampled (1..=4; `max_frames` is 3, so 4 must
+///   refuse); bits 2-3 `max_decode_pixels` (2^16, 2^20, 2^24, none).
 /// * `h[2]`, `h[3]`: the first sampled index and the step between them.
 ///
 /// Checks: no crash, hang or unbounded memory (libFuzzer's -timeout and
@@ -44,6 +45,7 @@ fn video_inner(data: &[u8]) {
         max_pixels: [1u64 << 12, 1 << 16, 1 << 18, 1 << 20][usize::from((h[0] >> 2) & 3)],
         max_frame_bytes: 4 << 20,
         max_seconds: [1u64, 10, 60, 3600][usize::from((h[0] >> 4) & 3)],
+        max_decode_pixels: [1u64 << 16, 1 << 20, 1 << 24, u64::MAX][usize::from((h[1] >> 2) & 3)],
     };
     let threads = 1 + usize::from(h[0] & 1);
     let conversion = if h[0] & 2 != 0 {
@@ -56,11 +58,16 @@ fn video_inner(data: &[u8]) {
     } else {
         EndCheck::AtOpen
     };
-    let mut capture = match Capture::open(Box::new(file.to_vec()), threads, limits, end_check, None) {
+    let mut capture = match Capture::open(
+        Box::new(file.to_vec()),
+        threads,
+        limits,
+        end_check,
+        None,
+        None,
+    ) {
         Ok(capture) => capture,
-        Err(Error::Video(_) | Error::UnsupportedVideo(_) | Error::VideoOverLimit { .. }) => {
-            return
-        }
+        Err(Error::Video(_) | Error::UnsupportedVideo(_) | Error::VideoOverLimit { .. }) => return,
         Err(other) => panic!("open failed with an error of another kind: {other:?}"),
     };
     assert!(!tight, "opened {} bytes over max_bytes", file.len());
@@ -72,7 +79,10 @@ fn video_inner(data: &[u8]) {
         limits.max_pixels
     );
     if info.duration.is_finite() {
-        assert!(info.duration <= limits.max_seconds as f64, "{info:?} over max_seconds");
+        assert!(
+            info.duration <= limits.max_seconds as f64,
+            "{info:?} over max_seconds"
+        );
     }
     if info.fps.is_finite() && info.fps > 0.0 {
         let claimed = info.header_frame_count as f64 / info.fps;
@@ -90,17 +100,34 @@ fn video_inner(data: &[u8]) {
     let mut refused = false;
     match capture.read_frames(&wanted, conversion, None) {
         Ok(frames) => {
-            assert!(distinct <= limits.max_frames, "read {distinct} frames over max_frames");
+            assert!(
+                distinct <= limits.max_frames,
+                "read {distinct} frames over max_frames"
+            );
             let frame_bytes = frames.height * frames.width * 3;
-            assert_eq!((frames.width, frames.height), (info.width as usize, info.height as usize));
+            assert_eq!(
+                (frames.width, frames.height),
+                (info.width as usize, info.height as usize)
+            );
             assert_eq!(frames.pixels.len(), frames.indices.len() * frame_bytes);
-            assert!(frames.indices.windows(2).all(|w| w[0] < w[1]), "{:?}", frames.indices);
-            assert!(frames.indices.iter().all(|i| wanted.contains(i)), "{:?}", frames.indices);
+            assert!(
+                frames.indices.windows(2).all(|w| w[0] < w[1]),
+                "{:?}",
+                frames.indices
+            );
+            assert!(
+                frames.indices.iter().all(|i| wanted.contains(i)),
+                "{:?}",
+                frames.indices
+            );
         }
         Err(Error::VideoOverLimit { setting, .. }) => {
             refused = true;
             assert!(
-                matches!(setting, "max_frames" | "max_frame_bytes"),
+                matches!(
+                    setting,
+                    "max_frames" | "max_frame_bytes" | "max_decode_pixels"
+                ),
                 "read refused by {setting}"
             );
         }

@@ -181,6 +181,7 @@ class VideoLimits:
         max_pixels: int | None = None,
         max_frame_bytes: int | None = None,
         max_seconds: int | None = None,
+        max_decode_pixels: int | None = None,
     ) -> VideoLimits: ...
     @property
     def max_bytes(self) -> int: ...
@@ -192,6 +193,8 @@ class VideoLimits:
     def max_frame_bytes(self) -> int: ...
     @property
     def max_seconds(self) -> int: ...
+    @property
+    def max_decode_pixels(self) -> int: ...
 
 class VideoInfo(TypedDict):
     width: int
@@ -218,6 +221,7 @@ class VideoCapture:
         limits: VideoLimits | None = None,
         settle_count: bool = False,
         control: BatchControl | None = None,
+        client: str | None = None,
     ) -> VideoCapture:
         """Opens ``data`` and reads its headers. With ``settle_count`` the
         frame count is settled here, decoding the end of the stream as
@@ -227,7 +231,9 @@ class VideoCapture:
         provisionally, and ``read`` raises ``VideoFrameCountChanged`` if
         OpenCV would have counted otherwise. Once ``control`` is cancelled,
         the open and the read stop within a frame and raise
-        :class:`Cancelled`."""
+        :class:`Cancelled`. With ``client`` (whose decoding this is), the
+        open and the read take turns with the process's other decodes that
+        name a client (:func:`configure_video_turns`)."""
     def info(self) -> VideoInfo: ...
     def read(
         self,
@@ -318,6 +324,11 @@ def scan_json_body(raw: bytes, min_len: int, prefix: str) -> tuple[bytes | None,
     skeleton with ``"<prefix><n>"`` in their place, or None when none was
     cut; an upper bound on its JSON values; each cut string's contents as a
     byte range of ``raw``)."""
+
+def configure_video_turns(calls: int) -> int:
+    """Sets how many of the decodes that name a client run at once (at
+    least one); the others wait for a turn, handed on between packets to
+    the client that has had least decoding time. Returns the number set."""
 
 def ffmpeg_components() -> dict[str, list[str]]:
     """The bundled FFmpeg's ``demuxers``, input ``protocols`` and ``decoders``."""

@@ -198,6 +198,7 @@ def _frontend(args: argparse.Namespace) -> int:
         max_video_pixels=args.max_video_pixels,
         max_video_frame_bytes=args.max_video_frame_bytes,
         max_video_seconds=args.max_video_seconds,
+        max_video_decode_pixels=args.max_video_decode_pixels,
         upstream_timeout=args.upstream_timeout,
         drain_seconds=args.drain_seconds,
         allowed_domains=args.allowed_domains,
@@ -535,6 +536,14 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
         default=config.FRONTEND_MAX_VIDEO_SECONDS,
         help="length of one video, 400 above it, from its headers before any frame is decoded (default "
         f"{config.FRONTEND_MAX_VIDEO_SECONDS} s)",
+    )
+    front.add_argument(
+        "--max-video-decode-pixels",
+        type=int,
+        default=config.FRONTEND_MAX_VIDEO_DECODE_PIXELS,
+        help="pixels decoded for one video (every frame up to the last sampled one, whatever rate its "
+        "header claims), 400 above it, from its headers before any frame memory and as it decodes "
+        f"(default {config.FRONTEND_MAX_VIDEO_DECODE_PIXELS:,}: 3 hours of 1080p at 30 fps)",
     )
     front.add_argument(
         "--max-json-values",

@@ -91,12 +91,15 @@ MAX_PIXELS = Limits().max_pixels
 VIDEO_NUM_FRAMES = 32
 # What one video may cost, each bound checked from the container and codec
 # headers before the memory it guards is taken: the native defaults (1 GiB
-# encoded, 1024 frames sampled, 8K frames, 4 GiB of sampled frames, 3 hours).
+# encoded, 1024 frames sampled, 8K frames, 4 GiB of sampled frames, 3 hours,
+# and the decoding of 3 hours of 1080p30: every frame up to the last sampled
+# one, counted by the frames there are, whatever rate a header claims).
 MAX_VIDEO_BYTES = VideoLimits().max_bytes
 MAX_VIDEO_FRAMES = VideoLimits().max_frames
 MAX_VIDEO_PIXELS = VideoLimits().max_pixels
 MAX_VIDEO_FRAME_BYTES = VideoLimits().max_frame_bytes
 MAX_VIDEO_SECONDS = VideoLimits().max_seconds
+MAX_VIDEO_DECODE_PIXELS = VideoLimits().max_decode_pixels
 # How a worker READs (see docs/performance.md, "Transfers", for the sweep
 # these come from). NIXL's progress thread on a reader's agent: without it
 # nothing progresses the UCX worker between reads, and after a link outage
@@ -172,12 +175,36 @@ FRONTEND_MAX_VIDEO_FRAMES = 768
 FRONTEND_MAX_VIDEO_PIXELS = 3840 * 2160
 FRONTEND_MAX_VIDEO_FRAME_BYTES = 1024 * MiB
 FRONTEND_MAX_VIDEO_SECONDS = MAX_VIDEO_SECONDS
+FRONTEND_MAX_VIDEO_DECODE_PIXELS = MAX_VIDEO_DECODE_PIXELS
 # Videos decoded at once in one process, each on its decoder's own threads
 # (min(cores, 16), as OpenCV), on threads whose priority is lowered as the
 # image pool's are: more at once would only oversubscribe the cores, and at
 # full priority a few long videos would crowd out every image.
 VIDEO_DECODE_CALLS = max(1, (os.cpu_count() or 1) // 8)
 VIDEO_DECODE_NICE = 10
+# Threads videos are decoded on: the VIDEO_DECODE_CALLS decodes that run,
+# and those waiting for a turn (pixelwire._native.configure_video_turns):
+# a running decode hands its turn on, between packets, to a waiting one
+# whose client has had less decoding time, so a short clip does not wait
+# for a long video to end. Each thread may hold an opened decoder (a 4K
+# H.264 decoder holds up to ~40 frames, ~0.5 GB), which bounds the count.
+VIDEO_DECODE_THREADS = VIDEO_DECODE_CALLS + 7
+# Of those threads, what one client's videos may hold at the frontend (its
+# further videos wait for one of its own to end): one client's long videos
+# cannot take every thread, so another's video always finds one.
+VIDEO_DECODES_PER_CLIENT = VIDEO_DECODE_THREADS // 2
+# Of the pool, what the videos decoding at once may hold together (a
+# video's slot is taken before its first frame and held to its last): the
+# rest is left to images, which a long video must never crowd out. One
+# video's frames must fit in it (--max-video-frame-bytes is bounded by it).
+VIDEO_POOL_SHARE = 0.5
+
+
+def video_pool_bytes(pool_bytes: int) -> int:
+    """The bytes of a ``pool_bytes`` pool the videos decoding at once may hold."""
+    return int(pool_bytes * VIDEO_POOL_SHARE)
+
+
 # Threads of the publish pool, which decodes a request's images taking
 # turns with the other requests' (at a lower priority than the process's
 # other threads): every core but one, so the event loop and the single
@@ -369,13 +396,15 @@ def env_flag(name: str, default: bool) -> bool:
 def video_limits_from_env() -> VideoLimits:
     """``PIXELWIRE_MAX_VIDEO_BYTES``, ``PIXELWIRE_MAX_VIDEO_FRAMES``,
     ``PIXELWIRE_MAX_VIDEO_PIXELS``, ``PIXELWIRE_MAX_VIDEO_FRAME_BYTES``,
-    ``PIXELWIRE_MAX_VIDEO_SECONDS``: the limits of a ``decode_video`` given none."""
+    ``PIXELWIRE_MAX_VIDEO_SECONDS``, ``PIXELWIRE_MAX_VIDEO_DECODE_PIXELS``: the
+    limits of a ``decode_video`` given none."""
     return VideoLimits(
         max_bytes=env_bytes("PIXELWIRE_MAX_VIDEO_BYTES", MAX_VIDEO_BYTES),
         max_frames=env_int("PIXELWIRE_MAX_VIDEO_FRAMES", MAX_VIDEO_FRAMES),
         max_pixels=env_int("PIXELWIRE_MAX_VIDEO_PIXELS", MAX_VIDEO_PIXELS),
         max_frame_bytes=env_bytes("PIXELWIRE_MAX_VIDEO_FRAME_BYTES", MAX_VIDEO_FRAME_BYTES),
         max_seconds=env_int("PIXELWIRE_MAX_VIDEO_SECONDS", MAX_VIDEO_SECONDS),
+        max_decode_pixels=env_int("PIXELWIRE_MAX_VIDEO_DECODE_PIXELS", MAX_VIDEO_DECODE_PIXELS),
     )
 
 
@@ -676,6 +705,7 @@ class FrontendConfig:
     max_video_pixels: int = FRONTEND_MAX_VIDEO_PIXELS
     max_video_frame_bytes: int = FRONTEND_MAX_VIDEO_FRAME_BYTES
     max_video_seconds: int = FRONTEND_MAX_VIDEO_SECONDS
+    max_video_decode_pixels: int = FRONTEND_MAX_VIDEO_DECODE_PIXELS
     # JSON values in one body (400 above it), counted as 1 + the `{`, `[`
     # and `,` bytes anywhere in the body: an upper bound (characters inside
     # strings count too; base64 has none, and ordinary prose needs ~30 MB

@@ -7,16 +7,18 @@ from __future__ import annotations
 import asyncio
 import base64
 import concurrent.futures
+import contextlib
 import functools
 import hashlib
+import itertools
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pixelwire import _native, config
-from pixelwire._native import PixelwireError
+from pixelwire._native import SLOT_HEADER_BYTES, PixelwireError
 from pixelwire.config import (
     ACQUIRE_TIMEOUT,
     BACKGROUND,
@@ -37,6 +39,7 @@ from pixelwire.nixl import ensure_nixl
 from pixelwire.processed import PatchLayout
 from pixelwire.publish_cache import CacheKey, Outcome, PublishCache
 from pixelwire.video.decode import (
+    capture_opener,
     frame_resize,
     loader_metadata,
     sample_video,
@@ -44,6 +47,7 @@ from pixelwire.video.decode import (
     with_settled_count,
 )
 from pixelwire.video.sampling import VideoSampling
+from pixelwire.video.shares import ClientShares, PoolShare
 
 if TYPE_CHECKING:
     from pixelwire.fetch import Fetcher
@@ -52,6 +56,11 @@ if TYPE_CHECKING:
     # How an image is shaped for the model: resized pixels, or the
     # processor's patch rows of them (processed inputs, layout "PATCHES").
     Shaping = ResizePolicy | PatchLayout
+
+T = TypeVar("T")
+
+# Numbers the videos published without a client, each a client of its own.
+_videos = itertools.count()
 
 
 def default_fetcher() -> Fetcher:
@@ -149,31 +158,47 @@ def _handout(decoded: Decoded | DecodedVideo) -> int:
     return 0 if named is None else named[2]
 
 
-def _release_when_published(native: _native.NativePublisher) -> Any:
-    """A done-callback that frees whatever an abandoned batch still reports
-    as published (its cancel freed the rest; a second free of a slot is a
-    no-op, by its generation)."""
+async def _off_loop(
+    native: _native.NativePublisher,
+    executor: concurrent.futures.Executor,
+    call: Callable[[], T],
+    control: _native.BatchControl,
+    release: Callable[[T], None],
+) -> T:
+    """``call`` (a publish under ``control``) on ``executor``. When the
+    caller goes away first, ``control`` is cancelled: what was published
+    by then is freed, work waiting for a slot or a turn stops and work not
+    started is skipped, and what the call still publishes is freed by
+    ``release`` as soon as it returns (a second free of a slot is a no-op,
+    by its generation)."""
+    work = asyncio.get_running_loop().run_in_executor(executor, call)
+    try:
+        return await asyncio.shield(work)
+    except asyncio.CancelledError:
+        native.cancel(control)
+        work.add_done_callback(functools.partial(_release_result, release))
+        raise
 
-    def release(work: asyncio.Future[list[tuple[_native.Published, str] | Exception]]) -> None:
-        if work.cancelled() or work.exception() is not None:
-            return
-        for outcome in work.result():
-            if not isinstance(outcome, Exception):
-                fields, _ = outcome
-                native.release(fields["slot"], fields["generation"], fields["handout"])
 
-    return release
+def _release_result(release: Callable[[T], None], work: asyncio.Future[T]) -> None:
+    if not work.cancelled() and work.exception() is None:
+        release(work.result())
 
 
-def _release_video_when_published(native: _native.NativePublisher) -> Any:
-    """A done-callback that frees the video an abandoned publish published."""
-
-    def release(work: asyncio.Future[_PublishedVideo]) -> None:
-        if not work.cancelled() and work.exception() is None:
-            fields = work.result().fields
+def _release_batch(
+    native: _native.NativePublisher, outcomes: list[tuple[_native.Published, str] | Exception]
+) -> None:
+    """Frees what an abandoned batch still reports as published."""
+    for outcome in outcomes:
+        if not isinstance(outcome, Exception):
+            fields, _ = outcome
             native.release(fields["slot"], fields["generation"], fields["handout"])
 
-    return release
+
+def _release_video(native: _native.NativePublisher, published: _PublishedVideo) -> None:
+    """Frees the video an abandoned publish published."""
+    fields = published.fields
+    native.release(fields["slot"], fields["generation"], fields["handout"])
 
 
 def _pass_through(source: bytes | bytearray | memoryview | str) -> PassThrough:
@@ -250,18 +275,18 @@ def _publish_video(
     threads: int,
     resize: ResizePolicy | None,
     control: _native.BatchControl,
+    client: str,
+    holding: Callable[[int], contextlib.AbstractContextManager[None]],
 ) -> _PublishedVideo:
     """Opens the video, samples it as the loader does and decodes the
     sampled frames into a slot, each resized as `resize` says (GIL released
-    throughout); stops with :class:`Cancelled` once `control` is cancelled."""
+    throughout), in turns as `client`'s; stops with :class:`Cancelled` once
+    `control` is cancelled. Its slot is taken within `holding(bytes)`
+    (the videos' share of the pool)."""
 
     def publish(settle_count: bool) -> _PublishedVideo:
-        def open_video() -> _native.VideoCapture:
-            return _native.VideoCapture(
-                data, threads=threads, limits=limits, settle_count=settle_count, control=control
-            )
-
-        return _publish_opened(native, open_video, data, sampling, resize, control)
+        open_video = capture_opener(data, threads, limits, settle_count, control, client)
+        return _publish_opened(native, open_video, data, sampling, resize, control, holding)
 
     return with_settled_count(publish)
 
@@ -273,6 +298,7 @@ def _publish_opened(
     sampling: VideoSampling,
     resize: ResizePolicy | None,
     control: _native.BatchControl,
+    holding: Callable[[int], contextlib.AbstractContextManager[None]],
 ) -> _PublishedVideo:
     capture = open_video()
     info = capture.info()
@@ -281,19 +307,21 @@ def _publish_opened(
     )
     size = (info["height"], info["width"])
     options = frame_resize(resize, size, len(set(wanted)), source)
-    fields = native.publish_video(capture, wanted, control=control, **options)
-    settled = frame_resize(resize, size, len(fields["indices"]), source)
-    if settled != options:
-        # A frame that did not decode changed the count a per-video size
-        # depends on: the decoded frames again, at the size for that count.
-        native.release(fields["slot"], fields["generation"], fields["handout"])
-        decoded = fields["indices"]
-        fields = native.publish_video(open_video(), decoded, control=control, **settled)
-        if fields["indices"] != decoded:
+    height, width = options.get("resize", size)
+    with holding(SLOT_HEADER_BYTES + len(set(wanted)) * height * width * 3):
+        fields = native.publish_video(capture, wanted, control=control, **options)
+        settled = frame_resize(resize, size, len(fields["indices"]), source)
+        if settled != options:
+            # A frame that did not decode changed the count a per-video size
+            # depends on: the decoded frames again, at the size for that count.
             native.release(fields["slot"], fields["generation"], fields["handout"])
-            raise _native.VideoDecodeError(
-                f"the video's frames {decoded} decoded as {fields['indices']} when read again"
-            )
+            decoded = fields["indices"]
+            fields = native.publish_video(open_video(), decoded, control=control, **settled)
+            if fields["indices"] != decoded:
+                native.release(fields["slot"], fields["generation"], fields["handout"])
+                raise _native.VideoDecodeError(
+                    f"the video's frames {decoded} decoded as {fields['indices']} when read again"
+                )
     return _PublishedVideo(
         fields,
         loader_metadata(source, fields["indices"]),
@@ -358,6 +386,8 @@ class Publisher:
         self.publish_threads = publish_threads
         self.cache = PublishCache(max(0, min(cache_bytes, pool_bytes)))
         self.data_urls = DataUrlMemo(data_url_memo_bytes(self.cache.budget))
+        self._video_shares = ClientShares(config.VIDEO_DECODES_PER_CLIENT)
+        self._video_pool = PoolShare(config.video_pool_bytes(pool_bytes))
         self._native: _native.NativePublisher | None = None
 
     # -- lifecycle -------------------------------------------------------------
@@ -643,17 +673,10 @@ class Publisher:
             self.publish_threads,
             digests,
         )
-        work = asyncio.get_running_loop().run_in_executor(_publish_executor(), call)
-        try:
-            outcomes = await asyncio.shield(work)
-        except asyncio.CancelledError:
-            # The caller went away mid-decode: what the batch published is
-            # freed now, images still waiting for a slot stop waiting, those
-            # not started are skipped, and each one still decoding is freed
-            # as soon as it is published.
-            native.cancel(control)
-            work.add_done_callback(_release_when_published(native))
-            raise
+        release = functools.partial(_release_batch, native)
+        outcomes: list[tuple[_native.Published, str] | Exception] = await _off_loop(
+            native, _publish_executor(), call, control, release
+        )
         published_at = time.time()
         return [
             outcome
@@ -670,6 +693,7 @@ class Publisher:
         limits: _native.VideoLimits | None = None,
         threads: int = 0,
         resize: ResizePolicy | None = None,
+        client: str | None = None,
     ) -> DecodedVideo | PassThrough:
         """Fetches `source` as :meth:`decode_and_publish` does, samples its
         frames as vLLM's video loader would (``sampling``: the loader, its
@@ -682,24 +706,25 @@ class Publisher:
         model's video processor's, :func:`pixelwire.resize.video_resize_policy`)
         each frame at the size that processor resizes it to. Raises what
         :func:`pixelwire.decode_video` raises; with ``decode_at="worker"``
-        returns a :class:`PassThrough`."""
+        returns a :class:`PassThrough`. ``client`` names whose video this
+        is: one client's videos hold at most ``VIDEO_DECODES_PER_CLIENT`` of
+        the decode threads (its others wait for one of its own), and decode
+        in turns shared by client (:func:`pixelwire.video.decode.video_decode_executor`);
+        without it, the video is a client of its own."""
         if self.decode_at == "worker":
             return _pass_through(source)
         native = self._opened()
         sampling = sampling or VideoSampling()
         data = await self.fetcher.fetch(source) if isinstance(source, str) else _encoded(source)
         control = _native.BatchControl()
-        call = functools.partial(_publish_video, native, data, sampling, limits, threads, resize, control)
-        work = asyncio.get_running_loop().run_in_executor(video_decode_executor(), call)
-        try:
-            published = await asyncio.shield(work)
-        except asyncio.CancelledError:
-            # The caller went away: the decoding stops at its next frame and
-            # its slot goes back; a video published by then is freed now,
-            # or once its publish returns.
-            native.cancel(control)
-            work.add_done_callback(_release_video_when_published(native))
-            raise
+        client = client if client is not None else f"video-{next(_videos)}"
+        holding = functools.partial(self._video_pool.taken, timeout=self.acquire_timeout, control=control)
+        call = functools.partial(
+            _publish_video, native, data, sampling, limits, threads, resize, control, client, holding
+        )
+        async with self._video_shares.held(client):
+            release = functools.partial(_release_video, native)
+            published = await _off_loop(native, video_decode_executor(), call, control, release)
         fields = published.fields
         return DecodedVideo(
             **_slot_fields(native.agent_name, fields),

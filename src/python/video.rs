@@ -19,13 +19,14 @@ pub struct PyVideoLimits {
 #[pymethods]
 impl PyVideoLimits {
     #[new]
-    #[pyo3(signature = (*, max_bytes = None, max_frames = None, max_pixels = None, max_frame_bytes = None, max_seconds = None))]
+    #[pyo3(signature = (*, max_bytes = None, max_frames = None, max_pixels = None, max_frame_bytes = None, max_seconds = None, max_decode_pixels = None))]
     fn new(
         max_bytes: Option<usize>,
         max_frames: Option<usize>,
         max_pixels: Option<u64>,
         max_frame_bytes: Option<u64>,
         max_seconds: Option<u64>,
+        max_decode_pixels: Option<u64>,
     ) -> Self {
         let d = video::VideoLimits::default();
         PyVideoLimits {
@@ -35,6 +36,7 @@ impl PyVideoLimits {
                 max_pixels: max_pixels.unwrap_or(d.max_pixels),
                 max_frame_bytes: max_frame_bytes.unwrap_or(d.max_frame_bytes),
                 max_seconds: max_seconds.unwrap_or(d.max_seconds),
+                max_decode_pixels: max_decode_pixels.unwrap_or(d.max_decode_pixels),
             },
         }
     }
@@ -64,11 +66,17 @@ impl PyVideoLimits {
         self.inner.max_seconds
     }
 
+    #[getter]
+    fn max_decode_pixels(&self) -> u64 {
+        self.inner.max_decode_pixels
+    }
+
     fn __repr__(&self) -> String {
         let l = &self.inner;
         format!(
-            "VideoLimits(max_bytes={}, max_frames={}, max_pixels={}, max_frame_bytes={}, max_seconds={})",
-            l.max_bytes, l.max_frames, l.max_pixels, l.max_frame_bytes, l.max_seconds
+            "VideoLimits(max_bytes={}, max_frames={}, max_pixels={}, max_frame_bytes={}, max_seconds={}, \
+             max_decode_pixels={})",
+            l.max_bytes, l.max_frames, l.max_pixels, l.max_frame_bytes, l.max_seconds, l.max_decode_pixels
         )
     }
 }
@@ -117,9 +125,11 @@ impl PyVideoCapture {
     /// `frame_count` may be provisional until `read` settles it (raising
     /// `VideoFrameCountChanged` when it was wrong). Once `control` is
     /// cancelled, the open and the read stop within a frame and raise
-    /// `Cancelled`.
+    /// `Cancelled`. With `client` (whose decoding this is), the open and
+    /// the read take turns with the process's other decodes that name a
+    /// client (`configure_video_turns`).
     #[new]
-    #[pyo3(signature = (data, *, threads = 0, limits = None, settle_count = false, control = None))]
+    #[pyo3(signature = (data, *, threads = 0, limits = None, settle_count = false, control = None, client = None))]
     fn new(
         py: Python<'_>,
         data: Encoded<'_>,
@@ -127,6 +137,7 @@ impl PyVideoCapture {
         limits: Option<PyRef<'_, PyVideoLimits>>,
         settle_count: bool,
         control: Option<PyRef<'_, NativeBatchControl>>,
+        client: Option<String>,
     ) -> PyResult<Self> {
         let limits = limits.map(|l| l.inner).unwrap_or_default();
         let source = match data {
@@ -146,8 +157,16 @@ impl PyVideoCapture {
             EndCheck::SharedWithRead
         };
         let stop = control.map(|control| control.inner.stop_flag());
-        let capture =
-            py.detach(|| Capture::open(Box::new(source), threads, limits, end_check, stop))?;
+        let capture = py.detach(|| {
+            Capture::open(
+                Box::new(source),
+                threads,
+                limits,
+                end_check,
+                stop,
+                client.as_deref(),
+            )
+        })?;
         Ok(PyVideoCapture {
             inner: Some(capture),
             packets_decoded: 0,
@@ -245,7 +264,18 @@ fn ffmpeg_components() -> std::collections::HashMap<&'static str, Vec<String>> {
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyVideoLimits>()?;
+    m.add_function(wrap_pyfunction!(configure_video_turns, m)?)?;
     m.add_class::<PyVideoCapture>()?;
     m.add_function(wrap_pyfunction!(ffmpeg_components, m)?)?;
     Ok(())
+}
+
+/// Sets how many of the decodes that name a client run at once (at least
+/// one); the others wait for a turn, the client that has had least decoding
+/// time first. Returns the number set.
+#[pyfunction]
+fn configure_video_turns(calls: usize) -> usize {
+    let turns = video::DecodeTurns::global();
+    turns.configure(calls);
+    turns.calls()
 }

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use pixelwire_ffmpeg_sys as ffi;
 
+use super::pace::Pace;
 use super::VideoLimits;
 use crate::errors::{Error, Result};
 use crate::publisher::cancelled;
@@ -176,8 +177,9 @@ pub struct Capture {
     threads: i32,
     /// Packets decoded by the handles `raw` replaced.
     packets_before: u64,
-    /// The flag that stops the shim's work (`BatchControl::stop_flag`).
-    stop: Option<Arc<AtomicI32>>,
+    // What the shim asks between packets (the stop flag, the decoding
+    // budget, the turns); dropped after `raw` is closed (see Drop).
+    pace: Arc<Pace>,
     // Dropped after `raw` is closed (see Drop).
     source: Box<dyn AsRef<[u8]> + Send + Sync>,
 }
@@ -204,13 +206,15 @@ fn c_string(chars: &[c_char]) -> String {
     String::from_utf8_lossy(&bytes).into_owned()
 }
 
-/// A shim handle over `data` (which must outlive it), its headers read.
+/// A shim handle over `data` (which must outlive it, as `pace` must), its
+/// headers read, paced by `pace` from then on.
 fn open_raw(
     data: &[u8],
     threads: i32,
     limits: &VideoLimits,
-    stop: Option<&Arc<AtomicI32>>,
+    pace: &Pace,
 ) -> Result<*mut ffi::pw_video> {
+    let stop = pace.stop_flag();
     super::sample_tables::check(data)?;
     let max_pixels = i64::try_from(limits.max_pixels).unwrap_or(i64::MAX);
     let mut raw = std::ptr::null_mut();
@@ -251,19 +255,25 @@ fn open_raw(
         ffi::PW_ERR_MEMORY => return Err(Error::Video("out of memory".into())),
         _ => return Err(Error::Video(message)),
     }
+    pace.attach(raw);
     Ok(raw)
 }
 
 impl Capture {
     /// Opens `source` and reads its headers. `threads` is the decoder's
     /// thread count; 0 means OpenCV's default, min(cores, 16). `end_check`
-    /// says when the frame count is settled.
+    /// says when the frame count is settled. Once `stop` is set the work
+    /// stops within a packet (`Cancelled`). With `client`, the decoding
+    /// takes turns with the process's other decodes that name a client
+    /// ([`DecodeTurns`](super::DecodeTurns)): at most its `calls` run at
+    /// once, and the client that has had least goes first.
     pub fn open(
         source: Box<dyn AsRef<[u8]> + Send + Sync>,
         threads: usize,
         limits: VideoLimits,
         end_check: EndCheck,
         stop: Option<Arc<AtomicI32>>,
+        client: Option<&str>,
     ) -> Result<Capture> {
         let data = (*source).as_ref();
         limits.check_encoded(data.len())?;
@@ -271,7 +281,20 @@ impl Capture {
             return Err(Error::Video("empty video data".into()));
         }
         let threads = i32::try_from(threads.min(1024)).unwrap_or(0);
-        let raw = open_raw(data, threads, &limits, stop.as_ref())?;
+        let pace = Pace::new(stop, client);
+        let _turn = pace.turn()?;
+        Capture::open_paced(source, threads, limits, end_check, pace.clone())
+    }
+
+    fn open_paced(
+        source: Box<dyn AsRef<[u8]> + Send + Sync>,
+        threads: i32,
+        limits: VideoLimits,
+        end_check: EndCheck,
+        pace: Arc<Pace>,
+    ) -> Result<Capture> {
+        let data = (*source).as_ref();
+        let raw = open_raw(data, threads, &limits, &pace)?;
         let mut raw_info = std::mem::MaybeUninit::<ffi::pw_video_info>::zeroed();
         // SAFETY: `raw` is an open handle; the shim fills the whole struct.
         let raw_info = unsafe {
@@ -299,13 +322,14 @@ impl Capture {
             pending: None,
             threads,
             packets_before: 0,
-            stop,
+            pace,
             source,
         };
         limits.check_frame_size(capture.info.width, capture.info.height)?;
         if capture.info.width == 0 || capture.info.height == 0 {
             return Err(Error::Video("the video stream has no frame size".into()));
         }
+        capture.pace.set_budget(capture.packet_budget());
         // Before the seek to the end below, the first step that decodes.
         let info = &capture.info;
         limits.check_seconds(info.duration, info.header_frame_count, info.fps)?;
@@ -341,14 +365,32 @@ impl Capture {
         &self.info
     }
 
-    /// [`cancelled`] once the stop flag stopped the shim's work: what it
+    /// [`cancelled`] once the stop flag stopped the shim's work, a
+    /// `max_decode_pixels` refusal once the decoding budget did: what it
     /// counted or grabbed since is not the video's.
     fn check_stopped(&self) -> Result<()> {
         // SAFETY: `raw` is an open handle.
         if unsafe { ffi::pw_video_stopped(self.raw) } != 0 {
+            if self.pace.over_budget() {
+                let packets = u64::try_from(unsafe { ffi::pw_video_packets_decoded(self.raw) });
+                self.limits
+                    .check_decode(packets.unwrap_or(u64::MAX), self.coded_pixels())?;
+            }
             return Err(cancelled());
         }
         Ok(())
+    }
+
+    fn coded_pixels(&self) -> u64 {
+        u64::from(self.info.width) * u64::from(self.info.height)
+    }
+
+    /// Packets one handle may decode: each of its two passes (the frame
+    /// count's check at the end of the stream, the read) may decode
+    /// `max_decode_pixels` worth of frames once.
+    fn packet_budget(&self) -> i64 {
+        let frames = self.limits.max_decode_pixels / self.coded_pixels().max(1);
+        i64::try_from(frames.saturating_mul(2)).unwrap_or(i64::MAX)
     }
 
     /// Packets given to the decoder since open (the end-of-stream check's
@@ -374,6 +416,17 @@ impl Capture {
     /// before any of that memory exists.
     pub fn sampled_bytes(&self, wanted: &[usize], resize: Option<&Target>) -> Result<usize> {
         let count = wanted.iter().collect::<BTreeSet<_>>().len();
+        if let Some(&last) = wanted.iter().max() {
+            // Decoding stops at the stream's end: no more frames than the
+            // headers count (a count they understate runs into the budget
+            // the decoder is held to as it goes).
+            let through = last as u64 + 1;
+            let frames = match u64::try_from(self.info.frame_count) {
+                Ok(count) if count > 0 => through.min(count),
+                _ => through,
+            };
+            self.limits.check_decode(frames, self.coded_pixels())?;
+        }
         let frame_bytes = self.frame_bytes(resize);
         self.limits.check_sampled(count, frame_bytes as u64)?;
         Ok(count * frame_bytes)
@@ -428,7 +481,7 @@ impl Capture {
         resize: Option<&Target>,
         out: &mut [u8],
     ) -> Result<Vec<usize>> {
-        let flag = self.stop.clone();
+        let flag = self.pace.stop_flag().cloned();
         let stopped = move || {
             flag.as_ref()
                 .filter(|flag| flag.load(Ordering::Relaxed) != 0)
@@ -454,6 +507,7 @@ impl Capture {
                 "a video capture reads its frames once".into(),
             ));
         }
+        let _turn = self.pace.turn()?;
         let need = self.sampled_bytes(wanted, resize)?;
         if out.len() < need {
             return Err(Error::InvalidArgument(format!(
@@ -545,7 +599,7 @@ impl Capture {
     /// the one the frames were sampled over.
     fn settle_afresh(&mut self) -> Result<()> {
         let data = (*self.source).as_ref();
-        let raw = open_raw(data, self.threads, &self.limits, self.stop.as_ref())?;
+        let raw = open_raw(data, self.threads, &self.limits, &self.pace)?;
         // SAFETY: `self.raw` and `raw` are open handles, used by this
         // thread only; the old one is closed once, and `raw` replaces it.
         let count = unsafe {

@@ -23,6 +23,13 @@ pub struct VideoLimits {
     /// over that span and decoding runs up to the last sampled frame, so a
     /// tiny file claiming hours would otherwise be read as hours.
     pub max_seconds: u64,
+    /// Pixels decoded for one video: every frame up to the last sampled
+    /// one, times its pixels, whatever the container says of its rate or
+    /// duration (a file can claim a million frames a second and hold hours
+    /// of them). Checked from the headers before the read, and counted as
+    /// the decoder runs, where each decoding pass (the frame count's check
+    /// at the end of the stream, then the read) may take it once.
+    pub max_decode_pixels: u64,
 }
 
 impl Default for VideoLimits {
@@ -35,6 +42,10 @@ impl Default for VideoLimits {
             max_frame_bytes: 4 * 1024 * 1024 * 1024,
             // A feature film.
             max_seconds: 3 * 3600,
+            // The decoding of three hours of 1080p at 30 frames a second,
+            // as many pixels as an hour of 4K at 22.5: `max_seconds` of
+            // ordinary video, whatever rate a header claims.
+            max_decode_pixels: 3 * 3600 * 30 * 1920 * 1080,
         }
     }
 }
@@ -101,6 +112,23 @@ impl VideoLimits {
         Ok(())
     }
 
+    /// Decoding `frames` frames of `pixels` each (the frames up to and
+    /// including the last sampled one).
+    pub fn check_decode(&self, frames: u64, pixels: u64) -> Result<()> {
+        let total = frames.saturating_mul(pixels);
+        if total > self.max_decode_pixels {
+            return Err(over(
+                format!(
+                    "decoding the video takes {frames} frames of {pixels} pixels ({total} pixels)"
+                ),
+                "max_decode_pixels",
+                self.max_decode_pixels,
+                total,
+            ));
+        }
+        Ok(())
+    }
+
     /// `frames` sampled frames of `frame_bytes` each.
     pub fn check_sampled(&self, frames: usize, frame_bytes: u64) -> Result<()> {
         if frames > self.max_frames {
@@ -136,6 +164,7 @@ mod tests {
             max_pixels: 100,
             max_frame_bytes: 1000,
             max_seconds: 60,
+            max_decode_pixels: 10_000,
         };
         let setting = |r: Result<()>| match r {
             Err(Error::VideoOverLimit { setting, .. }) => setting,
@@ -148,6 +177,13 @@ mod tests {
         assert!(limits.check_sampled(4, 250).is_ok());
         assert!(limits.check_frame_size(10, 10).is_ok());
         assert_eq!(setting(limits.check_seconds(60.5, 0, 25.0)), "max_seconds");
+        assert_eq!(setting(limits.check_decode(101, 100)), "max_decode_pixels");
+        assert!(limits.check_decode(100, 100).is_ok());
+        // A header's frame count cannot overflow the product into a pass.
+        assert_eq!(
+            setting(limits.check_decode(u64::MAX, 2)),
+            "max_decode_pixels"
+        );
         assert_eq!(
             setting(limits.check_seconds(1.0, 1_000_000_000, 25.0)),
             "max_seconds"

@@ -10,12 +10,15 @@
 
 mod capture;
 mod limits;
+mod pace;
 mod publish;
 mod sample_tables;
+mod turns;
 
 pub use capture::{Capture, Conversion, EndCheck, Frames, StreamInfo};
 pub use limits::VideoLimits;
 pub use publish::{publish_video, PublishedVideo};
+pub use turns::DecodeTurns;
 
 use pixelwire_ffmpeg_sys as ffi;
 

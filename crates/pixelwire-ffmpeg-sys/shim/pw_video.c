@@ -53,13 +53,22 @@ struct pw_video {
     int errors_before_skip;  /* decoder_errors when skipping began */
     struct skipper skip;
     const int *stop;         /* nonzero (set by another thread): stop decoding; may be NULL */
-    int stopped;             /* a grab or the demuxer found `stop` set */
+    pw_pace pace;            /* asked between packets whether to go on; may be NULL */
+    void *pace_opaque;
+    int stopped;             /* a grab or the demuxer found `stop` set, or `pace` said stop */
 };
 
 static int stop_asked(pw_video *v) {
     if (v->stop && __atomic_load_n(v->stop, __ATOMIC_RELAXED))
         v->stopped = 1;
+    if (!v->stopped && v->pace && v->pace(v->pace_opaque, v->packets_decoded))
+        v->stopped = 1;
     return v->stopped;
+}
+
+void pw_video_set_pace(pw_video *v, pw_pace pace, void *opaque) {
+    v->pace = pace;
+    v->pace_opaque = opaque;
 }
 
 /* FFmpeg's interrupt callback: avformat_find_stream_info and the demuxers

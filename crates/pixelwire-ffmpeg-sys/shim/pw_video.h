@@ -38,6 +38,12 @@ typedef struct {
  * FFmpeg's decoders accept, also while probing the stream. */
 int pw_video_open(const uint8_t *data, size_t size, int threads, int64_t max_pixels,
                   const int *stop, pw_video **out, char *err, size_t err_len);
+/* Asked between packets (and by the demuxer as it reads) with the count
+ * of packets decoded so far: nonzero stops the work as `stop` does. It may
+ * block (the caller waits for its turn at decoding). */
+typedef int (*pw_pace)(void *opaque, int64_t packets_decoded);
+/* Sets (or, with NULL, clears) `pace`; `opaque` must outlive the handle. */
+void pw_video_set_pace(pw_video *v, pw_pace pace, void *opaque);
 /* Whether work stopped because `*stop` (pw_video_open's, set to nonzero by
  * another thread) asked it to: every grab from then on returns no frame,
  * the seeks and the end-of-stream check included. */

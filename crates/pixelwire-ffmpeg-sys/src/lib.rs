@@ -3,7 +3,10 @@
 //! these calls. Safe wrappers live in pixelwire's `video` module.
 #![allow(non_camel_case_types)]
 
-use std::ffi::c_char;
+use std::ffi::{c_char, c_void};
+
+/// `pw_pace`: asked between packets whether to go on (nonzero: stop).
+pub type pw_pace = unsafe extern "C" fn(opaque: *mut c_void, packets_decoded: i64) -> i32;
 
 pub const PW_OK: i32 = 0;
 pub const PW_ERR_FORMAT: i32 = -1;
@@ -55,6 +58,7 @@ extern "C" {
         err: *mut c_char,
         err_len: usize,
     ) -> i32;
+    pub fn pw_video_set_pace(v: *mut pw_video, pace: Option<pw_pace>, opaque: *mut c_void);
     pub fn pw_video_get_info(v: *const pw_video, info: *mut pw_video_info);
     pub fn pw_video_presentable_frames(v: *mut pw_video) -> i64;
     pub fn pw_video_presentable_frames_deferred(v: *mut pw_video, end: *mut pw_video_end) -> i32;

@@ -460,6 +460,7 @@ class Frontend:
                         body,
                         parts,
                         sent=None if last_try else self._sent_record(),
+                        client=request.remote or "?",
                     )
                     pipelines.append(pipeline)
                     await pipeline.run()

@@ -28,7 +28,7 @@ from pixelwire._native import (
     VideoTooLarge,
     probe_image,
 )
-from pixelwire.config import DECODED_MODES, FrontendConfig, Layout, Mode
+from pixelwire.config import DECODED_MODES, FrontendConfig, Layout, Mode, video_pool_bytes
 from pixelwire.data_url_memo import DataUrlMemo
 from pixelwire.descriptor import Decoded, DecodedVideo, PassThrough
 from pixelwire.fetch import Fetcher
@@ -82,20 +82,24 @@ _VIDEO_FLAGS = {
     "max_bytes": "--max-video-bytes",
     "max_frames": "--max-video-frames",
     "max_pixels": "--max-video-pixels",
-    "max_frame_bytes": "--max-video-frame-bytes (and --pool-bytes: a video ships as one slot)",
+    "max_frame_bytes": "--max-video-frame-bytes (and half of --pool-bytes, what videos may hold)",
     "max_seconds": "--max-video-seconds",
+    "max_decode_pixels": "--max-video-decode-pixels",
 }
 
 
 def video_limits(config: FrontendConfig) -> VideoLimits:
     """What one video may cost at the frontend: its settings, and its frames
-    within the pool, where they ship as one slot."""
+    within the videos' share of the pool, where they ship as one slot."""
     return VideoLimits(
         max_bytes=config.max_video_bytes,
         max_frames=config.max_video_frames,
         max_pixels=config.max_video_pixels,
-        max_frame_bytes=min(config.max_video_frame_bytes, config.pool_bytes - SLOT_HEADER_BYTES),
+        max_frame_bytes=min(
+            config.max_video_frame_bytes, video_pool_bytes(config.pool_bytes) - SLOT_HEADER_BYTES
+        ),
         max_seconds=config.max_video_seconds,
+        max_decode_pixels=config.max_video_decode_pixels,
     )
 
 
@@ -138,8 +142,12 @@ class MediaPipeline:
         body: dict[str, Any],
         parts: list[MediaPart],
         sent: DataUrlMemo | None = None,
+        client: str = "?",
     ) -> None:
         self.config = config
+        # Who sent the request (its peer address): whose share of the video
+        # decoding its videos take.
+        self.client = client
         self.fetcher = fetcher
         self.publisher = publisher
         self.metrics = metrics
@@ -341,7 +349,11 @@ class MediaPipeline:
         assert self.video is not None
         try:
             decoded = await self.publisher.decode_and_publish_video(
-                data, sampling=self.video, limits=video_limits(self.config), resize=self.video_resize
+                data,
+                sampling=self.video,
+                limits=video_limits(self.config),
+                resize=self.video_resize,
+                client=self.client,
             )
         except UnsupportedVideo:
             self.metrics.handled_video("passthrough", 0)

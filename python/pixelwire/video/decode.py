@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import functools
 import os
 import threading
 from collections.abc import Callable
@@ -20,6 +21,7 @@ from pixelwire._native import (
     VideoDecodeError,
     VideoFrameCountChanged,
     VideoLimits,
+    configure_video_turns,
 )
 from pixelwire.video.loaders import LOADERS, SourceMetadata
 
@@ -42,6 +44,7 @@ def decode_video(
     backend: str = "opencv",
     frame_recovery: bool = False,
     control: BatchControl | None = None,
+    client: str | None = None,
     **loader_kwargs: Any,
 ) -> tuple[npt.NDArray[np.uint8], dict[str, Any]]:
     """Decodes the frames vLLM's ``loader`` samples from ``data``.
@@ -65,18 +68,17 @@ def decode_video(
     vLLM's: only its default decoding backend (``opencv``) without frame
     recovery is reproduced, anything else is a ``ValueError``. Once
     ``control`` (a ``pixelwire._native.BatchControl``) is cancelled, the open
-    and the read stop within a frame and raise ``Cancelled``.
+    and the read stop within a frame and raise ``Cancelled``. With
+    ``client`` (whose decoding this is), the open and the read take turns
+    with the process's other decodes that name one
+    (:func:`video_decode_executor`).
     """
     check_backend(backend, frame_recovery)
     if limits is None:
         limits = config.video_limits_from_env()
 
     def decode(settle_count: bool) -> tuple[npt.NDArray[np.uint8], dict[str, Any]]:
-        def open_video() -> VideoCapture:
-            return VideoCapture(
-                data, threads=threads, limits=limits, settle_count=settle_count, control=control
-            )
-
+        open_video = capture_opener(data, threads, limits, settle_count, control, client)
         return _decode_opened(open_video, loader, num_frames, fps, resize, loader_kwargs)
 
     return with_settled_count(decode)
@@ -98,15 +100,40 @@ def _lower_priority() -> None:
 
 def video_decode_executor() -> concurrent.futures.ThreadPoolExecutor:
     """The threads videos are decoded on, the frontend's and the plug-in's:
-    ``VIDEO_DECODE_CALLS`` of them (a video waits for one), at a lowered
-    priority, apart from every other pool (images, the event loop's)."""
+    ``VIDEO_DECODE_THREADS`` of them (a video waits for one), at a lowered
+    priority, apart from every other pool (images, the event loop's). Of
+    the decodes on them that name a client, ``VIDEO_DECODE_CALLS`` run at
+    once; the others wait for a turn, handed on between packets to the
+    client that has had least decoding time."""
     global _video_executor
     with _executor_lock:
         if _video_executor is None:
+            configure_video_turns(config.VIDEO_DECODE_CALLS)
             _video_executor = concurrent.futures.ThreadPoolExecutor(
-                config.VIDEO_DECODE_CALLS, "pixelwire-video", initializer=_lower_priority
+                config.VIDEO_DECODE_THREADS, "pixelwire-video", initializer=_lower_priority
             )
         return _video_executor
+
+
+def capture_opener(
+    data: Buffer,
+    threads: int,
+    limits: VideoLimits | None,
+    settle_count: bool,
+    control: BatchControl | None,
+    client: str | None,
+) -> Callable[[], VideoCapture]:
+    """What opens ``data`` as a :class:`VideoCapture` with these settings,
+    once or again (a read that must start afresh opens it again)."""
+    return functools.partial(
+        VideoCapture,
+        data,
+        threads=threads,
+        limits=limits,
+        settle_count=settle_count,
+        control=control,
+        client=client,
+    )
 
 
 def with_settled_count(attempt: Callable[[bool], T]) -> T:

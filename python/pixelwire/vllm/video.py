@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import itertools
 import json
 import sys
 import time
@@ -31,6 +32,9 @@ from pixelwire.video.decode import video_decode_executor
 from pixelwire.video.sampling import NotReproduced, VideoSampling
 from pixelwire.vllm.identity import keyed_identity
 from pixelwire.vllm.served_model import served_model
+
+# Numbers the videos this process decodes, each its own client of the turns.
+_videos = itertools.count()
 
 
 def vllm_video_settings(
@@ -167,6 +171,9 @@ async def decode_video_bytes(
         fps=sampling.fps,
         resize=resize,
         control=control,
+        # vLLM does not tell its media loaders whose request this is: each
+        # video takes its turns as a client of its own.
+        client=f"video-{next(_videos)}",
         **sampling.loader_kwargs,
     )
     try:
