@@ -501,7 +501,7 @@ class VllmMediaSettings:
     ``VLLM_VIDEO_FETCH_TIMEOUT``, ``VLLM_AUDIO_FETCH_TIMEOUT``), whether
     redirects are followed (``VLLM_MEDIA_URL_ALLOW_REDIRECTS``), the decoded
     pixel limit (``VLLM_MAX_IMAGE_PIXELS``, 0: none) and ``VLLM_MEDIA_CACHE``
-    (which the plug-in does not use: README, "Differences from vLLM")."""
+    (which the plug-in does not use: docs/architecture.md, "Differences from vLLM")."""
 
     attempts: int = VLLM_MEDIA_FETCH_MAX_RETRIES
     max_bytes: int | None = VLLM_MAX_MEDIA_DOWNLOAD_SIZE_MB * MiB

@@ -13,6 +13,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from pixelwire.handshake import INFO_LABELS, INFO_METRIC
+
 _SECONDS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
@@ -274,3 +276,44 @@ class WorkerCacheMetrics(Collector):
             "PIXELWIRE_WORKER_CACHE_BYTES)",
             value=stats.get("data_url_bytes", 0),
         )
+
+
+def worker_metrics(
+    registry: CollectorRegistry,
+    declared: dict[str, str],
+    *,
+    pool_bytes_in_use: Callable[[], float],
+    pool_bytes_capacity: Callable[[], float],
+    frontends: Callable[[], float],
+    cache_stats: Callable[[], dict[str, int]],
+) -> ImageMetrics:
+    """Every ``pixelwire_worker_*`` metric, registered in ``registry`` (the
+    plug-in's: prometheus_client's default, which vLLM serves): the image
+    metrics, ``pixelwire_worker_info`` with the ``declared`` settings as its
+    labels (the worker's half of the handshake, :mod:`pixelwire.handshake`),
+    the frontends it holds and its cache's. Returns the image metrics, which
+    the plug-in updates as it works; the rest read their values at each scrape."""
+    metrics = ImageMetrics("worker", registry, pool_bytes_in_use, pool_bytes_capacity, reads=True)
+    info = Gauge(
+        INFO_METRIC,
+        "The pixelwire plug-in is loaded (always 1); its labels are the settings a frontend "
+        "compares with its own: pixelwire version, connector (VLLM_MEDIA_CONNECTOR), secret "
+        "(PIXELWIRE_SECRET's fingerprint, never the secret, or none), unsigned "
+        "(PIXELWIRE_ALLOW_UNSIGNED), private (PIXELWIRE_ALLOW_PRIVATE), resize (the policy of "
+        "vLLM's --model and --mm-processor-kwargs, or of PIXELWIRE_MODEL and "
+        "PIXELWIRE_MM_PROCESSOR_KWARGS, or none), memo (1 when PIXELWIRE_WORKER_CACHE_BYTES "
+        "keeps the data: URLs it decoded, so that a frontend may send resent ones as references), "
+        "processed (the processed inputs it takes, pixelwire.processed, or none)",
+        list(INFO_LABELS),
+        registry=registry,
+    )
+    info.labels(**declared).set(1)
+    held = Gauge(
+        "pixelwire_worker_frontends",
+        "Frontends whose NIXL metadata this worker holds (loaded at the first READ from each; "
+        "at most 256, the least recently used idle one forgotten first)",
+        registry=registry,
+    )
+    held.set_function(frontends)
+    WorkerCacheMetrics(registry, cache_stats)
+    return metrics

@@ -3,8 +3,8 @@ vLLM's media settings (retries, download size, timeouts) mean what they
 mean, every fault gives the HTTP status vLLM's server gives for it, ``data:``
 URLs are as strict as vLLM's, ``image.info`` and ``io_config`` are as vLLM's
 loader leaves them, and what pixelwire cannot decode but Pillow can goes to
-vLLM's loader. The deliberate differences are README's "Differences from
-vLLM" and are tested where they are made (test_connector.py, test_attacks.py).
+vLLM's loader. The deliberate differences are docs/architecture.md's
+"Differences from vLLM" and are tested where they are made (test_connector.py, test_attacks.py).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from collections.abc import Coroutine
 from typing import Any, NoReturn
 
 from PIL import Image
-from prometheus_client import REGISTRY, Gauge
+from prometheus_client import REGISTRY
 from vllm.multimodal.media import AudioMediaIO, MediaConnector, MediaWithBytes
 from vllm.multimodal.media.base import MediaIO
 from vllm.multimodal.media.image import ImageMediaIO
@@ -44,9 +44,9 @@ from pixelwire.config import (
 from pixelwire.descriptor import RemoteImage, decoded_as, is_video_descriptor, parse_descriptor
 from pixelwire.fetch import Fetcher
 from pixelwire.fetch.addresses import DEPLOYMENT_PRIVATE_HINT
-from pixelwire.handshake import INFO_LABELS, INFO_METRIC, WorkerSettings
+from pixelwire.handshake import WorkerSettings
 from pixelwire.loader_input import check_frames, checked_container, frame_list_frames, is_frame_list
-from pixelwire.metrics import ImageMetrics, WorkerCacheMetrics
+from pixelwire.metrics import ImageMetrics, worker_metrics
 from pixelwire.outputs import as_output
 from pixelwire.processed import PatchLayout
 from pixelwire.reader import Reader
@@ -151,7 +151,7 @@ def check_resize_setting(argv: list[str]) -> None:
 
 
 def check_media_cache_setting() -> None:
-    """At start-up: VLLM_MEDIA_CACHE is not used by the plug-in (README,
+    """At start-up: VLLM_MEDIA_CACHE is not used by the plug-in (docs/architecture.md,
     "Differences from vLLM"); says so when it is set."""
     if VllmMediaSettings.from_env().media_cache:
         log.warning(
@@ -221,31 +221,14 @@ def install_metrics(selected: str) -> ImageMetrics:
     global _metrics
     with _state_lock:
         if _metrics is None:
-            _metrics = ImageMetrics(
-                "worker", REGISTRY, _reader_bytes_in_use, _reader_pool_capacity, reads=True
+            _metrics = worker_metrics(
+                REGISTRY,
+                declared_settings(selected).labels(),
+                pool_bytes_in_use=_reader_bytes_in_use,
+                pool_bytes_capacity=_reader_pool_capacity,
+                frontends=_reader_frontends,
+                cache_stats=lambda: worker_image_cache().stats(),
             )
-            info = Gauge(
-                INFO_METRIC,
-                "The pixelwire plug-in is loaded (always 1); its labels are the settings a frontend "
-                "compares with its own: pixelwire version, connector (VLLM_MEDIA_CONNECTOR), secret "
-                "(PIXELWIRE_SECRET's fingerprint, never the secret, or none), unsigned "
-                "(PIXELWIRE_ALLOW_UNSIGNED), private (PIXELWIRE_ALLOW_PRIVATE), resize (the policy of "
-                "vLLM's --model and --mm-processor-kwargs, or of PIXELWIRE_MODEL and "
-                "PIXELWIRE_MM_PROCESSOR_KWARGS, or none), memo (1 when PIXELWIRE_WORKER_CACHE_BYTES "
-                "keeps the data: URLs it decoded, so that a frontend may send resent ones as references), "
-                "processed (the processed inputs it takes, pixelwire.processed, or none)",
-                list(INFO_LABELS),
-                registry=REGISTRY,
-            )
-            info.labels(**declared_settings(selected).labels()).set(1)
-            frontends = Gauge(
-                "pixelwire_worker_frontends",
-                "Frontends whose NIXL metadata this worker holds (loaded at the first READ from each; "
-                "at most 256, the least recently used idle one forgotten first)",
-                registry=REGISTRY,
-            )
-            frontends.set_function(_reader_frontends)
-            WorkerCacheMetrics(REGISTRY, lambda: worker_image_cache().stats())
         return _metrics
 
 

@@ -12,8 +12,9 @@ connectors, here where there is no internet.
   an RGB PNG and an RGBA PNG, from the Pillow corpus.
 * Tests that need the internet (videos from vLLM's S3 bucket) are skipped
   for both connectors.
-* The deliberate differences (README, "Differences from vLLM") are expected
-  failures with pixelwire's connector, strict, each naming its README line.
+* The deliberate differences (docs/architecture.md, "Differences from vLLM")
+  are expected failures with pixelwire's connector, strict, each naming its
+  line there.
 * ``async`` tests run on one event loop for the session (vLLM uses
   pytest-asyncio, which its venv here does not have).
 """
@@ -41,14 +42,15 @@ HERE = Path(__file__).resolve().parent
 
 
 def _readme_line(start: str) -> str:
-    """The line of README's "Differences from vLLM" that starts with ``start``."""
-    readme = (HERE.parents[2] / "README.md").read_text()
-    section = readme.split("### Differences from vLLM", 1)[1].split("\n### ", 1)[0]
+    """The line of docs/architecture.md's "Differences from vLLM" that starts
+    with ``start``."""
+    doc = (HERE.parents[2] / "docs" / "architecture.md").read_text()
+    section = doc.split("\n## Differences from vLLM\n", 1)[1].split("\n## ", 1)[0]
     (line,) = (line for line in section.splitlines() if line.startswith(f"- {start}"))
-    return "README: " + line[2:]
+    return "docs/architecture.md: " + line[2:]
 
 
-# The README line behind each expected failure.
+# The docs/architecture.md line behind each expected failure.
 CREDENTIALS = _readme_line("Credentials in a URL are refused")
 DIFFERENCES = {
     "test_ssrf_bypass_backslash_in_url": CREDENTIALS,
