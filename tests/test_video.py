@@ -529,6 +529,40 @@ def test_a_short_video_decodes_while_a_long_one_of_another_client_waits(long_vid
     assert ended == ["short", "long"]
 
 
+@pytest.mark.parametrize("name", ["h264_short_gops.mp4", "hevc_short_gops.mp4", "long"])
+def test_a_read_in_pieces_gives_the_frames_of_one_read(video_clips, long_video, name):
+    """With two decoder threads, a stream of several coded video sequences
+    is read in two pieces at once, split at an IDR picture (the plan says
+    where); the frames and metadata are those of one decoder reading from
+    the start."""
+    data = long_video if name == "long" else video_clips[name]
+    capture = VideoCapture(data, threads=2)
+    _, wanted = sample_video(capture, "opencv", 32, None, {})
+    plan = capture.read_plan(wanted)
+    assert len(plan) == 2 and sorted(i for piece in plan for i in piece) == sorted(set(wanted)), plan
+    assert VideoCapture(data, threads=1).read_plan(wanted) == [sorted(set(wanted))]
+    pieces, one = decode_video(data, threads=2), decode_video(data, threads=1)
+    np.testing.assert_array_equal(pieces[0], one[0])
+    assert pieces[1] == one[1]
+
+
+@pytest.mark.parametrize(
+    ("name", "why"),
+    [
+        ("h264_open_gop.mkv", "open GOPs: its later I pictures are recovery points, not IDR"),
+        ("hevc.mp4", "one IDR picture; the others are CRA pictures, whose leading pictures look back"),
+        ("vp9.webm", "not H.264 or HEVC"),
+        ("h264_high_bframes.mp4", "one coded video sequence"),
+    ],
+)
+def test_a_stream_without_a_second_idr_picture_is_read_in_one_piece(video_clips, name, why):
+    """Where decoding cannot start afresh with the same frames (or there is
+    no second sequence), the read is not split."""
+    capture = VideoCapture(video_clips[name], threads=2)
+    _, wanted = sample_video(capture, "opencv", 32, None, {})
+    assert capture.read_plan(wanted) == [sorted(set(wanted))], why
+
+
 def test_a_capture_reads_once(video_clips):
     capture = VideoCapture(video_clips["vp8.webm"])
     capture.read([0])
