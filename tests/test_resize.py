@@ -15,12 +15,22 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PIL import Image
+from processor_configs import (
+    GEMMA3,
+    IDEFICS3,
+    KIMI_K25,
+    ONEVISION,
+    ONEVISION_GRID,
+    ONEVISION_MODEL,
+    PIXTRAL,
+    QWEN,
+    QWEN3_VIDEO,
+    SIGLIP2,
+)
 
 import pixelwire
 from pixelwire.processor_sizes import size_for_max_num_patches, smart_resize, temporal_smart_resize
 from pixelwire.resize import ResizePolicy, qwen3_video_policy, video_resize_policy
-
-QWEN = {"image_processor_type": "Qwen2VLImageProcessor", "patch_size": 14, "merge_size": 2, "resample": 3}
 
 
 def _jpeg(width: int, height: int) -> bytes:
@@ -70,12 +80,6 @@ def test_fixed_and_shortest_edge_policies() -> None:
     assert clip is not None
     assert clip.target(1080, 1920) == (336, int(336 * 1920 / 1080))
     assert clip.target(1920, 1080) == (int(336 * 1920 / 1080), 336)
-
-
-SIGLIP2 = {"image_processor_type": "Siglip2ImageProcessor", "resample": 2}
-SIGLIP2 |= {"patch_size": 16, "max_num_patches": 256}
-GEMMA3 = {"image_processor_type": "Gemma3ImageProcessor", "resample": 2}
-GEMMA3 |= {"size": {"height": 896, "width": 896}}
 
 
 def test_siglip2_naflex_resizes_by_its_patch_budget_not_a_size() -> None:
@@ -131,9 +135,6 @@ def test_glm4v_counts_the_temporal_patch_in_its_pixel_budget() -> None:
     assert ResizePolicy.from_processor_config(glm, {"max_pixels": 2007040}) is None
 
 
-PIXTRAL = {"image_processor_type": "PixtralImageProcessorFast", "size": {"longest_edge": 1540}, "resample": 3}
-
-
 def test_pixtral_fits_the_longest_edge_on_the_processors_patch_grid() -> None:
     """PixtralImageProcessor, as PixtralProcessor calls it: scaled down to
     the longest edge, sides rounded up to the processor's patch_size x
@@ -168,17 +169,6 @@ def test_a_size_the_processor_would_resize_again_is_not_shipped() -> None:
     assert policy.target(52, 5671) == (52, 5671)
 
 
-KIMI_K25 = {
-    "auto_map": {"AutoImageProcessor": "kimi_k25_vision_processing.KimiK25VisionProcessor"},
-    "media_proc_cfg": {
-        "patch_size": 14,
-        "merge_kernel_size": 2,
-        "in_patch_limit": 16384,
-        "patch_limit_on_one_side": 512,
-    },
-}
-
-
 def test_kimi_k25_scales_down_to_its_patch_budget_with_pillows_bicubic() -> None:
     """Kimi-K2.5's checkpoint names its remote processor in auto_map, with
     media_proc_cfg; the policy is its navit resize (down only, to
@@ -201,13 +191,6 @@ def test_kimi_k25_scales_down_to_its_patch_budget_with_pillows_bicubic() -> None
     assert policy.target(2460, 1319) == (2460, 1319)
     for broken in ({**KIMI_K25, "media_proc_cfg": None}, {**KIMI_K25, "media_proc_cfg": {"patch_size": 14}}):
         assert ResizePolicy.from_processor_config(broken) is None
-
-
-IDEFICS3 = {
-    "image_processor_type": "Idefics3ImageProcessor",
-    "size": {"longest_edge": 1456},
-    "max_image_size": {"longest_edge": 364},
-}
 
 
 def test_idefics3_resizes_the_longest_edge_then_to_whole_tiles() -> None:
@@ -253,18 +236,6 @@ def test_idefics3_ships_full_size_where_its_resizes_are_not_idempotent() -> None
 
 # LLaVA-OneVision's processor (transformers 5.19's defaults) and the
 # config.json parts vLLM counts its image tokens with.
-ONEVISION_GRID = [[384 * rows, 384 * columns] for rows in range(1, 7) for columns in range(1, 7)]
-ONEVISION = {
-    "image_processor_type": "LlavaOnevisionImageProcessor",
-    "size": {"height": 384, "width": 384},
-    "image_grid_pinpoints": ONEVISION_GRID,
-    "resample": 3,
-}
-ONEVISION_MODEL = {
-    "vision_config": {"image_size": 384, "patch_size": 14},
-    "image_grid_pinpoints": ONEVISION_GRID,
-    "vision_aspect_ratio": "anyres_max_9",
-}
 
 
 def test_anyres_gets_a_policy_only_when_approximate(caplog: pytest.LogCaptureFixture) -> None:
@@ -490,9 +461,6 @@ def test_publisher_ships_the_target_size_and_records_the_policy() -> None:
     height, width = policy.target(1080, 1920)
     assert decoded.shape == (height, width, 3) and decoded.size == height * width * 4
     assert decoded.to_dict()["pixelwire"]["resize"] == {"policy": policy.identity, "source": [1080, 1920]}
-
-
-QWEN3_VIDEO = {"video_processor_type": "Qwen3VLVideoProcessor"}
 
 
 def test_temporal_smart_resize_counts_the_frames_in_its_budget() -> None:
