@@ -27,7 +27,7 @@ from processor_configs import (
     SIGLIP2,
 )
 
-from pixelwire.resize import ResizePolicy, video_resize_policy
+from pixelwire.resize import image_policy_from_config, video_resize_policy
 
 # Image sizes (height, width) whose resize steps are pinned.
 
@@ -208,7 +208,7 @@ def test_an_image_policys_identity_and_steps_are_mains(name: str) -> None:
     """The family read from the config names the same resize and resizes
     each size in the same steps as main did."""
     config, kwargs, arguments = IMAGE_CONFIGS[name]
-    policy = ResizePolicy.from_processor_config(config, kwargs, **arguments)
+    policy = image_policy_from_config(config, kwargs, **arguments)
     assert policy is not None
     assert (policy.identity, [policy.steps(height, width) for height, width in SIZES]) == MAIN_IMAGE[name]
 
