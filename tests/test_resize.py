@@ -37,6 +37,7 @@ from pixelwire.resize import (
 )
 from pixelwire.resize.families.max_num_patches import size_for_max_num_patches
 from pixelwire.resize.families.smart import smart_resize, temporal_smart_resize
+from pixelwire.video.sampling import model_video_loader
 
 
 def _jpeg(width: int, height: int) -> bytes:
@@ -574,3 +575,20 @@ def test_video_resize_policy_reads_the_models_video_processor(tmp_path: Path, ca
         assert video_resize_policy(llava) is None
     assert "not with --mm-processor-kwargs" in caplog.text and "caps the pixels per frame" in caplog.text
     assert "LlavaOnevisionVideoProcessor is not one pixelwire resizes for" in caplog.text
+
+
+def test_a_models_video_loader_is_the_one_vllm_registers_for_its_video_processor(tmp_path: Path) -> None:
+    """The registry that names the video processors resized for also gives
+    the loader vLLM samples their videos with (Cosmos3-Edge's without a
+    resize); another processor, or none, gives no loader."""
+    for name, loader in (
+        ("Qwen2VLVideoProcessor", "qwen2_vl"),
+        ("Qwen3VLVideoProcessor", "qwen3_vl"),
+        ("Cosmos3EdgeVideoProcessor", "qwen3_vl"),
+        ("LlavaOnevisionVideoProcessor", None),
+    ):
+        (tmp_path / name).mkdir()
+        config = {"video_processor_type": name}
+        (tmp_path / name / "video_preprocessor_config.json").write_text(json.dumps(config))
+        assert model_video_loader(tmp_path / name) == loader, name
+    assert model_video_loader(tmp_path) is None
