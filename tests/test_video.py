@@ -24,7 +24,8 @@ from pixelwire import (
     decode_video,
 )
 from pixelwire._native import VideoCapture, VideoFrameCountChanged
-from pixelwire.resize import ResizePolicy, qwen3_video_policy
+from pixelwire.resize.families.smart import SmartPolicy
+from pixelwire.resize.families.smart_video import read_qwen3_vl_video
 from pixelwire.video.decode import sample_video
 
 import video_clips as video_clips_module
@@ -413,8 +414,8 @@ def test_decode_video_resizes_each_frame_to_the_video_processors_size(video_clip
     frames a read with that size gives; a per-video policy keeps the size
     frames of a video sized for the count its processor's own sampling
     keeps (vLLM has it sample those again)."""
-    per_frame = ResizePolicy("smart", factor=28, min_pixels=3136, max_pixels=12544)
-    per_video = qwen3_video_policy({"size": {"shortest_edge": 4096, "longest_edge": 200000}})
+    per_frame = SmartPolicy(factor=28, min_pixels=3136, max_pixels=12544)
+    per_video = read_qwen3_vl_video({"size": {"shortest_edge": 4096, "longest_edge": 200000}})
     assert per_video is not None
     data = video_clips["h264_odd_853x480_444.mp4"]
     full, metadata = decode_video(data, loader="qwen3_vl")
@@ -436,7 +437,7 @@ def test_a_per_video_size_follows_the_frames_that_decode(corrupt_video):
     of them, sized for the 4 the processor would sample of them): the size
     of a per-video policy is the one for the frames that decoded (the count
     the processor sees), not for those asked for."""
-    policy = qwen3_video_policy({"size": {"shortest_edge": 4096, "longest_edge": 200000}})
+    policy = read_qwen3_vl_video({"size": {"shortest_edge": 4096, "longest_edge": 200000}})
     assert policy is not None
     frames, metadata = decode_video(corrupt_video, num_frames=-1, resize=policy)
     valid, total = metadata["frames_indices"], metadata["total_num_frames"]
