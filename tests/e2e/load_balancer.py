@@ -15,14 +15,33 @@ from pixelwire.bench import services
 
 PORT = 8000
 
+# The whole HTTP answer HAProxy sends as it is when no server is up: OpenAI's
+# error JSON, not HAProxy's HTML (docs/deploy.md's 503.json, byte for byte).
+ERROR_503 = "\r\n".join(
+    [
+        "HTTP/1.0 503 Service Unavailable",
+        "Content-Type: application/json",
+        "Cache-Control: no-cache",
+        "Connection: close",
+        "",
+        '{"error": {"message": "no pixelwire frontend is up: vLLM is down or still loading",'
+        ' "type": "ServiceUnavailableError", "param": null, "code": 503}}',
+        "",
+    ]
+)
 
-def config(backend: str, bind: str, servers: Sequence[tuple[str, str]], stats_socket: Path) -> str:
+
+def config(
+    backend: str, bind: str, servers: Sequence[tuple[str, str]], stats_socket: Path, error_503: Path
+) -> str:
     """A load balancer on ``bind``:8000 in front of ``servers`` ((name,
     address) pairs, each listening on 8000), health-checked on /health:
     a server whose /health is not 200 twice in a row is out, twice 200 and
     it is back in. A connection a server refuses (it died) is sent to
     another server (``retries`` with ``redispatch``); a request a server
-    took is never sent again (a POST may have started work)."""
+    took is never sent again (a POST may have started work). With no
+    server up it answers 503 with ``error_503`` (a file holding
+    :data:`ERROR_503`)."""
     lines = [
         "global",
         "    maxconn 4096",
@@ -35,6 +54,7 @@ def config(backend: str, bind: str, servers: Sequence[tuple[str, str]], stats_so
         "    timeout http-request 30s",
         "    retries 2",
         "    option redispatch 1",
+        f"    errorfile 503 {error_503}",
         "frontend api",
         f"    bind {bind}:{PORT}",
         f"    default_backend {backend}",
@@ -62,7 +82,9 @@ class HAProxy(services.Service):
     ) -> None:
         self.stats_socket = log_dir / f"{name}.sock"
         self.config_path = log_dir / f"{name}.cfg"
-        self.config_path.write_text(config(name, bind, servers, self.stats_socket))
+        error_503 = log_dir / f"{name}-503.json"
+        error_503.write_bytes(ERROR_503.encode())
+        self.config_path.write_text(config(name, bind, servers, self.stats_socket, error_503))
         binary = shutil.which("haproxy")
         if binary is None:
             raise RuntimeError("haproxy is not installed")
