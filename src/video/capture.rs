@@ -303,16 +303,30 @@ impl Capture {
 
     /// Another capture of the same bytes for a piece of this one's read,
     /// on `threads` decoder threads, its frame count this one's; it takes
-    /// this one's turns and stop flag, and is held to its budget.
-    pub(super) fn open_piece(&self, threads: i32) -> Result<Capture> {
+    /// this one's turns and stop flag, and is held to its budget. The
+    /// piece that reads to the end (`last`) also takes this one's
+    /// provisional count, which its read confirms or settles.
+    pub(super) fn open_piece(&self, threads: i32, last: bool) -> Result<Capture> {
         let count = EndCheck::Known(self.info.frame_count);
-        Capture::open_paced(
-            self.source.clone(),
-            threads,
-            self.limits,
-            count,
-            self.pace.clone(),
-        )
+        let source = self.source.clone();
+        let mut piece =
+            Capture::open_paced(source, threads, self.limits, count, self.pace.clone())?;
+        if last {
+            piece.pending = self.pending;
+            piece.info.frame_count_settled = self.info.frame_count_settled;
+        }
+        Ok(piece)
+    }
+
+    /// Takes what the read of its last piece found: the frame count, then
+    /// settled (or the read failed), the packets its pieces decoded, and
+    /// that this capture has been read.
+    pub(super) fn adopt_pieces(&mut self, last: &Capture, packets: u64) {
+        self.read = true;
+        self.pending = None;
+        self.info.frame_count = last.info.frame_count;
+        self.info.frame_count_settled = true;
+        self.packets_before += packets;
     }
 
     fn open_paced(
@@ -440,11 +454,6 @@ impl Capture {
     /// The flag that stops this capture's work.
     pub(super) fn stop_flag(&self) -> Option<Arc<AtomicI32>> {
         self.pace.stop_flag().cloned()
-    }
-
-    /// Counts `packets` a piece of this capture's read decoded.
-    pub(super) fn add_packets(&mut self, packets: u64) {
-        self.packets_before += packets;
     }
 
     /// Packets given to the decoder since open (the end-of-stream check's

@@ -29,17 +29,17 @@ use super::Capture;
 use crate::errors::{Error, Result};
 use crate::publisher::cancelled;
 
-/// Which sampled frames each piece reads, in order; the last is the
-/// opened capture's.
+/// Which sampled frames each piece reads, in order, and on how many
+/// decoder threads.
 pub struct Plan {
     pub pieces: Vec<Vec<usize>>,
-    /// Decoder threads of each other piece's capture.
-    threads: i32,
+    threads: Vec<i32>,
 }
 
 /// A plan for reading `wanted` in pieces, or None where one piece it is:
 /// a decoder of one thread, a stream that cannot be split, or sampled
-/// frames all in one sequence.
+/// frames all in one sequence. The pieces share the decoder threads one
+/// read would use, each in proportion to its decoding work.
 pub(super) fn plan(capture: &mut Capture, wanted: &[usize]) -> Option<Plan> {
     let threads = capture.info().threads as usize;
     if threads < 2 || wanted.len() < 2 {
@@ -54,11 +54,31 @@ pub(super) fn plan(capture: &mut Capture, wanted: &[usize]) -> Option<Plan> {
     if pieces.len() < 2 {
         return None;
     }
-    let share = (threads / pieces.len()).max(1);
+    let works: Vec<usize> = pieces.iter().map(|(_, work)| *work).collect();
     Some(Plan {
-        threads: i32::try_from(share).unwrap_or(1),
-        pieces,
+        threads: shares(&works, threads)
+            .into_iter()
+            .map(|t| i32::try_from(t).unwrap_or(1))
+            .collect(),
+        pieces: pieces.into_iter().map(|(frames, _)| frames).collect(),
     })
+}
+
+/// `threads` shared out in proportion to `works`, each at least one (the
+/// largest remainders get the rest).
+fn shares(works: &[usize], threads: usize) -> Vec<usize> {
+    let total: usize = works.iter().sum::<usize>().max(1);
+    let spare = threads.saturating_sub(works.len());
+    let mut given: Vec<usize> = works.iter().map(|w| 1 + spare * w / total).collect();
+    // What the floors left (fewer than the pieces) goes one each to the
+    // largest remainders.
+    let left = threads.saturating_sub(given.iter().sum());
+    let mut order: Vec<usize> = (0..works.len()).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse((spare * works[i]) % total));
+    for i in order.into_iter().take(left) {
+        given[i] += 1;
+    }
+    given
 }
 
 /// The sampled frames of each sequence that holds any, with the frames its
@@ -82,9 +102,9 @@ fn group_by_sequence(wanted: &[usize], starts: &[usize]) -> Vec<(Vec<usize>, usi
 }
 
 /// Contiguous runs of `groups` into at most `most` pieces of about equal
-/// work: a piece closes before a group that would take it further past
-/// its share of what is left than it falls short without it.
-fn balanced(groups: Vec<(Vec<usize>, usize)>, most: usize) -> Vec<Vec<usize>> {
+/// work, each with its work: a piece closes before a group that would take
+/// it further past its share of what is left than it falls short without it.
+fn balanced(groups: Vec<(Vec<usize>, usize)>, most: usize) -> Vec<(Vec<usize>, usize)> {
     let mut left: usize = groups.iter().map(|(_, work)| work).sum();
     let mut pieces_left = most.min(groups.len());
     let mut pieces = Vec::new();
@@ -96,7 +116,7 @@ fn balanced(groups: Vec<(Vec<usize>, usize)>, most: usize) -> Vec<Vec<usize>> {
             let over = (work + group_work) * pieces_left;
             let short = work * pieces_left;
             if over.saturating_sub(left) > left.saturating_sub(short) {
-                pieces.push(std::mem::take(&mut piece));
+                pieces.push((std::mem::take(&mut piece), work));
                 left -= work;
                 work = 0;
                 pieces_left -= 1;
@@ -106,13 +126,14 @@ fn balanced(groups: Vec<(Vec<usize>, usize)>, most: usize) -> Vec<Vec<usize>> {
         work += group_work;
     }
     if !piece.is_empty() {
-        pieces.push(piece);
+        pieces.push((piece, work));
     }
     pieces
 }
 
-/// Reads `plan`'s pieces at once into `out` (the opened capture the last),
-/// the frames packed in index order as one read packs them.
+/// Reads `plan`'s pieces at once into `out`, each on a capture of its own
+/// (the opened capture's decoder stays idle: its threads would only crowd
+/// the pieces'), the frames packed in index order as one read packs them.
 pub(super) fn read(
     capture: &mut Capture,
     plan: &Plan,
@@ -129,10 +150,10 @@ pub(super) fn read(
         )));
     }
     let frame_bytes = capture.frame_bytes(format.resize);
-    let (last, others) = plan.pieces.split_last().expect("a plan has pieces");
-    let mut opened = Vec::with_capacity(others.len());
-    for _ in others {
-        opened.push(capture.open_piece(plan.threads)?);
+    let last = plan.pieces.len() - 1;
+    let mut opened = Vec::with_capacity(plan.pieces.len());
+    for (at, &threads) in plan.threads.iter().enumerate() {
+        opened.push(capture.open_piece(threads, at == last)?);
     }
     let flag = capture.stop_flag();
     let mut places: Vec<&mut [u8]> = Vec::with_capacity(plan.pieces.len());
@@ -142,11 +163,10 @@ pub(super) fn read(
         places.push(place);
         rest = tail;
     }
-    let last_place = places.pop().expect("a place for each piece");
-    let results: Vec<Result<(Vec<usize>, u64)>> = thread::scope(|scope| {
-        let running: Vec<_> = opened
+    let results: Vec<Result<(Vec<usize>, Capture)>> = thread::scope(|scope| {
+        let mut running: Vec<_> = opened
             .into_iter()
-            .zip(others)
+            .zip(&plan.pieces)
             .zip(places)
             .map(|((mut piece_capture, frames), place)| {
                 let flag = flag.clone();
@@ -157,48 +177,47 @@ pub(super) fn read(
                             .map(|_| cancelled())
                     };
                     let indices = piece_capture.read_in_turn(frames, format, place, &stopped)?;
-                    Ok((indices, piece_capture.packets_decoded()))
+                    Ok((indices, piece_capture))
                 })
             })
             .collect();
-        let mine = capture
-            .read_in_turn(last, format, last_place, stop)
-            .map(|indices| (indices, 0));
-        let mut results: Vec<_> = running
-            .into_iter()
+        running
+            .drain(..)
             .map(|handle| {
                 handle
                     .join()
                     .unwrap_or_else(|_| Err(Error::Video("a piece of the read panicked".into())))
             })
-            .collect();
-        results.push(mine);
-        results
+            .collect()
     });
+    // The caller's stop (its request's) sets the flag the pieces stop on;
+    // once it gives an error, that is the read's.
+    if let Some(error) = stop() {
+        return Err(error);
+    }
     let mut indices = Vec::with_capacity(all.len());
     let mut packed = 0;
+    let mut packets = 0;
+    let mut offset = 0;
+    let mut finished = Vec::with_capacity(results.len());
     for (result, piece) in results.into_iter().zip(&plan.pieces) {
-        let (got, packets) = result?;
-        capture.add_packets(packets);
+        let (got, piece_capture) = result?;
+        packets += piece_capture.packets_decoded();
         // Frames that did not decode leave gaps: the frames after them
         // move up, as one read would have packed them.
-        let at = offset_of(&plan.pieces, piece) * frame_bytes;
+        let at = offset * frame_bytes;
         if at != packed {
             out.copy_within(at..at + got.len() * frame_bytes, packed);
         }
         packed += got.len() * frame_bytes;
+        offset += piece.len();
         indices.extend(got);
+        finished.push(piece_capture);
+    }
+    if let Some(last_capture) = finished.last() {
+        capture.adopt_pieces(last_capture, packets);
     }
     Ok(indices)
-}
-
-/// Frames of the pieces before `piece`.
-fn offset_of(pieces: &[Vec<usize>], piece: &Vec<usize>) -> usize {
-    pieces
-        .iter()
-        .take_while(|p| !std::ptr::eq(*p, piece))
-        .map(Vec::len)
-        .sum()
 }
 
 #[cfg(test)]
@@ -218,7 +237,7 @@ mod tests {
     #[test]
     fn pieces_are_contiguous_and_about_equal() {
         let groups: Vec<_> = (0..8).map(|g| (vec![g * 10], 10)).collect();
-        let pieces = balanced(groups, 3);
+        let pieces: Vec<Vec<usize>> = balanced(groups, 3).into_iter().map(|(f, _)| f).collect();
         assert_eq!(pieces.len(), 3);
         assert_eq!(pieces.concat(), (0..8).map(|g| g * 10).collect::<Vec<_>>());
         assert!(
@@ -226,6 +245,16 @@ mod tests {
             "{pieces:?}"
         );
         // Never more pieces than groups.
-        assert_eq!(balanced(vec![(vec![1], 5)], 4), vec![vec![1]]);
+        assert_eq!(balanced(vec![(vec![1], 5)], 4), vec![(vec![1], 5)]);
+    }
+
+    #[test]
+    fn threads_follow_the_work_and_each_piece_has_one() {
+        assert_eq!(shares(&[243, 121, 50, 50], 16), vec![7, 4, 3, 2]);
+        assert_eq!(shares(&[10, 10], 2), vec![1, 1]);
+        assert_eq!(shares(&[1, 1, 1], 3), vec![1, 1, 1]);
+        let given = shares(&[5, 300, 7], 16);
+        assert_eq!(given.iter().sum::<usize>(), 16);
+        assert!(given.iter().all(|&t| t >= 1) && given[1] > 10, "{given:?}");
     }
 }
