@@ -4,7 +4,7 @@
 //! is freed, its header marked free under the pool lock, when its pin is
 //! gone and no hand-out is outstanding.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use super::{read_margin, unix_now, Metadata, Publisher, Shared};
@@ -55,14 +55,8 @@ impl Publisher {
             clear_if_freed(&state, ended);
             ended
         };
-        if let Ended::Freed(_) = ended {
-            self.shared
-                .counters
-                .freed_by_eviction
-                .fetch_add(1, Ordering::Relaxed);
-            self.shared.slots.notify_freed();
-        }
-        ended != Ended::Stale
+        self.shared
+            .settle(ended, &self.shared.counters.freed_by_eviction)
     }
 
     /// Hands a pinned slot out again: a new hand-out with its own lease,
@@ -110,18 +104,22 @@ impl Publisher {
             let mut state = self.shared.slots.lock();
             ended_locked(&mut state, slot, generation, handout)
         };
-        if let Ended::Freed(_) = ended {
-            self.shared
-                .counters
-                .returned
-                .fetch_add(1, Ordering::Relaxed);
-            self.shared.slots.notify_freed();
-        }
-        ended != Ended::Stale
+        self.shared.settle(ended, &self.shared.counters.returned)
     }
 }
 
 impl Shared {
+    /// What follows a pin or hand-out ended by the caller: a slot that freed
+    /// is counted on `freed` and wakes the publishes waiting for one. True
+    /// unless it had ended already.
+    fn settle(&self, ended: Ended, freed: &AtomicU64) -> bool {
+        if let Ended::Freed(_) = ended {
+            freed.fetch_add(1, Ordering::Relaxed);
+            self.slots.notify_freed();
+        }
+        ended != Ended::Stale
+    }
+
     /// Ends hand-out `handout` of slot `id` if it is still at
     /// `generation` (gives back a slot never published, for 0); true when
     /// that freed the slot, whose header is marked free under the same lock.
