@@ -8,9 +8,8 @@ use std::sync::Arc;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
-use super::{
-    decode_options, limits_or_default, resize_target, seconds, Encoded, PyLimits, ResizeArg,
-};
+use super::args::{seconds, Encoded};
+use super::decode::{decode_options, limits_or_default, resize_target, PyLimits, ResizeArg};
 use crate::decode::DecodeOptions;
 use crate::errors::Error;
 use crate::fair::FairPool;
