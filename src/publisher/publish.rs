@@ -311,13 +311,11 @@ impl Publisher {
 fn check_packing(opts: &DecodeOptions, packing: Packing) -> Result<()> {
     match packing {
         Packing::Hwc => Ok(()),
-        _ if opts.mode == Mode::Rgb => Ok(()),
+        Packing::Rgbx if opts.mode == Mode::Rgb => Ok(()),
         Packing::Rgbx => Err(Error::InvalidArgument(
             "the RGBX layout needs mode RGB".to_string(),
         )),
-        Packing::Patches(_) => Err(Error::InvalidArgument(
-            "patch rows need mode RGB".to_string(),
-        )),
+        Packing::Patches(_) => crate::patches::check_mode(opts.mode),
     }
 }
 

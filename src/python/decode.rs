@@ -181,8 +181,8 @@ fn decode_image<'py>(
     let grid = patches
         .map(|(patch, temporal, merge)| PatchGrid::new(patch, temporal, merge))
         .transpose()?;
-    if grid.is_some() && opts.mode != Mode::Rgb {
-        return Err(Error::InvalidArgument("patch rows need mode RGB".into()).into());
+    if grid.is_some() {
+        crate::patches::check_mode(opts.mode)?;
     }
     let bytes = data.as_slice();
     let (shape, pixels) = py.detach(|| {
