@@ -1,12 +1,14 @@
 //! Thin PyO3 wrappers over the plain-Rust core. Every heavy call runs with
 //! the GIL released. This file only wires the modules: `decode` (decoding
 //! and its options), `publisher` and `reader` (the two sides of the
-//! transfer), `tickets`, `video`, `patches`, `wire`, `errors`; `args` and
-//! `pixels` are what they share.
+//! transfer), `control` (cancelling a publish or a video's decode),
+//! `tickets`, `video`, `patches`, `wire`, `errors`; `args` and `pixels` are
+//! what they share.
 
 use pyo3::prelude::*;
 
 mod args;
+mod control;
 mod decode;
 mod errors;
 mod patches;
@@ -21,6 +23,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     errors::register(m)?;
     wire::register(m)?;
     publisher::register(m)?;
+    control::register(m)?;
     reader::register(m)?;
     tickets::register(m)?;
     video::register(m)?;

@@ -6,8 +6,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
 use super::args::Encoded;
+use super::control::NativeBatchControl;
 use super::decode::{resize_target, ResizeArg};
-use super::publisher::NativeBatchControl;
 use crate::video::{self, Capture, Conversion, EndCheck};
 
 /// Bounds on one video, checked before the memory they guard is taken.
