@@ -22,6 +22,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from import_graph import circles
+
 SRC = Path(__file__).resolve().parent.parent / "src"
 
 # Circles known and kept, each as the sorted list `import_circles` reports,
@@ -144,7 +146,7 @@ def import_circles(root: Path) -> list[list[str]]:
     """Each set of modules that name one another in a circle, at any level
     of the module tree (module paths joined with ``::``)."""
     known = modules(root)
-    graphs: dict[Module, dict[Module, set[Module]]] = {}
+    graphs: dict[Module, dict[str, set[str]]] = {}
     for name, path in known.items():
         for target in referenced(name, path, known):
             common = 0
@@ -153,43 +155,8 @@ def import_circles(root: Path) -> list[list[str]]:
             if common == min(len(name), len(target)):
                 continue  # one holds the other
             graph = graphs.setdefault(name[:common], {})
-            graph.setdefault(name[: common + 1], set()).add(target[: common + 1])
-    circles = []
-    for graph in graphs.values():
-        circles += _strongly_connected(graph)
-    return sorted(sorted("::".join(m) for m in circle) for circle in circles)
-
-
-def _strongly_connected(graph: dict[Module, set[Module]]) -> list[list[Module]]:
-    """Tarjan's strongly connected components of more than one node."""
-    order: dict[Module, int] = {}
-    low: dict[Module, int] = {}
-    stack: list[Module] = []
-    found: list[list[Module]] = []
-
-    def connect(node: Module) -> None:
-        order[node] = low[node] = len(order)
-        stack.append(node)
-        for nxt in sorted(graph.get(node, ())):
-            if nxt not in order:
-                connect(nxt)
-                low[node] = min(low[node], low[nxt])
-            elif nxt in stack:
-                low[node] = min(low[node], order[nxt])
-        if low[node] == order[node]:
-            component = []
-            while True:
-                member = stack.pop()
-                component.append(member)
-                if member == node:
-                    break
-            if len(component) > 1:
-                found.append(component)
-
-    for node in sorted(graph):
-        if node not in order:
-            connect(node)
-    return found
+            graph.setdefault("::".join(name[: common + 1]), set()).add("::".join(target[: common + 1]))
+    return sorted(circle for graph in graphs.values() for circle in circles(graph))
 
 
 def test_the_crate_has_no_import_circles() -> None:
