@@ -42,7 +42,7 @@ sys.path[:0] = [
 from pixelwire.bench.conversation import Conversation  # noqa: E402
 from pixelwire.bench.inputs import screenshot  # noqa: E402
 from pixelwire.bench.services import cpu_seconds  # noqa: E402
-from pixelwire.resize import ResizePolicy  # noqa: E402
+from pixelwire.resize import image_resize_policy  # noqa: E402
 
 from frontend_client import started_frontend  # noqa: E402
 from loopback_servers import Upstream, worker_info  # noqa: E402
@@ -63,7 +63,7 @@ def run(conversations: int, rounds: int, cache_bytes: int, folder: Path, *extra:
     model = folder / "model"
     model.mkdir(parents=True, exist_ok=True)
     (model / "preprocessor_config.json").write_text(json.dumps(PROCESSOR))
-    policy = ResizePolicy.from_pretrained(model)
+    policy = image_resize_policy(model)
     assert policy is not None
     upstream = Upstream()
     upstream.metrics_text = worker_info(resize=policy.identity)

@@ -74,7 +74,7 @@ class Served:
         from vllm.multimodal import MULTIMODAL_REGISTRY
 
         from pixelwire.processed import patch_layout
-        from pixelwire.resize import ResizePolicy
+        from pixelwire.resize import image_resize_policy
 
         _serve_as(model, budget)
         kwargs = {"max_pixels": budget}
@@ -82,7 +82,7 @@ class Served:
         self.processor = MULTIMODAL_REGISTRY.create_processor(
             ModelConfig(model=model, mm_processor_kwargs=kwargs)
         )
-        policy = ResizePolicy.from_pretrained(model, kwargs)
+        policy = image_resize_policy(model, kwargs)
         layout = patch_layout(model, kwargs, policy)
         assert policy is not None and layout is not None
         self.policy, self.layout = policy, layout

@@ -43,11 +43,11 @@ def main() -> None:
     from transformers import Qwen2VLImageProcessor
 
     import pixelwire
-    from pixelwire.resize import ResizePolicy
+    from pixelwire.resize import image_policy_from_config
 
     torch.set_num_threads(1)
     processor = Qwen2VLImageProcessor(min_pixels=3136, max_pixels=args.max_pixels)
-    policy = ResizePolicy.from_processor_config(json.loads(processor.to_json_string()))
+    policy = image_policy_from_config(json.loads(processor.to_json_string()))
     assert policy is not None
     with Image.open(args.photo) as photo:
         full = photo.convert("RGB").resize((3840, 2160), Image.Resampling.BICUBIC)

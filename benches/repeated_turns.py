@@ -24,10 +24,10 @@ import time
 import pixelwire
 from pixelwire.bench.inputs import screenshot
 from pixelwire.config import parse_bytes
-from pixelwire.resize import ResizePolicy
+from pixelwire.resize import image_policy_from_config
 
 # The tiny Qwen2-VL's image processor (tests/e2e/tiny_model.py): ~1 MP.
-POLICY = ResizePolicy.from_processor_config(
+POLICY = image_policy_from_config(
     {
         "image_processor_type": "Qwen2VLImageProcessor",
         "patch_size": 14,

@@ -68,17 +68,17 @@ def _tokens(processor: Any, height: int, width: int) -> int:
 
 def _shipped(processor: Any, image: Any) -> Any:
     """The image ``--resize-approximate`` ships: pixelwire's approximate
-    policy for this processor (``ResizePolicy``, read from the processor's
+    policy for this processor (``image_policy_from_config``, read from the processor's
     config and a checkpoint's SigLIP tower) gives the size, the processor's
     own resize makes the pixels (pixelwire's native resize gives the same
     bytes: tests/e2e/test_resize_parity.py); the original where the policy
     keeps it."""
     from transformers.image_utils import SizeDict
 
-    from pixelwire.resize import ResizePolicy
+    from pixelwire.resize import image_policy_from_config
 
     side = processor.size.height
-    policy = ResizePolicy.from_processor_config(
+    policy = image_policy_from_config(
         json.loads(processor.to_json_string()),
         model_config={
             "vision_config": {"image_size": side, "patch_size": 14},

@@ -50,8 +50,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pixelwire.processor_sizes import smart_resize
-from pixelwire.resize import ResizePolicy
+from pixelwire.resize.families.shortest_edge import ShortestEdgePolicy
+from pixelwire.resize.families.smart import smart_resize
 
 try:
     import numpy as np
@@ -100,7 +100,7 @@ def find_corpus() -> str | None:
 
 def shortest_edge(h: int, w: int, s: int) -> tuple[int, int]:
     """CLIP's target size (transformers' get_resize_output_image_size)."""
-    return ResizePolicy("shortest_edge", shortest_edge=s).target(h, w)
+    return ShortestEdgePolicy(shortest_edge=s).target(h, w)
 
 
 def corpus_photos(quick: bool) -> list[tuple[str, np.ndarray]]:

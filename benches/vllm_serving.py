@@ -239,7 +239,7 @@ def _targets(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def main() -> None:
-    from pixelwire.resize import ResizePolicy
+    from pixelwire.resize import image_resize_policy
 
     args = bench_parser(__doc__).parse_args()
     reps = 4 if args.quick else 12
@@ -255,7 +255,7 @@ def main() -> None:
     model = str(stack.model_dir())
     settings = []
     for tag, kwargs in (("model", {}), ("large", {"max_pixels": LARGE_MAX_PIXELS})):
-        policy = ResizePolicy.from_pretrained(model, kwargs)
+        policy = image_resize_policy(model, kwargs)
         assert policy is not None, "the tiny model's processor has a resize policy"
         where = "the model's processor config" if not kwargs else "--mm-processor-kwargs"
         settings.append(

@@ -158,7 +158,9 @@ def video_bomb(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
     1.5 ms) and a victim's 5 s 720p clip."""
     import video_clips
 
-    return video_clips.make_all(video_clips.VIDEO_BOMB, tmp_path_factory.mktemp("video_bomb"))
+    made = os.environ.get("PIXELWIRE_TEST_VIDEOS")  # as video_clips'
+    folder = Path(made) if made else tmp_path_factory.mktemp("video_bomb")
+    return video_clips.make_all(video_clips.VIDEO_BOMB, folder)
 
 
 @pytest.fixture(scope="session")

@@ -18,15 +18,14 @@ from pixelwire.handshake import (
     worker_settings_in,
 )
 from pixelwire.processed import PatchLayout
-from pixelwire.resize import ResizePolicy
+from pixelwire.resize.families.anyres import AnyresPolicy
+from pixelwire.resize.families.smart import SmartPolicy
 from pixelwire.signing import secret_fingerprint
 
 SECRET = b"handshake-secret"
 VERSION = pixelwire.__version__
-POLICY = ResizePolicy("smart", factor=28, min_pixels=3136, max_pixels=1 << 20)
-APPROXIMATE = ResizePolicy(
-    "anyres", height=384, width=384, grid=((384, 384),), tile_patches=27, approximate=True
-)
+POLICY = SmartPolicy(factor=28, min_pixels=3136, max_pixels=1 << 20)
+APPROXIMATE = AnyresPolicy(height=384, width=384, grid=((384, 384),), tile_patches=27)
 AGREEING = WorkerSettings(
     version=VERSION, connector="pixelwire", secret=secret_fingerprint(SECRET), unsigned="0", private="0",
     resize="none", processed="none",

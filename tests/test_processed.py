@@ -18,11 +18,12 @@ import pixelwire
 from pixelwire._native import join_patch_rows
 from pixelwire.descriptor import parse_descriptor
 from pixelwire.processed import PatchLayout, patch_layout, processed_identity
-from pixelwire.resize import ResizePolicy
+from pixelwire.resize import image_resize_policy
+from pixelwire.resize.families.smart import SmartPolicy
 
 from reference import CORPUS
 
-POLICY = ResizePolicy("smart", factor=28, min_pixels=3136, max_pixels=50176)
+POLICY = SmartPolicy(factor=28, min_pixels=3136, max_pixels=50176)
 LAYOUT = PatchLayout(14, 2, 2, POLICY)
 IMAGES = ["hopper.png", "flower2.jpg", "pil_sample_cmyk.jpg"]
 
@@ -44,12 +45,12 @@ def test_the_qwen2_vl_processors_get_a_patch_layout(qwen2_vl_folder: Callable[..
     identity names the grid and the resize (budget included); another
     model, the PIL backend, a kwarg changing the grid or no resize, none."""
     model = qwen2_vl_folder()
-    policy = ResizePolicy.from_pretrained(model)
+    policy = image_resize_policy(model)
     layout = patch_layout(model, None, policy)
     assert layout is not None and layout.grid == (14, 2, 2)
     assert layout.identity == processed_identity(14, 2, 2, policy.identity)
     assert "max=12845056" in layout.identity
-    other_budget = ResizePolicy.from_pretrained(model, {"max_pixels": 1003520})
+    other_budget = image_resize_policy(model, {"max_pixels": 1003520})
     assert patch_layout(model, {"max_pixels": 1003520}, other_budget).identity != layout.identity  # type: ignore[union-attr]
     assert patch_layout(model, {"use_fast": False}, policy) is None
     assert patch_layout(model, {"backend": "pil"}, policy) is None

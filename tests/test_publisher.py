@@ -19,7 +19,9 @@ import pixelwire
 from pixelwire._native import VideoCapture
 from pixelwire.config import Layout
 from pixelwire.publisher_process import PublisherProcess
-from pixelwire.resize import ResizePolicy, qwen3_video_policy
+from pixelwire.resize import ResizePolicy, image_policy_from_config
+from pixelwire.resize.families.smart import SmartPolicy
+from pixelwire.resize.families.smart_video import read_qwen3_vl_video
 from pixelwire.video.sampling import VideoSampling
 
 from reference import CORPUS, corpus_files
@@ -114,7 +116,7 @@ def test_a_batch_publishes_what_one_publish_at_a_time_does(layout: Layout, resiz
     when the policy resizes), with the same descriptor fields, in order."""
     sources = [(CORPUS / name).read_bytes() for name in BATCH]
     size = {"shortest_edge": 3136, "longest_edge": 50176}
-    policy = ResizePolicy.from_processor_config(
+    policy = image_policy_from_config(
         {"image_processor_type": "Qwen2VLImageProcessor", "patch_size": 14, "merge_size": 2, "size": size}
     )
     resize = policy if resized else None
@@ -345,8 +347,8 @@ def test_video_frames_ship_at_the_size_the_video_processor_resizes_them_to(
 
     from PIL import Image
 
-    per_frame = ResizePolicy("smart", factor=28, min_pixels=3136, max_pixels=12544)
-    per_video = qwen3_video_policy({"size": {"shortest_edge": 4096, "longest_edge": 200000}})
+    per_frame = SmartPolicy(factor=28, min_pixels=3136, max_pixels=12544)
+    per_video = read_qwen3_vl_video({"size": {"shortest_edge": 4096, "longest_edge": 200000}})
     assert per_video is not None
 
     def resized_alone(frame: np.ndarray, target: tuple[int, int], policy: ResizePolicy) -> np.ndarray:
@@ -382,7 +384,7 @@ def test_a_published_per_video_size_follows_the_frames_that_decode(corrupt_video
     per-video policy the published frames are at the size for the frames
     that decoded (decode_video's frames), and the slot first filled at the
     other size is freed, not leaked."""
-    policy = qwen3_video_policy({"size": {"shortest_edge": 4096, "longest_edge": 200000}})
+    policy = read_qwen3_vl_video({"size": {"shortest_edge": 4096, "longest_edge": 200000}})
     assert policy is not None
     expected, metadata = pixelwire.decode_video(corrupt_video, num_frames=-1, resize=policy)
     assert len(expected) < metadata["total_num_frames"] and expected.shape[1:3] != (240, 320)

@@ -15,12 +15,29 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PIL import Image
+from processor_configs import (
+    GEMMA3,
+    IDEFICS3,
+    KIMI_K25,
+    ONEVISION,
+    ONEVISION_GRID,
+    ONEVISION_MODEL,
+    PIXTRAL,
+    QWEN,
+    QWEN3_VIDEO,
+    SIGLIP2,
+)
 
 import pixelwire
-from pixelwire.processor_sizes import size_for_max_num_patches, smart_resize, temporal_smart_resize
-from pixelwire.resize import ResizePolicy, qwen3_video_policy, video_resize_policy
-
-QWEN = {"image_processor_type": "Qwen2VLImageProcessor", "patch_size": 14, "merge_size": 2, "resample": 3}
+from pixelwire.resize import (
+    image_policy_from_config,
+    image_resize_policy,
+    video_policy_from_config,
+    video_resize_policy,
+)
+from pixelwire.resize.families.max_num_patches import size_for_max_num_patches
+from pixelwire.resize.families.smart import smart_resize, temporal_smart_resize
+from pixelwire.video.sampling import model_video_loader
 
 
 def _jpeg(width: int, height: int) -> bytes:
@@ -34,14 +51,14 @@ def test_qwen_policy_reads_size_then_overrides_in_vllms_order() -> None:
     """size edges, then min/max_pixels; --mm-processor-kwargs size, then its
     min/max_pixels, as vLLM merges them."""
     config = {**QWEN, "size": {"shortest_edge": 3136, "longest_edge": 12544}}
-    policy = ResizePolicy.from_processor_config(config)
+    policy = image_policy_from_config(config)
     assert policy is not None and (policy.factor, policy.min_pixels, policy.max_pixels) == (28, 3136, 12544)
-    assert ResizePolicy.from_processor_config({**config, "max_pixels": 50176}).max_pixels == 50176  # type: ignore[union-attr]
-    overridden = ResizePolicy.from_processor_config(
+    assert image_policy_from_config({**config, "max_pixels": 50176}).max_pixels == 50176  # type: ignore[union-attr]
+    overridden = image_policy_from_config(
         {**config, "max_pixels": 50176}, {"size": {"longest_edge": 1003520}}
     )
     assert overridden is not None and overridden.max_pixels == 1003520
-    both = ResizePolicy.from_processor_config(config, {"size": {"longest_edge": 1}, "max_pixels": 12845056})
+    both = image_policy_from_config(config, {"size": {"longest_edge": 1}, "max_pixels": 12845056})
     assert both is not None and both.max_pixels == 12845056
     assert policy.identity != overridden.identity
 
@@ -49,9 +66,7 @@ def test_qwen_policy_reads_size_then_overrides_in_vllms_order() -> None:
 def test_qwen_targets_follow_smart_resize() -> None:
     """The issue's example: a 3840x2160 photo at max_pixels=1003520 is
     resized to 1316x728 (2.9 MB of pixels instead of 24.9 MB)."""
-    policy = ResizePolicy.from_processor_config(
-        {**QWEN, "size": {"shortest_edge": 3136, "longest_edge": 1003520}}
-    )
+    policy = image_policy_from_config({**QWEN, "size": {"shortest_edge": 3136, "longest_edge": 1003520}})
     assert policy is not None
     assert policy.target(2160, 3840) == (728, 1316)
     assert smart_resize(100, 100, 28, 56 * 56, 28 * 28 * 1280) == (112, 112)
@@ -60,22 +75,16 @@ def test_qwen_targets_follow_smart_resize() -> None:
 
 
 def test_fixed_and_shortest_edge_policies() -> None:
-    siglip = ResizePolicy.from_processor_config(
+    siglip = image_policy_from_config(
         {"image_processor_type": "SiglipImageProcessor", "size": {"height": 384, "width": 384}, "resample": 3}
     )
     assert siglip is not None and siglip.target(1080, 1920) == (384, 384)
-    clip = ResizePolicy.from_processor_config(
+    clip = image_policy_from_config(
         {"image_processor_type": "CLIPImageProcessor", "size": {"shortest_edge": 336}, "resample": 3}
     )
     assert clip is not None
     assert clip.target(1080, 1920) == (336, int(336 * 1920 / 1080))
     assert clip.target(1920, 1080) == (int(336 * 1920 / 1080), 336)
-
-
-SIGLIP2 = {"image_processor_type": "Siglip2ImageProcessor", "resample": 2}
-SIGLIP2 |= {"patch_size": 16, "max_num_patches": 256}
-GEMMA3 = {"image_processor_type": "Gemma3ImageProcessor", "resample": 2}
-GEMMA3 |= {"size": {"height": 896, "width": 896}}
 
 
 def test_siglip2_naflex_resizes_by_its_patch_budget_not_a_size() -> None:
@@ -85,34 +94,34 @@ def test_siglip2_naflex_resizes_by_its_patch_budget_not_a_size() -> None:
     for size in (None, {"height": 224, "width": 224}):
         config = {**SIGLIP2, "size": size}
         for kwargs in ({}, {"size": {"height": 384, "width": 384}}):
-            policy = ResizePolicy.from_processor_config(config, kwargs)
+            policy = image_policy_from_config(config, kwargs)
             assert policy is not None and policy.family == "max_num_patches", (size, kwargs, policy)
             assert policy.filter == "bilinear" and policy.identity.startswith("max_num_patches:256:patch=16:")
-    policy = ResizePolicy.from_processor_config(SIGLIP2, {"max_num_patches": 1024})
+    policy = image_policy_from_config(SIGLIP2, {"max_num_patches": 1024})
     assert policy is not None and policy.max_num_patches == 1024
     target = policy.target(1080, 1920)
     assert target == size_for_max_num_patches(1080, 1920, 16, 1024) == (384, 672)
     assert (target[0] // 16) * (target[1] // 16) <= 1024 and policy.target(*target) == target
-    assert ResizePolicy.from_processor_config({**SIGLIP2, "max_num_patches": 0}) is None
+    assert image_policy_from_config({**SIGLIP2, "max_num_patches": 0}) is None
 
 
 def test_gemma3_is_a_fixed_size_without_pan_and_scan() -> None:
     """Gemma 3 resizes to its size; with pan-and-scan (config or kwargs) it
     resizes crops of the original too, so it gets no policy."""
-    policy = ResizePolicy.from_processor_config({**GEMMA3, "do_pan_and_scan": None})
+    policy = image_policy_from_config({**GEMMA3, "do_pan_and_scan": None})
     assert policy is not None and policy.family == "fixed" and policy.target(1080, 1920) == (896, 896)
     assert policy.filter == "bilinear"
-    assert ResizePolicy.from_processor_config({**GEMMA3, "do_pan_and_scan": True}) is None
-    assert ResizePolicy.from_processor_config(GEMMA3, {"do_pan_and_scan": True}) is None
+    assert image_policy_from_config({**GEMMA3, "do_pan_and_scan": True}) is None
+    assert image_policy_from_config(GEMMA3, {"do_pan_and_scan": True}) is None
 
 
 def test_got_ocr2_is_a_fixed_size_without_crop_to_patches() -> None:
     """GOT-OCR2 resizes to its size; with crop_to_patches (Aya Vision) it
     resizes the original to tiles and again to a thumbnail: no policy."""
     got = {"image_processor_type": "GotOcr2ImageProcessor", "size": {"height": 384, "width": 384}}
-    policy = ResizePolicy.from_processor_config({**got, "crop_to_patches": False})
+    policy = image_policy_from_config({**got, "crop_to_patches": False})
     assert policy is not None and policy.family == "fixed" and policy.target(1080, 1920) == (384, 384)
-    assert ResizePolicy.from_processor_config({**got, "crop_to_patches": True}) is None
+    assert image_policy_from_config({**got, "crop_to_patches": True}) is None
 
 
 def test_glm4v_counts_the_temporal_patch_in_its_pixel_budget() -> None:
@@ -120,18 +129,15 @@ def test_glm4v_counts_the_temporal_patch_in_its_pixel_budget() -> None:
     than Qwen's at the same sizes), from size only."""
     glm = {"image_processor_type": "Glm4vImageProcessor", "patch_size": 14, "merge_size": 2, "resample": 3}
     glm |= {"temporal_patch_size": 2, "size": {"shortest_edge": 12544, "longest_edge": 100352}}
-    policy = ResizePolicy.from_processor_config(glm)
-    qwen = ResizePolicy.from_processor_config({**QWEN, "size": glm["size"]})
+    policy = image_policy_from_config(glm)
+    qwen = image_policy_from_config({**QWEN, "size": glm["size"]})
     assert policy is not None and qwen is not None and policy.identity != qwen.identity
     assert policy.identity.startswith("smart:factor=28:min=12544:max=100352:temporal=2:")
     height, width = policy.target(1080, 1920)
     assert 2 * height * width <= 100352 < 2 * qwen.target(1080, 1920)[0] * qwen.target(1080, 1920)[1]
-    overridden = ResizePolicy.from_processor_config(glm, {"size": {"longest_edge": 2007040}})
+    overridden = image_policy_from_config(glm, {"size": {"longest_edge": 2007040}})
     assert overridden is not None and overridden.max_pixels == 2007040
-    assert ResizePolicy.from_processor_config(glm, {"max_pixels": 2007040}) is None
-
-
-PIXTRAL = {"image_processor_type": "PixtralImageProcessorFast", "size": {"longest_edge": 1540}, "resample": 3}
+    assert image_policy_from_config(glm, {"max_pixels": 2007040}) is None
 
 
 def test_pixtral_fits_the_longest_edge_on_the_processors_patch_grid() -> None:
@@ -141,19 +147,17 @@ def test_pixtral_fits_the_longest_edge_on_the_processors_patch_grid() -> None:
     never scaled up beyond the grid."""
     mistral3 = {"patch_size": 14, "spatial_merge_size": 2}
     config = {**PIXTRAL, "patch_size": {"height": 14, "width": 14}}
-    policy = ResizePolicy.from_processor_config(config, processor_config=mistral3)
+    policy = image_policy_from_config(config, processor_config=mistral3)
     assert policy is not None and policy.family == "longest_edge" and policy.patch_size == 28
     assert policy.identity == "longest_edge:1540x1540:patch=28:torchvision:bicubic"
     assert policy.target(1080, 1920) == (868, 1540)  # 1080 / (1920 / 1540) = 866.25, up to 31 x 28
     assert policy.target(479, 853) == (504, 868)  # within the bound: only the grid
     assert policy.target(1, 5000) == (1, 5000)  # floors to 0 rows: the processor fails on it anyway
-    default = ResizePolicy.from_processor_config(config)  # PixtralProcessor's defaults: 16, 1
+    default = image_policy_from_config(config)  # PixtralProcessor's defaults: 16, 1
     assert default is not None and default.patch_size == 16
-    smaller = ResizePolicy.from_processor_config(
-        config, {"size": {"longest_edge": 1024}}, processor_config=mistral3
-    )
+    smaller = image_policy_from_config(config, {"size": {"longest_edge": 1024}}, processor_config=mistral3)
     assert smaller is not None and smaller.target(2160, 3840) == (588, 1036)
-    assert ResizePolicy.from_processor_config(config, processor_config={"spatial_merge_size": 0}) is None
+    assert image_policy_from_config(config, processor_config={"spatial_merge_size": 0}) is None
 
 
 def test_a_size_the_processor_would_resize_again_is_not_shipped() -> None:
@@ -161,22 +165,11 @@ def test_a_size_the_processor_would_resize_again_is_not_shipped() -> None:
     factor and leaves the image over its budget, so the processor would
     resize the shipped image again: it ships at its own size instead."""
     size = {"shortest_edge": 3136, "longest_edge": 100352}
-    policy = ResizePolicy.from_processor_config({"image_processor_type": "Glm4vImageProcessor", "size": size})
+    policy = image_policy_from_config({"image_processor_type": "Glm4vImageProcessor", "size": size})
     assert policy is not None
     assert policy.processor_target(52, 5671) == (28, 2324)
     assert policy.processor_target(28, 2324) != (28, 2324)
     assert policy.target(52, 5671) == (52, 5671)
-
-
-KIMI_K25 = {
-    "auto_map": {"AutoImageProcessor": "kimi_k25_vision_processing.KimiK25VisionProcessor"},
-    "media_proc_cfg": {
-        "patch_size": 14,
-        "merge_kernel_size": 2,
-        "in_patch_limit": 16384,
-        "patch_limit_on_one_side": 512,
-    },
-}
 
 
 def test_kimi_k25_scales_down_to_its_patch_budget_with_pillows_bicubic() -> None:
@@ -186,7 +179,7 @@ def test_kimi_k25_scales_down_to_its_patch_budget_with_pillows_bicubic() -> None
     with Pillow's bicubic whatever backend is asked for; vLLM hands the
     processor no --mm-processor-kwargs, so they change nothing. A size it
     would move again ships as it is."""
-    policy = ResizePolicy.from_processor_config(KIMI_K25, {"in_patch_limit": 1}, kernel="torchvision")
+    policy = image_policy_from_config(KIMI_K25, {"in_patch_limit": 1}, kernel="torchvision")
     assert policy is not None and (policy.family, policy.kernel, policy.filter) == (
         "navit",
         "pillow",
@@ -200,14 +193,7 @@ def test_kimi_k25_scales_down_to_its_patch_budget_with_pillows_bicubic() -> None
     assert policy.processor_target(2455, 1316) != (2455, 1316)  # not its own target
     assert policy.target(2460, 1319) == (2460, 1319)
     for broken in ({**KIMI_K25, "media_proc_cfg": None}, {**KIMI_K25, "media_proc_cfg": {"patch_size": 14}}):
-        assert ResizePolicy.from_processor_config(broken) is None
-
-
-IDEFICS3 = {
-    "image_processor_type": "Idefics3ImageProcessor",
-    "size": {"longest_edge": 1456},
-    "max_image_size": {"longest_edge": 364},
-}
+        assert image_policy_from_config(broken) is None
 
 
 def test_idefics3_resizes_the_longest_edge_then_to_whole_tiles() -> None:
@@ -215,7 +201,7 @@ def test_idefics3_resizes_the_longest_edge_then_to_whole_tiles() -> None:
     side truncated, then up to even), then to multiples of the tile side;
     the native decoder goes through the first size to the second, and ships
     the second. Lanczos is the processor's default resample."""
-    policy = ResizePolicy.from_processor_config(IDEFICS3)
+    policy = image_policy_from_config(IDEFICS3)
     assert policy is not None and policy.family == "longest_edge_tiles" and policy.filter == "lanczos"
     assert policy.identity == "longest_edge_tiles:1456:tile=364:torchvision:lanczos"
     # 1456 / (1920 / 1080) = 819, up to even; then 820 up to 3 tiles
@@ -226,7 +212,7 @@ def test_idefics3_resizes_the_longest_edge_then_to_whole_tiles() -> None:
     assert policy.steps(50, 100) == [(728, 1456)]
     # a shipped image is one the processor leaves as it is
     assert policy.steps(1092, 1456) == [(1092, 1456)]
-    smolvlm = ResizePolicy.from_processor_config(
+    smolvlm = image_policy_from_config(
         {**IDEFICS3, "image_processor_type": "SmolVLMImageProcessorFast"},
         {"size": {"longest_edge": 2048}, "max_image_size": {"longest_edge": 512}},
     )
@@ -236,7 +222,7 @@ def test_idefics3_resizes_the_longest_edge_then_to_whole_tiles() -> None:
 def test_idefics3_without_splitting_ships_the_first_resize() -> None:
     """Without splitting the processor squares its first result to the tile
     side, which it would do again from a square: the first result ships."""
-    policy = ResizePolicy.from_processor_config(IDEFICS3, {"do_image_splitting": False})
+    policy = image_policy_from_config(IDEFICS3, {"do_image_splitting": False})
     assert policy is not None and policy.tile == 0
     assert policy.steps(1080, 1920) == [(820, 1456)]
 
@@ -245,7 +231,7 @@ def test_idefics3_ships_full_size_where_its_resizes_are_not_idempotent() -> None
     """A longest edge off the tile grid: the second resize's longest edge
     (1092) is not the first's (1000), so the processor would resize the
     shipped image again; the image ships as it is."""
-    policy = ResizePolicy.from_processor_config(IDEFICS3, {"size": {"longest_edge": 1000}})
+    policy = image_policy_from_config(IDEFICS3, {"size": {"longest_edge": 1000}})
     assert policy is not None
     assert policy.processor_target(1080, 1920) == (728, 1092)
     assert policy.steps(1080, 1920) == [(1080, 1920)]
@@ -253,18 +239,6 @@ def test_idefics3_ships_full_size_where_its_resizes_are_not_idempotent() -> None
 
 # LLaVA-OneVision's processor (transformers 5.19's defaults) and the
 # config.json parts vLLM counts its image tokens with.
-ONEVISION_GRID = [[384 * rows, 384 * columns] for rows in range(1, 7) for columns in range(1, 7)]
-ONEVISION = {
-    "image_processor_type": "LlavaOnevisionImageProcessor",
-    "size": {"height": 384, "width": 384},
-    "image_grid_pinpoints": ONEVISION_GRID,
-    "resample": 3,
-}
-ONEVISION_MODEL = {
-    "vision_config": {"image_size": 384, "patch_size": 14},
-    "image_grid_pinpoints": ONEVISION_GRID,
-    "vision_aspect_ratio": "anyres_max_9",
-}
 
 
 def test_anyres_gets_a_policy_only_when_approximate(caplog: pytest.LogCaptureFixture) -> None:
@@ -272,9 +246,9 @@ def test_anyres_gets_a_policy_only_when_approximate(caplog: pytest.LogCaptureFix
     exact policy, a log line naming --resize-approximate; asked for, the
     approximate policy, its identity saying so."""
     caplog.set_level(logging.INFO, "pixelwire.resize")
-    assert ResizePolicy.from_processor_config(ONEVISION, model_config=ONEVISION_MODEL) is None
+    assert image_policy_from_config(ONEVISION, model_config=ONEVISION_MODEL) is None
     assert "--resize-approximate" in caplog.text
-    policy = ResizePolicy.from_processor_config(ONEVISION, model_config=ONEVISION_MODEL, approximate=True)
+    policy = image_policy_from_config(ONEVISION, model_config=ONEVISION_MODEL, approximate=True)
     assert policy is not None and (policy.family, policy.kernel, policy.filter) == (
         "anyres",
         "torchvision",
@@ -284,7 +258,7 @@ def test_anyres_gets_a_policy_only_when_approximate(caplog: pytest.LogCaptureFix
     assert policy.identity.startswith("anyres:384x384:grid=") and policy.identity.endswith(
         ":patches=27:torchvision:bicubic:approximate"
     )
-    other = ResizePolicy.from_processor_config(
+    other = image_policy_from_config(
         ONEVISION,
         {"image_grid_pinpoints": ONEVISION_GRID[:6]},
         model_config={**ONEVISION_MODEL, "image_grid_pinpoints": ONEVISION_GRID[:6]},
@@ -299,7 +273,7 @@ def test_anyres_ships_the_grid_size_where_it_is_smaller_and_keeps_the_prompt() -
     same grid for it; a larger grid size ships the original (exact); so does
     a size whose feature grid, which vLLM counts the prompt's image tokens
     from, would change."""
-    policy = ResizePolicy.from_processor_config(ONEVISION, model_config=ONEVISION_MODEL, approximate=True)
+    policy = image_policy_from_config(ONEVISION, model_config=ONEVISION_MODEL, approximate=True)
     assert policy is not None
     assert policy.target(2160, 3840) == (1296, 2304)
     assert policy.target(3000, 4000) == (1728, 2304)
@@ -328,7 +302,7 @@ def test_llava_next_gets_no_approximate_policy() -> None:
         "image_grid_pinpoints": grid,
     }
     model = {"vision_config": {"image_size": 336, "patch_size": 14}, "image_grid_pinpoints": grid}
-    assert ResizePolicy.from_processor_config(config, model_config=model, approximate=True) is None
+    assert image_policy_from_config(config, model_config=model, approximate=True) is None
 
 
 def test_anyres_needs_the_checkpoint_vllm_counts_tokens_with(caplog: pytest.LogCaptureFixture) -> None:
@@ -343,24 +317,22 @@ def test_anyres_needs_the_checkpoint_vllm_counts_tokens_with(caplog: pytest.LogC
         {**ONEVISION_MODEL, "vision_config": {"image_size": 336, "patch_size": 14}},
     ]
     for model in broken_models:
-        assert ResizePolicy.from_processor_config(ONEVISION, model_config=model, approximate=True) is None
+        assert image_policy_from_config(ONEVISION, model_config=model, approximate=True) is None
     for config in (
         {**ONEVISION, "size": {"height": 384, "width": 768}},
         {**ONEVISION, "image_grid_pinpoints": [[384, 0]]},
         {**ONEVISION, "image_grid_pinpoints": "384x384"},
     ):
-        assert (
-            ResizePolicy.from_processor_config(config, model_config=ONEVISION_MODEL, approximate=True) is None
-        )
+        assert image_policy_from_config(config, model_config=ONEVISION_MODEL, approximate=True) is None
     assert len([r for r in caplog.records if "no model-aware resize" in r.message]) == 7
 
 
 def test_lanczos_is_taken_only_where_parity_tests_run_it() -> None:
     """Lanczos (resample 1) gives a policy for Idefics3 / SmolVLM only."""
     siglip = {"image_processor_type": "SiglipImageProcessor", "size": {"height": 384, "width": 384}}
-    assert ResizePolicy.from_processor_config({**siglip, "resample": 1}) is None
-    assert ResizePolicy.from_processor_config({**IDEFICS3, "resample": 3}).filter == "bicubic"  # type: ignore[union-attr]
-    assert ResizePolicy.from_processor_config({**IDEFICS3, "size": {"height": 364, "width": 364}}) is None
+    assert image_policy_from_config({**siglip, "resample": 1}) is None
+    assert image_policy_from_config({**IDEFICS3, "resample": 3}).filter == "bicubic"  # type: ignore[union-attr]
+    assert image_policy_from_config({**IDEFICS3, "size": {"height": 364, "width": 364}}) is None
 
 
 def test_unknown_or_unreproducible_processors_get_no_policy(caplog: pytest.LogCaptureFixture) -> None:
@@ -372,7 +344,7 @@ def test_unknown_or_unreproducible_processors_get_no_policy(caplog: pytest.LogCa
         {**QWEN, "size": {"shortest_edge": 3136, "longest_edge": 12544}, "resample": 1},
         {"image_processor_type": "CLIPImageProcessor", "size": {"shortest_edge": 336, "longest_edge": 600}},
     ):
-        assert ResizePolicy.from_processor_config(config) is None
+        assert image_policy_from_config(config) is None
     assert len([r for r in caplog.records if "no model-aware resize" in r.message]) == 4
 
 
@@ -387,8 +359,8 @@ def test_policies_come_from_a_model_folder(tmp_path: Path) -> None:
     (tmp_path / "b" / "processor_config.json").write_text(
         json.dumps({"image_processor": {**QWEN, "size": {"shortest_edge": 3136, "longest_edge": 50176}}})
     )
-    a = ResizePolicy.from_pretrained(tmp_path / "a")
-    b = ResizePolicy.from_pretrained(tmp_path / "b", {"max_pixels": 1003520})
+    a = image_resize_policy(tmp_path / "a")
+    b = image_resize_policy(tmp_path / "b", {"max_pixels": 1003520})
     assert a is not None and a.max_pixels == 12544
     assert b is not None and b.max_pixels == 1003520
     (tmp_path / "pixtral").mkdir()
@@ -396,17 +368,17 @@ def test_policies_come_from_a_model_folder(tmp_path: Path) -> None:
     (tmp_path / "pixtral" / "processor_config.json").write_text(
         json.dumps({"processor_class": "PixtralProcessor", "patch_size": 14, "spatial_merge_size": 2})
     )
-    pixtral = ResizePolicy.from_pretrained(tmp_path / "pixtral")
+    pixtral = image_resize_policy(tmp_path / "pixtral")
     assert pixtral is not None and pixtral.patch_size == 28
     (tmp_path / "onevision").mkdir()
     (tmp_path / "onevision" / "preprocessor_config.json").write_text(json.dumps(ONEVISION))
     (tmp_path / "onevision" / "config.json").write_text(json.dumps(ONEVISION_MODEL))
-    assert ResizePolicy.from_pretrained(tmp_path / "onevision") is None
-    onevision = ResizePolicy.from_pretrained(tmp_path / "onevision", approximate=True)
+    assert image_resize_policy(tmp_path / "onevision") is None
+    onevision = image_resize_policy(tmp_path / "onevision", approximate=True)
     assert onevision is not None and onevision.tile_patches == 27
     (tmp_path / "c").mkdir()
     with pytest.raises(FileNotFoundError):
-        ResizePolicy.from_pretrained(tmp_path / "c")
+        image_resize_policy(tmp_path / "c")
 
 
 def test_decode_image_resizes_to_the_size_asked_for() -> None:
@@ -474,9 +446,7 @@ def test_publisher_ships_the_target_size_and_records_the_policy() -> None:
     except pixelwire.TransferError as missing:  # pragma: no cover - CI installs it
         pytest.skip(f"NIXL runtime not installed: {missing}")
     data = _jpeg(1920, 1080)
-    policy = ResizePolicy.from_processor_config(
-        {**QWEN, "size": {"shortest_edge": 3136, "longest_edge": 50176}}
-    )
+    policy = image_policy_from_config({**QWEN, "size": {"shortest_edge": 3136, "longest_edge": 50176}})
     assert policy is not None
 
     async def main() -> pixelwire.Decoded:
@@ -490,9 +460,6 @@ def test_publisher_ships_the_target_size_and_records_the_policy() -> None:
     height, width = policy.target(1080, 1920)
     assert decoded.shape == (height, width, 3) and decoded.size == height * width * 4
     assert decoded.to_dict()["pixelwire"]["resize"] == {"policy": policy.identity, "source": [1080, 1920]}
-
-
-QWEN3_VIDEO = {"video_processor_type": "Qwen3VLVideoProcessor"}
 
 
 def test_temporal_smart_resize_counts_the_frames_in_its_budget() -> None:
@@ -525,7 +492,7 @@ def test_qwen3_video_policy_is_per_video() -> None:
     for the count its sampling keeps (fps 2, at least 4), or keep their
     size where that is not known (no source fps, or a fixed num_frames,
     which the processor refuses beside its fps)."""
-    policy = qwen3_video_policy(QWEN3_VIDEO)
+    policy = video_policy_from_config(QWEN3_VIDEO)
     assert policy is not None
     assert (policy.factor, policy.min_pixels, policy.max_pixels) == (32, 131072, 786432)
     assert policy.temporal_factor == 2 and policy.video_frames and policy.filter == "bicubic"
@@ -542,10 +509,10 @@ def test_qwen3_video_policy_is_per_video() -> None:
     assert policy.processor_sampled_frames(300, 30.0) == 20 and policy.processor_sampled_frames(3, 30.0) == 3
     assert policy.video_target(1080, 1920, 24, 24, 25.0) == (320, 576)
     assert policy.video_target(1080, 1920, 4, 4) == (1080, 1920)  # no fps: the count is not known
-    fixed = qwen3_video_policy({**QWEN3_VIDEO, "num_frames": 8})
+    fixed = video_policy_from_config({**QWEN3_VIDEO, "num_frames": 8})
     assert fixed is not None and fixed.processor_sampled_frames(24, 25.0) is None
     assert fixed.video_target(1080, 1920, 24, 24, 25.0) == (1080, 1920) and fixed.identity != policy.identity
-    qwen2 = ResizePolicy.from_processor_config({**QWEN, "min_pixels": 3136, "max_pixels": 12544})
+    qwen2 = image_policy_from_config({**QWEN, "min_pixels": 3136, "max_pixels": 12544})
     assert qwen2 is not None and qwen2.video_target(1080, 1920, 4, 4) == qwen2.target(1080, 1920)
 
 
@@ -556,14 +523,14 @@ def test_qwen3_video_policy_reads_its_config_and_refuses_what_it_does_not_reprod
     incomplete size or a resample that is neither bicubic nor bilinear."""
     config = {**QWEN3_VIDEO, "size": {"shortest_edge": 4096, "longest_edge": 25165824}}
     config |= {"patch_size": 14, "merge_size": 2, "temporal_patch_size": 3, "resample": 2}
-    policy = qwen3_video_policy(config)
+    policy = video_policy_from_config(config)
     assert policy is not None and policy.filter == "bilinear"
     settings = (policy.factor, policy.min_pixels, policy.max_pixels, policy.temporal_factor)
     assert settings == (28, 4096, 25165824, 3)
     # cap_pixels_per_frame (max_video_tokens 64, factor 32): a frame's share
     # is max(min(65536, 786432 // 4), int(131072 * 1.05)) = 137625 pixels, so
     # beta = sqrt(4 * 1080 * 1920 / 550500) = 3.8816: 8.69 and 15.46 factors.
-    capped = qwen3_video_policy({**QWEN3_VIDEO, "cap_pixels_per_frame": True, "max_video_tokens": 64})
+    capped = video_policy_from_config({**QWEN3_VIDEO, "cap_pixels_per_frame": True, "max_video_tokens": 64})
     assert (
         capped is not None
         and capped.frame_tokens == 64
@@ -578,7 +545,7 @@ def test_qwen3_video_policy_reads_its_config_and_refuses_what_it_does_not_reprod
         {"resample": 0},
         {"temporal_patch_size": 0},
     ):
-        assert qwen3_video_policy({**QWEN3_VIDEO, **refused}) is None, refused
+        assert video_policy_from_config({**QWEN3_VIDEO, **refused}) is None, refused
 
 
 def test_video_resize_policy_reads_the_models_video_processor(tmp_path: Path, caplog) -> None:
@@ -599,7 +566,7 @@ def test_video_resize_policy_reads_the_models_video_processor(tmp_path: Path, ca
     qwen3 = video_resize_policy(model("qwen3", {**QWEN3_VIDEO, "size": size}))
     assert qwen3 is not None and qwen3.video_frames and qwen3.identity.startswith("smart:factor=32:min=3136:")
     nested = video_resize_policy(model("nested", {"video_processor": QWEN3_VIDEO}, "processor_config.json"))
-    assert nested == qwen3_video_policy(QWEN3_VIDEO)
+    assert nested == video_policy_from_config(QWEN3_VIDEO)
     with caplog.at_level(logging.INFO, logger="pixelwire.resize"):
         assert video_resize_policy(tmp_path / "qwen3", {"fps": 1}) is None
         capped = {"video_processor_type": "Qwen2VLVideoProcessor", "size": size, "cap_pixels_per_frame": True}
@@ -608,3 +575,20 @@ def test_video_resize_policy_reads_the_models_video_processor(tmp_path: Path, ca
         assert video_resize_policy(llava) is None
     assert "not with --mm-processor-kwargs" in caplog.text and "caps the pixels per frame" in caplog.text
     assert "LlavaOnevisionVideoProcessor is not one pixelwire resizes for" in caplog.text
+
+
+def test_a_models_video_loader_is_the_one_vllm_registers_for_its_video_processor(tmp_path: Path) -> None:
+    """The registry that names the video processors resized for also gives
+    the loader vLLM samples their videos with (Cosmos3-Edge's without a
+    resize); another processor, or none, gives no loader."""
+    for name, loader in (
+        ("Qwen2VLVideoProcessor", "qwen2_vl"),
+        ("Qwen3VLVideoProcessor", "qwen3_vl"),
+        ("Cosmos3EdgeVideoProcessor", "qwen3_vl"),
+        ("LlavaOnevisionVideoProcessor", None),
+    ):
+        (tmp_path / name).mkdir()
+        config = {"video_processor_type": name}
+        (tmp_path / name / "video_preprocessor_config.json").write_text(json.dumps(config))
+        assert model_video_loader(tmp_path / name) == loader, name
+    assert model_video_loader(tmp_path) is None

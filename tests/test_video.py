@@ -24,7 +24,8 @@ from pixelwire import (
     decode_video,
 )
 from pixelwire._native import VideoCapture, VideoFrameCountChanged
-from pixelwire.resize import ResizePolicy, qwen3_video_policy
+from pixelwire.resize.families.smart import SmartPolicy
+from pixelwire.resize.families.smart_video import read_qwen3_vl_video
 from pixelwire.video.decode import sample_video
 
 import video_clips as video_clips_module
@@ -413,8 +414,8 @@ def test_decode_video_resizes_each_frame_to_the_video_processors_size(video_clip
     frames a read with that size gives; a per-video policy keeps the size
     frames of a video sized for the count its processor's own sampling
     keeps (vLLM has it sample those again)."""
-    per_frame = ResizePolicy("smart", factor=28, min_pixels=3136, max_pixels=12544)
-    per_video = qwen3_video_policy({"size": {"shortest_edge": 4096, "longest_edge": 200000}})
+    per_frame = SmartPolicy(factor=28, min_pixels=3136, max_pixels=12544)
+    per_video = read_qwen3_vl_video({"size": {"shortest_edge": 4096, "longest_edge": 200000}})
     assert per_video is not None
     data = video_clips["h264_odd_853x480_444.mp4"]
     full, metadata = decode_video(data, loader="qwen3_vl")
@@ -436,7 +437,7 @@ def test_a_per_video_size_follows_the_frames_that_decode(corrupt_video):
     of them, sized for the 4 the processor would sample of them): the size
     of a per-video policy is the one for the frames that decoded (the count
     the processor sees), not for those asked for."""
-    policy = qwen3_video_policy({"size": {"shortest_edge": 4096, "longest_edge": 200000}})
+    policy = read_qwen3_vl_video({"size": {"shortest_edge": 4096, "longest_edge": 200000}})
     assert policy is not None
     frames, metadata = decode_video(corrupt_video, num_frames=-1, resize=policy)
     valid, total = metadata["frames_indices"], metadata["total_num_frames"]
@@ -527,6 +528,40 @@ def test_a_short_video_decodes_while_a_long_one_of_another_client_waits(long_vid
     short.join(60)
     long.join(120)
     assert ended == ["short", "long"]
+
+
+@pytest.mark.parametrize("name", ["h264_short_gops.mp4", "hevc_short_gops.mp4", "long"])
+def test_a_read_in_pieces_gives_the_frames_of_one_read(video_clips, long_video, name):
+    """With two decoder threads, a stream of several coded video sequences
+    is read in two pieces at once, split at an IDR picture (the plan says
+    where); the frames and metadata are those of one decoder reading from
+    the start."""
+    data = long_video if name == "long" else video_clips[name]
+    capture = VideoCapture(data, threads=2)
+    _, wanted = sample_video(capture, "opencv", 32, None, {})
+    plan = capture.read_plan(wanted)
+    assert len(plan) == 2 and sorted(i for piece in plan for i in piece) == sorted(set(wanted)), plan
+    assert VideoCapture(data, threads=1).read_plan(wanted) == [sorted(set(wanted))]
+    pieces, one = decode_video(data, threads=2), decode_video(data, threads=1)
+    np.testing.assert_array_equal(pieces[0], one[0])
+    assert pieces[1] == one[1]
+
+
+@pytest.mark.parametrize(
+    ("name", "why"),
+    [
+        ("h264_open_gop.mkv", "open GOPs: its later I pictures are recovery points, not IDR"),
+        ("hevc.mp4", "one IDR picture; the others are CRA pictures, whose leading pictures look back"),
+        ("vp9.webm", "not H.264 or HEVC"),
+        ("h264_high_bframes.mp4", "one coded video sequence"),
+    ],
+)
+def test_a_stream_without_a_second_idr_picture_is_read_in_one_piece(video_clips, name, why):
+    """Where decoding cannot start afresh with the same frames (or there is
+    no second sequence), the read is not split."""
+    capture = VideoCapture(video_clips[name], threads=2)
+    _, wanted = sample_video(capture, "opencv", 32, None, {})
+    assert capture.read_plan(wanted) == [sorted(set(wanted))], why
 
 
 def test_a_capture_reads_once(video_clips):

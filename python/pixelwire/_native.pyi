@@ -235,6 +235,11 @@ class VideoCapture:
         open and the read take turns with the process's other decodes that
         name a client (:func:`configure_video_turns`)."""
     def info(self) -> VideoInfo: ...
+    def read_plan(self, indices: list[int]) -> list[list[int]]:
+        """The pieces a :meth:`read` of ``indices`` decodes at once, each a
+        sorted list of indices (one piece: the read is not split). Only
+        H.264 and HEVC streams are split, at IDR pictures, and only with
+        more than one decoder thread."""
     def read(
         self,
         indices: Sequence[int],

@@ -140,7 +140,7 @@ def _frontend(args: argparse.Namespace) -> int:
     from pixelwire.frontend.nixl_interfaces import InterfaceNotFound, listen_devices
     from pixelwire.frontend.upstream_watch import upstream_url
     from pixelwire.processed import patch_layout
-    from pixelwire.resize import ResizePolicy, video_resize_policy
+    from pixelwire.resize import image_resize_policy, video_resize_policy
     from pixelwire.video.sampling import model_video_loader
 
     try:
@@ -157,7 +157,7 @@ def _frontend(args: argparse.Namespace) -> int:
     if args.model:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         try:
-            resize = ResizePolicy.from_pretrained(
+            resize = image_resize_policy(
                 args.model, args.mm_processor_kwargs, approximate=args.resize_approximate
             )
             video_resize = video_resize_policy(args.model, args.mm_processor_kwargs)

@@ -26,6 +26,7 @@ from typing import Any
 
 from pixelwire import model_files
 from pixelwire.resize import Filter, Kernel, ResizePolicy
+from pixelwire.resize.families.smart import SmartPolicy
 
 # config.json model_type of the models vLLM processes with
 # Qwen2VLMultiModalProcessor (Qwen2.5-VL's processor is its subclass).
@@ -49,7 +50,7 @@ class PatchLayout:
     patch_size: int
     temporal_patch_size: int
     merge_size: int
-    resize: ResizePolicy
+    resize: SmartPolicy
 
     @property
     def grid(self) -> tuple[int, int, int]:
@@ -110,7 +111,8 @@ def patch_layout(
     (vLLM's ``--mm-processor-kwargs``), whose resize policy is ``resize``;
     None where processed inputs are not made for it (another processor,
     the PIL backend, a resize pixelwire does not reproduce)."""
-    if resize is None or resize.family != "smart" or resize.temporal_factor or resize.kernel != "torchvision":
+    # Qwen2VLImageProcessor's own smart resize (not GLM's, nor a video's).
+    if not isinstance(resize, SmartPolicy) or resize.temporal_factor or resize.kernel != "torchvision":
         return None
     if model_files.model_config(model).get("model_type") not in COVERED_MODEL_TYPES:
         return None

@@ -226,6 +226,15 @@ impl PyVideoCapture {
         Ok((array.into_any(), frames.indices))
     }
 
+    /// The pieces a `read` of `indices` decodes at once, each a list of
+    /// sorted indices (one piece: the read is not split). A stream is split
+    /// only at IDR pictures of H.264 and HEVC streams whose frames the
+    /// skipper numbers, and only with more than one decoder thread.
+    fn read_plan(&mut self, py: Python<'_>, indices: Vec<usize>) -> PyResult<Vec<Vec<usize>>> {
+        let capture = self.inner.as_mut().ok_or_else(closed)?;
+        Ok(py.detach(|| capture.read_plan(&indices)))
+    }
+
     /// Packets the decoder has been given since open: by the end-of-stream
     /// check and, once read, by the read (what skipping leaves to decode).
     fn packets_decoded(&self) -> u64 {

@@ -9,6 +9,10 @@ use std::sync::Arc;
 use pixelwire_ffmpeg_sys as ffi;
 
 use super::pace::Pace;
+
+/// Sequences a read is split at, at most (a 3-hour video with an IDR
+/// picture every second has 10,800).
+const MAX_SEQUENCES: usize = 1 << 16;
 use super::VideoLimits;
 use crate::errors::{Error, Result};
 use crate::publisher::cancelled;
@@ -74,6 +78,9 @@ pub struct Frames {
 pub enum EndCheck {
     AtOpen,
     SharedWithRead,
+    /// The count another capture of the same bytes settled (or holds
+    /// provisionally, confirmed by its own read): a piece of a read.
+    Known(i64),
 }
 
 /// The seek to the end's landing, which a read must confirm.
@@ -136,6 +143,13 @@ impl EndTrack {
     }
 }
 
+/// What a read makes of each frame: its conversion to RGB and its resize.
+#[derive(Clone, Copy)]
+pub(super) struct FrameFormat<'a> {
+    pub conversion: Conversion,
+    pub resize: Option<&'a Target>,
+}
+
 /// How a frame becomes RGB. `BgrSwapped` is OpenCV's path (swscale to
 /// BGR24, then `cv2.cvtColor(BGR2RGB)`); `RgbDirect` asks swscale for RGB24.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -180,8 +194,9 @@ pub struct Capture {
     // What the shim asks between packets (the stop flag, the decoding
     // budget, the turns); dropped after `raw` is closed (see Drop).
     pace: Arc<Pace>,
-    // Dropped after `raw` is closed (see Drop).
-    source: Box<dyn AsRef<[u8]> + Send + Sync>,
+    // Dropped after `raw` is closed (see Drop); shared with the captures
+    // that read pieces of the video.
+    source: Arc<dyn AsRef<[u8]> + Send + Sync>,
 }
 
 // SAFETY: the shim's handle is only used through `&mut self` (and closed in
@@ -283,11 +298,25 @@ impl Capture {
         let threads = i32::try_from(threads.min(1024)).unwrap_or(0);
         let pace = Pace::new(stop, client);
         let _turn = pace.turn()?;
-        Capture::open_paced(source, threads, limits, end_check, pace.clone())
+        Capture::open_paced(Arc::from(source), threads, limits, end_check, pace.clone())
+    }
+
+    /// Another capture of the same bytes for a piece of this one's read,
+    /// on `threads` decoder threads, its frame count this one's; it takes
+    /// this one's turns and stop flag, and is held to its budget.
+    pub(super) fn open_piece(&self, threads: i32) -> Result<Capture> {
+        let count = EndCheck::Known(self.info.frame_count);
+        Capture::open_paced(
+            self.source.clone(),
+            threads,
+            self.limits,
+            count,
+            self.pace.clone(),
+        )
     }
 
     fn open_paced(
-        source: Box<dyn AsRef<[u8]> + Send + Sync>,
+        source: Arc<dyn AsRef<[u8]> + Send + Sync>,
         threads: i32,
         limits: VideoLimits,
         end_check: EndCheck,
@@ -356,6 +385,7 @@ impl Capture {
                     });
                 }
             }
+            EndCheck::Known(count) => capture.info.frame_count = count,
         }
         capture.check_stopped()?;
         Ok(capture)
@@ -393,8 +423,32 @@ impl Capture {
         i64::try_from(frames.saturating_mul(2)).unwrap_or(i64::MAX)
     }
 
+    /// The pieces a read of `wanted` would be split into (one: not split),
+    /// before the read.
+    pub fn read_plan(&mut self, wanted: &[usize]) -> Vec<Vec<usize>> {
+        match super::pieces::plan(self, wanted) {
+            Some(plan) => plan.pieces,
+            None => {
+                let mut all = wanted.to_vec();
+                all.sort_unstable();
+                all.dedup();
+                vec![all]
+            }
+        }
+    }
+
+    /// The flag that stops this capture's work.
+    pub(super) fn stop_flag(&self) -> Option<Arc<AtomicI32>> {
+        self.pace.stop_flag().cloned()
+    }
+
+    /// Counts `packets` a piece of this capture's read decoded.
+    pub(super) fn add_packets(&mut self, packets: u64) {
+        self.packets_before += packets;
+    }
+
     /// Packets given to the decoder since open (the end-of-stream check's
-    /// and any read's).
+    /// and any read's, its pieces' included).
     pub fn packets_decoded(&self) -> u64 {
         // SAFETY: `raw` is an open handle.
         let n = unsafe { ffi::pw_video_packets_decoded(self.raw) };
@@ -502,12 +556,51 @@ impl Capture {
         out: &mut [u8],
         stop: &dyn Fn() -> Option<Error>,
     ) -> Result<Vec<usize>> {
+        let _turn = self.pace.turn()?;
+        let format = FrameFormat { conversion, resize };
+        match super::pieces::plan(self, wanted) {
+            Some(plan) => super::pieces::read(self, &plan, format, out, stop),
+            None => self.read_in_turn(wanted, format, out, stop),
+        }
+    }
+
+    /// The frames of sequences that begin at `starts`, where decoding may
+    /// start afresh and give the same frames (H.264 and HEVC streams the
+    /// skipper numbers); None for other streams, and once read.
+    pub(super) fn sequence_starts(&mut self) -> Option<Vec<usize>> {
+        if self.read {
+            return None;
+        }
+        let mut starts = vec![0i64; MAX_SEQUENCES];
+        // SAFETY: `raw` is an open handle at the start of the stream (no
+        // read yet), used by this thread only; `starts` has room for its length.
+        let n =
+            unsafe { ffi::pw_video_sequence_starts(self.raw, starts.as_mut_ptr(), starts.len()) };
+        let n = usize::try_from(n)
+            .ok()
+            .filter(|&n| n > 0 && n <= starts.len())?;
+        starts.truncate(n);
+        starts
+            .into_iter()
+            .map(|s| usize::try_from(s).ok())
+            .collect()
+    }
+
+    /// [`Capture::read_frames_until`] within a turn already held (by this
+    /// capture, or by the one whose read this capture's is a piece of).
+    pub(super) fn read_in_turn(
+        &mut self,
+        wanted: &[usize],
+        format: FrameFormat<'_>,
+        out: &mut [u8],
+        stop: &dyn Fn() -> Option<Error>,
+    ) -> Result<Vec<usize>> {
+        let FrameFormat { conversion, resize } = format;
         if self.read {
             return Err(Error::InvalidArgument(
                 "a video capture reads its frames once".into(),
             ));
         }
-        let _turn = self.pace.turn()?;
         let need = self.sampled_bytes(wanted, resize)?;
         if out.len() < need {
             return Err(Error::InvalidArgument(format!(

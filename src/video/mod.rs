@@ -11,6 +11,7 @@
 mod capture;
 mod limits;
 mod pace;
+mod pieces;
 mod publish;
 mod sample_tables;
 mod turns;

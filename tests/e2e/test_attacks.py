@@ -967,3 +967,71 @@ def test_a_frame_list_of_huge_jpegs_is_refused_from_their_headers(served: Served
     assert elapsed < 1.0, elapsed
     for service, peak in zip(watched, peaks, strict=True):
         assert stack.peak_rss(service) - peak < 100 << 20, service.name
+
+
+@pytest.mark.parametrize("attacker", ["waits", "leaves"])
+def test_video_bombs_in_worker_mode_do_not_queue_another_video(
+    served: Served, video_bomb: dict[str, bytes], attacker: str
+) -> None:
+    """Worker mode: the plug-in decodes videos in vLLM's API server. While
+    three bombs at a time (1,500 1080p frames each, claiming 1.5 ms, sampled
+    by the opencv loader over all of them) decode there, whether their
+    client waits or hangs up after 0.5 s, another client's 5 s 720p video is
+    answered before some bomb that was decoding when it was sent: it took
+    turns among them rather than waiting behind them. Its p99 against a
+    quiet run is printed."""
+    import base64
+    import statistics
+
+    def body(data: bytes) -> dict[str, Any]:
+        url = f"data:video/mp4;base64,{base64.b64encode(data).decode()}"
+        return {
+            **_video_request(url),
+            "media_io_kwargs": {"video": {"video_backend": "opencv", "num_frames": 8}},
+        }
+
+    bomb, victim = body(video_bomb["h264_1080p_million_fps_bomb.mp4"]), body(video_bomb["h264_720p_5s.mp4"])
+    leave_after = 0.5 if attacker == "leaves" else 300.0
+
+    def victim_spans(rounds: int) -> list[tuple[float, float]]:
+        spans = []
+        for _ in range(rounds):
+            started = time.monotonic()
+            status, _, raw = _send(served.worker_mode, "/v1/chat/completions", victim)
+            assert status == 200, raw[:2000]
+            spans.append((started, time.monotonic()))
+        return spans
+
+    victim_spans(1)
+    quiet = victim_spans(4)
+    stop = threading.Event()
+    bombs: list[tuple[float, float]] = []
+
+    def attack() -> None:
+        while not stop.is_set():
+            started = time.monotonic()
+            try:
+                _send(served.worker_mode, "/v1/chat/completions", bomb, timeout=leave_after)
+            except OSError:
+                pass  # the attacker hung up
+            bombs.append((started, time.monotonic()))
+
+    attackers = [threading.Thread(target=attack) for _ in range(3)]
+    for thread in attackers:
+        thread.start()
+    time.sleep(2.0)
+    loaded = victim_spans(4)
+    stop.set()
+    for thread in attackers:
+        thread.join(300)
+    if attacker == "waits":
+        ahead = [any(s < v_start and e > v_end for s, e in bombs) for v_start, v_end in loaded]
+        assert all(ahead), ("a victim's video waited for every bomb sent before it", ahead, bombs, loaded)
+
+    def p99(spans: list[tuple[float, float]]) -> float:
+        return 1000 * statistics.quantiles([e - s for s, e in spans], n=100)[98]
+
+    print(
+        f"\n  worker mode, attacker {attacker}: victim video p99 quiet {p99(quiet):.0f} ms, "
+        f"loaded {p99(loaded):.0f} ms ({p99(loaded) / p99(quiet):.2f}x); {len(bombs)} bombs sent"
+    )

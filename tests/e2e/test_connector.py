@@ -4,7 +4,6 @@ the same inputs: same pixels, same modes, vLLM's settings respected."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import http.server
 import json
 import sys
@@ -422,7 +421,7 @@ def test_the_worker_declares_its_settings_for_the_handshake(
 
     import pixelwire
     from pixelwire.handshake import worker_settings_in
-    from pixelwire.resize import ResizePolicy
+    from pixelwire.resize import image_resize_policy
     from pixelwire.signing import secret_fingerprint
     from pixelwire.vllm import connector
 
@@ -442,7 +441,7 @@ def test_the_worker_declares_its_settings_for_the_handshake(
         labels = connector.declared_settings("pixelwire").labels()
     finally:
         connector.worker_resize_policy.cache_clear()
-    policy = ResizePolicy.from_pretrained(tmp_path, {"max_pixels": 1 << 18})
+    policy = image_resize_policy(tmp_path, {"max_pixels": 1 << 18})
     assert policy is not None
     assert labels == {
         "version": pixelwire.__version__,
@@ -516,7 +515,7 @@ def test_worker_mode_resizes_approximately_only_when_allowed(
     import base64
     import io
 
-    from pixelwire.resize import ResizePolicy
+    from pixelwire.resize import image_resize_policy
     from pixelwire.vllm import connector
 
     grid = [[56 * rows, 56 * columns] for rows in range(1, 7) for columns in range(1, 7)]
@@ -547,7 +546,7 @@ def test_worker_mode_resizes_approximately_only_when_allowed(
         connector.worker_resize_policy.cache_clear()
     full = _pixels(asyncio.run(theirs_cls().fetch_image_async(url)))
     if allowed:
-        policy = ResizePolicy.from_pretrained(tmp_path, approximate=True)
+        policy = image_resize_policy(tmp_path, approximate=True)
         assert policy is not None and policy.target(480, 640) == (252, 336)  # the 5x6 tile grid's size
         np.testing.assert_array_equal(_pixels(ours), pixelwire.decode_image(data, resize=(252, 336)))
     else:
@@ -578,7 +577,7 @@ def test_worker_mode_resizes_urls_unless_requests_may_bring_their_own_kwargs(
     request's; the URL then gives vLLM's loader's own full-size pixels."""
     import base64
 
-    from pixelwire.resize import ResizePolicy, video_resize_policy
+    from pixelwire.resize import image_resize_policy, video_resize_policy
 
     model = served_qwen2_vl[-1]
     monkeypatch.setattr(sys, "argv", [*served_qwen2_vl, *flags])
@@ -587,7 +586,7 @@ def test_worker_mode_resizes_urls_unless_requests_may_bring_their_own_kwargs(
     url = "data:image/png;base64," + base64.b64encode(data).decode()
     ours, theirs = (asyncio.run(cls().fetch_image_async(url)) for cls in (ours_cls, theirs_cls))
     full = _pixels(theirs)
-    policy = ResizePolicy.from_pretrained(model)
+    policy = image_resize_policy(model)
     assert policy is not None and policy.target(*full.shape[:2]) < full.shape[:2]  # 128x128 -> 84x84
     if resized:
         want = pixelwire.decode_image(data, resize=policy.target(*full.shape[:2]))
@@ -691,6 +690,7 @@ def test_frames_resized_per_video_are_checked_for_their_count(
 
     from pixelwire.descriptor import DecodedVideo
     from pixelwire.resize import video_resize_policy
+    from pixelwire.resize.families.smart import SmartPolicy
     from pixelwire.signing import encode_reference
     from pixelwire.vllm.video import worker_video_resize_policy
 
@@ -732,12 +732,14 @@ def test_frames_resized_per_video_are_checked_for_their_count(
         return encode_reference(frames.to_dict())
 
     per_video = policy.video_target(240, 320, 4, 24)
-    per_frame = dataclasses.replace(policy, video_frames=False, temporal_factor=0).target(240, 320)
-    assert per_video != per_frame
+    # The same budget counted per frame (Qwen2-VL's rule).
+    per_frame = SmartPolicy(factor=policy.factor, min_pixels=policy.min_pixels, max_pixels=policy.max_pixels)
+    wrong = per_frame.target(240, 320)
+    assert per_video != wrong
     try:
         with pytest.raises(ValueError, match="video processor resizes for"):
             asyncio.run(
-                ours_cls().fetch_video_async(reference(*per_frame), video_processor="Qwen3VLVideoProcessor")
+                ours_cls().fetch_video_async(reference(*wrong), video_processor="Qwen3VLVideoProcessor")
             )
         # Past the check, the READ of this made-up descriptor fails on its agent metadata.
         with pytest.raises(ValueError, match="nixl_metadata"):

@@ -27,7 +27,7 @@ from resize_corpus import Case
 
 import pixelwire
 from pixelwire.processed import PatchLayout, patch_layout
-from pixelwire.resize import ResizePolicy
+from pixelwire.resize import image_resize_policy
 
 import stack
 
@@ -85,7 +85,7 @@ def _processor(model: str, kwargs: dict[str, Any], **settings: Any) -> Any:
 
 
 def _layout(model: str, budget: int) -> PatchLayout:
-    layout = patch_layout(model, _kwargs(budget), ResizePolicy.from_pretrained(model, _kwargs(budget)))
+    layout = patch_layout(model, _kwargs(budget), image_resize_policy(model, _kwargs(budget)))
     assert layout is not None
     return layout
 
@@ -288,9 +288,9 @@ def test_a_processor_setting_unlike_the_frontends_is_refused(
 def test_only_the_covered_processors_get_a_patch_layout(model: str) -> None:
     """The PIL backend (use_fast false) makes float rows, and a request
     that does not resize is not a Qwen2-VL processor's: no patch layout."""
-    policy = ResizePolicy.from_pretrained(model)
+    policy = image_resize_policy(model)
     assert patch_layout(model, {}, policy) is not None
     assert patch_layout(model, {"use_fast": False}, policy) is None
     assert patch_layout(model, {}, None) is None
     glm = str(stack.model_dir("glm4v"))
-    assert patch_layout(glm, {}, ResizePolicy.from_pretrained(glm)) is None
+    assert patch_layout(glm, {}, image_resize_policy(glm)) is None

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from pixelwire.resize import ResizePolicy
+from pixelwire.resize import ResizePolicy, image_resize_policy
 
 import stack
 
@@ -86,7 +86,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
 
 
 def _policy(served: dict[str, Any]) -> ResizePolicy:
-    policy = ResizePolicy.from_pretrained(served["model"], approximate=True)
+    policy = image_resize_policy(served["model"], approximate=True)
     assert policy is not None and policy.approximate
     return policy
 

@@ -11,7 +11,7 @@ with pixelwire's Pillow kernel, or are vLLM's own where vLLM runs its own
 (Kimi-K2.5's); each policy comes from the processor's own config
 (``to_json_string``, as a ``preprocessor_config.json`` holds it; for vLLM's
 own, the checkpoint's config it is built from) through
-``ResizePolicy.from_processor_config``.
+``pixelwire.resize.image_policy_from_config``.
 
 The approximate policy (``--resize-approximate``: LLaVA-OneVision, whose
 processor resizes the original twice) is held to its own promise: the same
@@ -33,7 +33,7 @@ from PIL import Image
 from resize_corpus import Case
 
 import pixelwire
-from pixelwire.resize import ResizePolicy
+from pixelwire.resize import ResizePolicy, image_policy_from_config
 
 pytestmark = pytest.mark.vllm
 
@@ -58,7 +58,7 @@ class Setting:
         preprocessor_config.json would hold it) and processor settings;
         approximate for the family that has only an approximate one."""
         config = self.checkpoint_config or json.loads(_processor(self).to_json_string())
-        return ResizePolicy.from_processor_config(
+        return image_policy_from_config(
             config,
             kernel=self.kernel,  # type: ignore[arg-type]
             processor_config=self.processor_config,

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from pixelwire.resize import ResizePolicy
+from pixelwire.resize import image_resize_policy
 
 import stack
 
@@ -125,7 +125,7 @@ def served(
 def test_the_plugin_resizes_for_the_served_family(served: dict[str, Any]) -> None:
     """Started without PIXELWIRE_MODEL, the plug-in reads the family's
     policy from vLLM's --model."""
-    policy = ResizePolicy.from_pretrained(served["model"])
+    policy = image_resize_policy(served["model"])
     assert policy is not None
     log = served["pixelwire_vllm"].log.read_text(errors="replace")
     learnt = f"{policy.identity} ({served['model']}, from vLLM's command line)"
@@ -142,7 +142,7 @@ def test_a_resized_image_gives_vllms_own_answer(
     the same logprobs."""
     import pixelwire
 
-    policy = ResizePolicy.from_pretrained(served["model"])
+    policy = image_resize_policy(served["model"])
     assert policy is not None
     height, width = pixelwire.probe_image(images[name])["oriented_size"]
     target = policy.target(height, width)

@@ -25,6 +25,7 @@ import pytest
 
 import pixelwire
 from pixelwire.resize import ResizePolicy, video_resize_policy
+from pixelwire.resize.families.smart import SmartPolicy
 
 import video_clips as clips_module
 
@@ -167,7 +168,17 @@ def test_processor_outputs_on_resized_frames_equal_its_outputs_on_vllms_frames(
 WRONG = [
     ("max_pixels x 2", 200000, lambda p: dataclasses.replace(p, max_pixels=p.max_pixels * 2)),
     ("temporal patch 1", 700000, lambda p: dataclasses.replace(p, temporal_factor=1)),
-    ("per frame", 200000, lambda p: dataclasses.replace(p, video_frames=False, temporal_factor=0)),
+    (
+        "per frame",
+        200000,
+        lambda p: SmartPolicy(
+            filter=p.filter,
+            kernel=p.kernel,
+            factor=p.factor,
+            min_pixels=p.min_pixels,
+            max_pixels=p.max_pixels,
+        ),
+    ),
 ]
 
 

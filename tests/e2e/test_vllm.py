@@ -522,11 +522,11 @@ def test_model_aware_resize_gives_vllms_own_answer(served: dict[str, Any], name:
     URLs in worker mode, a 1080p or 4K photo gives vLLM's own loader's
     tokens (and logprobs for PNG), while only the target size's pixels cross
     NIXL."""
-    from pixelwire.resize import ResizePolicy
+    from pixelwire.resize import image_resize_policy
 
     url = f"{served['images']}/{name}"
     width, height = PHOTOS[name]
-    target = ResizePolicy.from_pretrained(served["model"]).target(height, width)
+    target = image_resize_policy(served["model"]).target(height, width)
     reference = _complete(served["reference_vllm"], [url])
     before = served["resizing"].get("/metrics")
     resized = _complete(served["resizing"], [url])
@@ -570,11 +570,11 @@ def test_processed_inputs_give_vllms_own_answer(served: dict[str, Any], name: st
     the temporal copies) and vLLM answers as on its own loader's full
     image: the same tokens, and the same logprobs for PNG."""
     from pixelwire.processed import patch_layout
-    from pixelwire.resize import ResizePolicy
+    from pixelwire.resize import image_resize_policy
 
     url = f"{served['images']}/{name}"
     width, height = PHOTOS[name]
-    layout = patch_layout(served["model"], {}, ResizePolicy.from_pretrained(served["model"]))
+    layout = patch_layout(served["model"], {}, image_resize_policy(served["model"]))
     assert layout is not None
     target = layout.target(height, width)
     reference = _complete(served["reference_vllm"], [url])

@@ -22,7 +22,7 @@ import hostile_media
 import pytest
 
 import pixelwire
-from pixelwire.resize import ResizePolicy, video_resize_policy
+from pixelwire.resize import image_resize_policy, video_resize_policy
 
 import stack
 from frontend_client import (
@@ -516,7 +516,7 @@ def test_abandoned_pixel_bomb_batches_do_not_stall_another_client(upstream: Upst
     model.mkdir()
     config = {"image_processor_type": "Qwen2VLImageProcessor", "min_pixels": 3136, "max_pixels": 1003520}
     (model / "preprocessor_config.json").write_text(json.dumps(config | {"patch_size": 14, "merge_size": 2}))
-    policy = ResizePolicy.from_pretrained(model)
+    policy = image_resize_policy(model)
     assert policy is not None
     upstream.metrics_text = worker_info(resize=policy.identity)  # a worker resizing alike
     service = started_frontend(tmp_path, upstream.url, "--model", str(model))
@@ -632,7 +632,7 @@ def test_a_qwen3_vl_models_videos_ship_at_its_video_processors_size(
     video = {"video_processor_type": "Qwen3VLVideoProcessor"}
     video |= {"size": {"shortest_edge": 4096, "longest_edge": 200000}}
     (model / "video_preprocessor_config.json").write_text(json.dumps(video))
-    image_policy, video_policy = ResizePolicy.from_pretrained(model), video_resize_policy(model)
+    image_policy, video_policy = image_resize_policy(model), video_resize_policy(model)
     assert image_policy is not None and video_policy is not None and video_policy.video_frames
     upstream.metrics_text = worker_info(resize=image_policy.identity)  # a worker resizing alike
     service = started_frontend(tmp_path, upstream.url, "--model", str(model))

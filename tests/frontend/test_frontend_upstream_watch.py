@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from pixelwire.resize import ResizePolicy
+from pixelwire.resize import image_resize_policy
 from pixelwire.signing import secret_fingerprint
 
 import stack
@@ -71,10 +71,10 @@ def _cases(tmp_path: Path) -> dict[str, tuple[list[str], str, str]]:
     """Each disagreement: the frontend's options, the worker's info line, and
     what the refusal says (the setting with each side's value)."""
     model = _model(tmp_path)
-    policy = ResizePolicy.from_pretrained(model)
+    policy = image_resize_policy(model)
     assert policy is not None
     kwargs = {"max_pixels": 1 << 20}
-    other = ResizePolicy.from_pretrained(model, kwargs)
+    other = image_resize_policy(model, kwargs)
     assert other is not None
     return {
         "secret": ([], worker_info(secret="0123456789abcdef"),
@@ -95,7 +95,7 @@ def _fixed(case: str, tmp_path: Path) -> str:
     """The info line of the same worker, fixed to agree."""
     model = _model(tmp_path)
     if case in ("model", "kwargs"):
-        policy = ResizePolicy.from_pretrained(model, {"max_pixels": 1 << 20} if case == "kwargs" else None)
+        policy = image_resize_policy(model, {"max_pixels": 1 << 20} if case == "kwargs" else None)
         assert policy is not None
         return worker_info(resize=policy.identity)
     return worker_info(private="1") if case == "private" else INFO

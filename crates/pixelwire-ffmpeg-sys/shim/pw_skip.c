@@ -39,24 +39,64 @@ static int compare_int64(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-void skipper_plan(struct skipper *k, const struct planned_packet *p, size_t n, int64_t through,
-                  int64_t decode_from) {
-    av_freep(&k->cut);
-    k->n_cut = 0;
+/* The timestamps of the packets that give a frame, sorted: a frame's
+ * number is its timestamp's rank. NULL where a timestamp is missing or
+ * repeated (or out of memory). */
+static int64_t *display_ranks(const struct planned_packet *p, size_t n, size_t *n_ranks) {
     int64_t *ranks = av_malloc_array(n ? n : 1, sizeof *ranks);
-    int64_t *cut = av_malloc_array(n ? n : 1, sizeof *cut);
-    size_t n_ranks = 0, n_cut = 0;
-    int ok = ranks && cut;
+    *n_ranks = 0;
+    int ok = ranks != NULL;
     for (size_t i = 0; ok && i < n; i++) {
         if (p[i].pts == AV_NOPTS_VALUE)
             ok = 0;
         else if (!p[i].discard)
-            ranks[n_ranks++] = p[i].pts;
+            ranks[(*n_ranks)++] = p[i].pts;
     }
     if (ok)
-        qsort(ranks, n_ranks, sizeof *ranks, compare_int64);
-    for (size_t i = 1; ok && i < n_ranks; i++)
+        qsort(ranks, *n_ranks, sizeof *ranks, compare_int64);
+    for (size_t i = 1; ok && i < *n_ranks; i++)
         ok = ranks[i - 1] != ranks[i];
+    if (!ok)
+        av_freep(&ranks);
+    return ranks;
+}
+
+int64_t sequence_starts(const struct planned_packet *p, size_t n, int64_t *starts, size_t cap) {
+    size_t n_ranks = 0;
+    int64_t *ranks = display_ranks(p, n, &n_ranks);
+    if (!ranks)
+        return -1;
+    int64_t count = 0;
+    for (size_t i = 0; i < n && count >= 0; i++) {
+        if (p[i].discard) {
+            count = -1; /* a packet decoded and never output: numbers need every packet */
+        } else if (p[i].idr) {
+            int64_t number = (int64_t)lower_bound(ranks, n_ranks, p[i].pts);
+            if ((size_t)count < cap) {
+                /* Each sequence shows its frames after the one before's. */
+                if (count > 0 && starts[count - 1] >= number)
+                    count = -1;
+                else
+                    starts[count++] = number;
+            } else {
+                count++;
+            }
+        }
+    }
+    av_free(ranks);
+    if (count == 0 || (cap > 0 && starts[0] != 0))
+        return -1; /* the stream does not start with an IDR access unit */
+    return count;
+}
+
+void skipper_plan(struct skipper *k, const struct planned_packet *p, size_t n, int64_t through,
+                  int64_t decode_from) {
+    av_freep(&k->cut);
+    k->n_cut = 0;
+    size_t n_ranks = 0, n_cut = 0;
+    int64_t *ranks = display_ranks(p, n, &n_ranks);
+    int64_t *cut = av_malloc_array(n ? n : 1, sizeof *cut);
+    int ok = ranks && cut;
     /* Each coded video sequence [start, end): the packets after its last
      * needed one are cut, unless one of them is decoded and never output
      * (its number is not its rank). */

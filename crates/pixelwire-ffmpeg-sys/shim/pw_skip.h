@@ -59,6 +59,16 @@ struct planned_packet {
  * numbers assume is checked as for the frames nothing refers to. */
 void skipper_plan(struct skipper *k, const struct planned_packet *p, size_t n, int64_t through,
                   int64_t decode_from);
+/* The numbers of the frames that begin each coded video sequence (an IDR
+ * access unit up to the next), from every packet of the stream (`p`, `n`,
+ * in decoding order): up to `cap` of them in `starts`, increasing, the
+ * first 0. Returns how many there are, or -1 where frames cannot be
+ * numbered so (a timestamp missing or repeated, a packet decoded and never
+ * output, sequences whose frames are not shown one after the other, a
+ * stream that does not begin with an IDR access unit). Decoding may start
+ * afresh at each: nothing decoded after an IDR access unit refers to
+ * anything decoded before it. */
+int64_t sequence_starts(const struct planned_packet *p, size_t n, int64_t *starts, size_t cap);
 /* For hvcC's parameter sets: 1 when an HEVC PPS NAL unit lets a slice
  * withhold its picture from output, 0 when not, -1 when unreadable. */
 int pw_hevc_pps_output_flag_present(const uint8_t *nal, size_t len);

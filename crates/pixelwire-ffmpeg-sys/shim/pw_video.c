@@ -804,12 +804,10 @@ static struct planned_packet *planned_packets(pw_video *v, int nal_length_size, 
     return list;
 }
 
-int pw_video_skip_unwanted(pw_video *v, const int64_t *wanted, size_t n, int64_t through,
-                           int64_t decode_from) {
-    skipper_free(&v->skip);
-    if (n == 0 || v->frame_number != 0)
-        return 0;
-    struct skipper *k = &v->skip;
+/* Whether the stream's frames can be skipped (H.264, HEVC with hvcC whose
+ * pictures are all output): 1 with `k`'s codec, length prefix size (0:
+ * Annex B) and highest sub-layer set. */
+static int skippable(const pw_video *v, struct skipper *k) {
     const uint8_t *extra = v->ctx->extradata;
     int extra_size = v->ctx->extradata_size;
     if (v->codec->id == AV_CODEC_ID_H264) {
@@ -826,6 +824,30 @@ int pw_video_skip_unwanted(pw_video *v, const int64_t *wanted, size_t n, int64_t
         return 0;
     }
     k->codec = v->codec->id;
+    return 1;
+}
+
+int64_t pw_video_sequence_starts(pw_video *v, int64_t *starts, size_t cap) {
+    struct skipper k = {0};
+    if (v->frame_number != 0 || !skippable(v, &k) || !k.nal_length_size || total_frames(v) <= 1)
+        return -1;
+    size_t n_packets = 0;
+    struct planned_packet *packets = planned_packets(v, k.nal_length_size, &n_packets);
+    if (!packets)
+        return -1;
+    int64_t count = sequence_starts(packets, n_packets, starts, cap);
+    av_free(packets);
+    return count;
+}
+
+int pw_video_skip_unwanted(pw_video *v, const int64_t *wanted, size_t n, int64_t through,
+                           int64_t decode_from) {
+    skipper_free(&v->skip);
+    if (n == 0 || v->frame_number != 0)
+        return 0;
+    struct skipper *k = &v->skip;
+    if (!skippable(v, k))
+        return 0;
     k->wanted = av_malloc_array(n, sizeof *k->wanted);
     if (!k->wanted)
         return 0;

@@ -97,6 +97,14 @@ int pw_video_retrieve_rgb_direct(pw_video *v, uint8_t *dst);
  * without skipping, from a fresh handle. */
 int pw_video_skip_unwanted(pw_video *v, const int64_t *wanted, size_t n, int64_t through,
                            int64_t decode_from);
+/* Where decoding may start afresh and give the same frames: the numbers
+ * (OpenCV's) of the frames that begin each coded video sequence of an H.264
+ * or HEVC stream the skipper can number (avcC or hvcC), up to `cap` of them
+ * in `starts`, increasing from 0. Returns how many there are, or -1 where
+ * the stream cannot be split so (another codec, Annex B, timestamps
+ * missing or repeated, a packet decoded and never output). Reads the
+ * packets once (no decoding); call before any grab. */
+int64_t pw_video_sequence_starts(pw_video *v, int64_t *starts, size_t cap);
 /* OpenCV's number of the last grabbed frame. */
 int64_t pw_video_frame_index(const pw_video *v);
 int pw_video_skip_failed(const pw_video *v);

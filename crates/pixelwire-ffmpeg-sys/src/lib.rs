@@ -77,6 +77,7 @@ extern "C" {
     ) -> i32;
     pub fn pw_video_packets_decoded(v: *const pw_video) -> i64;
     pub fn pw_video_frame_index(v: *const pw_video) -> i64;
+    pub fn pw_video_sequence_starts(v: *mut pw_video, starts: *mut i64, cap: usize) -> i64;
     pub fn pw_video_skip_failed(v: *const pw_video) -> i32;
     pub fn pw_video_close(v: *mut pw_video);
     pub fn pw_hevc_pps_output_flag_present(nal: *const u8, len: usize) -> i32;

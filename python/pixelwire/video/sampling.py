@@ -12,15 +12,9 @@ from typing import Any
 
 from pixelwire import config
 from pixelwire.model_files import video_processor_config
+from pixelwire.resize.registry import VIDEO_PROCESSORS
 from pixelwire.video.loaders import LOADERS
 
-# The loader vLLM uses for a model's video processor (vLLM 0.32's
-# VIDEO_LOADER_REGISTRY registrations), for the loaders pixelwire samples as.
-LOADER_FOR_PROCESSOR = {
-    "Qwen2VLVideoProcessor": "qwen2_vl",
-    "Qwen3VLVideoProcessor": "qwen3_vl",
-    "Cosmos3EdgeVideoProcessor": "qwen3_vl",
-}
 # Options each loader's frame sampling reads (beyond num_frames and fps).
 _LOADER_OPTIONS = {
     "opencv": frozenset(),
@@ -90,4 +84,5 @@ def model_video_loader(model: str | os.PathLike[str]) -> str | None:
     tell which loader vLLM would pick)."""
     config = video_processor_config(str(model))
     name = config.get("video_processor_type") if config is not None else None
-    return LOADER_FOR_PROCESSOR.get(name) if isinstance(name, str) else None
+    processor = VIDEO_PROCESSORS.get(name) if isinstance(name, str) else None
+    return processor.loader if processor is not None else None

@@ -52,7 +52,7 @@ from pixelwire.processed import PatchLayout
 from pixelwire.reader import Reader
 from pixelwire.resend import NOT_HELD
 from pixelwire.resent_reference import ResentImage, resent_image
-from pixelwire.resize import ResizePolicy
+from pixelwire.resize import ResizePolicy, image_resize_policy
 from pixelwire.signing import decode_reference, is_reference, reference_secret, signing_policy
 from pixelwire.transfer import default_reader
 from pixelwire.vllm.data_urls import decode_data_url_async, strict_b64decode
@@ -91,7 +91,7 @@ def worker_resize_policy() -> ResizePolicy | None:
     if served.model is None:
         return None
     try:
-        return ResizePolicy.from_pretrained(
+        return image_resize_policy(
             served.model, served.mm_processor_kwargs, approximate=resize_approximate_from_env()
         )
     except (OSError, ValueError) as error:

@@ -36,7 +36,7 @@ import numpy as np
 
 from pixelwire._native import join_patch_rows
 from pixelwire.processed import PatchLayout, patch_layout, processed_identity
-from pixelwire.resize import ResizePolicy
+from pixelwire.resize import ResizePolicy, image_policy_from_config
 from pixelwire.vllm.served_model import served_model
 
 log = logging.getLogger("pixelwire.vllm")
@@ -122,7 +122,7 @@ def live_identity(processor: Any) -> str | None:
     image_processor = processor.info.get_hf_processor().image_processor
     if type(image_processor).__name__ != "Qwen2VLImageProcessor":
         return None  # the PIL backend (use_fast false) makes float rows
-    policy = ResizePolicy.from_processor_config(image_processor.to_dict())
+    policy = image_policy_from_config(image_processor.to_dict())
     if policy is None:
         return None
     grid = (image_processor.patch_size, image_processor.temporal_patch_size, image_processor.merge_size)

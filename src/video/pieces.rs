@@ -1,0 +1,231 @@
+//! One read in pieces decoded at once: a video's latency falls with the
+//! cores its decoding is given.
+//!
+//! A decoder's frame threads overlap only neighbouring frames, so one
+//! decoder reading a long video from start to end keeps few cores busy.
+//! An H.264 or HEVC stream is a series of coded video sequences, each
+//! begun by an IDR picture, and nothing decoded after an IDR picture refers
+//! to anything decoded before it: a sequence decodes to the same frames
+//! on a fresh decoder as at the end of a read from the start. (The
+//! skipper already relies on that: a read cuts every sequence holding no
+//! sampled frame, and the frames are tested against a read of every frame.)
+//! So the sampled frames are grouped by sequence, the groups are split
+//! into contiguous pieces of about equal decoding work, and each piece is
+//! read on a capture of its own, on a share of the decoder threads one
+//! capture would use. Streams that cannot be numbered so (other codecs,
+//! Annex B, open GOPs without IDR pictures) are read as one piece.
+//!
+//! The pieces take the turn of the read they belong to (one decode's
+//! worth of cores), stop with it, and are held to its decoding budget.
+//! The capture that was opened reads the last piece, so that a frame
+//! count it holds provisionally is confirmed by its read to the end as
+//! before.
+
+use std::sync::atomic::Ordering;
+use std::thread;
+
+use super::capture::FrameFormat;
+use super::Capture;
+use crate::errors::{Error, Result};
+use crate::publisher::cancelled;
+
+/// Which sampled frames each piece reads, in order; the last is the
+/// opened capture's.
+pub struct Plan {
+    pub pieces: Vec<Vec<usize>>,
+    /// Decoder threads of each other piece's capture.
+    threads: i32,
+}
+
+/// A plan for reading `wanted` in pieces, or None where one piece it is:
+/// a decoder of one thread, a stream that cannot be split, or sampled
+/// frames all in one sequence.
+pub(super) fn plan(capture: &mut Capture, wanted: &[usize]) -> Option<Plan> {
+    let threads = capture.info().threads as usize;
+    if threads < 2 || wanted.len() < 2 {
+        return None;
+    }
+    let starts = capture.sequence_starts()?;
+    let mut wanted: Vec<usize> = wanted.to_vec();
+    wanted.sort_unstable();
+    wanted.dedup();
+    let groups = group_by_sequence(&wanted, &starts);
+    let pieces = balanced(groups, threads);
+    if pieces.len() < 2 {
+        return None;
+    }
+    let share = (threads / pieces.len()).max(1);
+    Some(Plan {
+        threads: i32::try_from(share).unwrap_or(1),
+        pieces,
+    })
+}
+
+/// The sampled frames of each sequence that holds any, with the frames its
+/// read decodes: from the sequence's first frame to its last sampled one.
+fn group_by_sequence(wanted: &[usize], starts: &[usize]) -> Vec<(Vec<usize>, usize)> {
+    let mut groups: Vec<(usize, Vec<usize>)> = Vec::new();
+    for &index in wanted {
+        let start = starts[starts.partition_point(|&s| s <= index).saturating_sub(1)];
+        match groups.last_mut() {
+            Some((at, frames)) if *at == start => frames.push(index),
+            _ => groups.push((start, vec![index])),
+        }
+    }
+    groups
+        .into_iter()
+        .map(|(start, frames)| {
+            let work = frames.last().map_or(0, |&last| last + 1 - start);
+            (frames, work)
+        })
+        .collect()
+}
+
+/// Contiguous runs of `groups` into at most `most` pieces of about equal
+/// work: a piece closes before a group that would take it further past
+/// its share of what is left than it falls short without it.
+fn balanced(groups: Vec<(Vec<usize>, usize)>, most: usize) -> Vec<Vec<usize>> {
+    let mut left: usize = groups.iter().map(|(_, work)| work).sum();
+    let mut pieces_left = most.min(groups.len());
+    let mut pieces = Vec::new();
+    let mut piece = Vec::new();
+    let mut work = 0;
+    for (frames, group_work) in groups {
+        if pieces_left > 1 && !piece.is_empty() {
+            // Compared in whole multiples of the share (left / pieces_left).
+            let over = (work + group_work) * pieces_left;
+            let short = work * pieces_left;
+            if over.saturating_sub(left) > left.saturating_sub(short) {
+                pieces.push(std::mem::take(&mut piece));
+                left -= work;
+                work = 0;
+                pieces_left -= 1;
+            }
+        }
+        piece.extend(frames);
+        work += group_work;
+    }
+    if !piece.is_empty() {
+        pieces.push(piece);
+    }
+    pieces
+}
+
+/// Reads `plan`'s pieces at once into `out` (the opened capture the last),
+/// the frames packed in index order as one read packs them.
+pub(super) fn read(
+    capture: &mut Capture,
+    plan: &Plan,
+    format: FrameFormat<'_>,
+    out: &mut [u8],
+    stop: &dyn Fn() -> Option<Error>,
+) -> Result<Vec<usize>> {
+    let all: Vec<usize> = plan.pieces.iter().flatten().copied().collect();
+    let need = capture.sampled_bytes(&all, format.resize)?;
+    if out.len() < need {
+        return Err(Error::InvalidArgument(format!(
+            "{} bytes given for {need} bytes of frames",
+            out.len()
+        )));
+    }
+    let frame_bytes = capture.frame_bytes(format.resize);
+    let (last, others) = plan.pieces.split_last().expect("a plan has pieces");
+    let mut opened = Vec::with_capacity(others.len());
+    for _ in others {
+        opened.push(capture.open_piece(plan.threads)?);
+    }
+    let flag = capture.stop_flag();
+    let mut places: Vec<&mut [u8]> = Vec::with_capacity(plan.pieces.len());
+    let mut rest = &mut out[..need];
+    for piece in &plan.pieces {
+        let (place, tail) = rest.split_at_mut(piece.len() * frame_bytes);
+        places.push(place);
+        rest = tail;
+    }
+    let last_place = places.pop().expect("a place for each piece");
+    let results: Vec<Result<(Vec<usize>, u64)>> = thread::scope(|scope| {
+        let running: Vec<_> = opened
+            .into_iter()
+            .zip(others)
+            .zip(places)
+            .map(|((mut piece_capture, frames), place)| {
+                let flag = flag.clone();
+                scope.spawn(move || {
+                    let stopped = move || {
+                        flag.as_ref()
+                            .filter(|flag| flag.load(Ordering::Relaxed) != 0)
+                            .map(|_| cancelled())
+                    };
+                    let indices = piece_capture.read_in_turn(frames, format, place, &stopped)?;
+                    Ok((indices, piece_capture.packets_decoded()))
+                })
+            })
+            .collect();
+        let mine = capture
+            .read_in_turn(last, format, last_place, stop)
+            .map(|indices| (indices, 0));
+        let mut results: Vec<_> = running
+            .into_iter()
+            .map(|handle| {
+                handle
+                    .join()
+                    .unwrap_or_else(|_| Err(Error::Video("a piece of the read panicked".into())))
+            })
+            .collect();
+        results.push(mine);
+        results
+    });
+    let mut indices = Vec::with_capacity(all.len());
+    let mut packed = 0;
+    for (result, piece) in results.into_iter().zip(&plan.pieces) {
+        let (got, packets) = result?;
+        capture.add_packets(packets);
+        // Frames that did not decode leave gaps: the frames after them
+        // move up, as one read would have packed them.
+        let at = offset_of(&plan.pieces, piece) * frame_bytes;
+        if at != packed {
+            out.copy_within(at..at + got.len() * frame_bytes, packed);
+        }
+        packed += got.len() * frame_bytes;
+        indices.extend(got);
+    }
+    Ok(indices)
+}
+
+/// Frames of the pieces before `piece`.
+fn offset_of(pieces: &[Vec<usize>], piece: &Vec<usize>) -> usize {
+    pieces
+        .iter()
+        .take_while(|p| !std::ptr::eq(*p, piece))
+        .map(Vec::len)
+        .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_are_grouped_by_the_sequence_that_holds_them() {
+        let groups = group_by_sequence(&[0, 10, 30, 55, 60], &[0, 25, 50]);
+        let frames: Vec<_> = groups.iter().map(|(f, w)| (f.clone(), *w)).collect();
+        assert_eq!(
+            frames,
+            vec![(vec![0, 10], 11), (vec![30], 6), (vec![55, 60], 11)]
+        );
+    }
+
+    #[test]
+    fn pieces_are_contiguous_and_about_equal() {
+        let groups: Vec<_> = (0..8).map(|g| (vec![g * 10], 10)).collect();
+        let pieces = balanced(groups, 3);
+        assert_eq!(pieces.len(), 3);
+        assert_eq!(pieces.concat(), (0..8).map(|g| g * 10).collect::<Vec<_>>());
+        assert!(
+            pieces.iter().all(|p| (2..=3).contains(&p.len())),
+            "{pieces:?}"
+        );
+        // Never more pieces than groups.
+        assert_eq!(balanced(vec![(vec![1], 5)], 4), vec![vec![1]]);
+    }
+}
