@@ -28,12 +28,7 @@ SRC = Path(__file__).resolve().parent.parent / "src"
 
 # Circles known and kept, each as the sorted list `import_circles` reports,
 # with why it is kept. None: the tree has no circle.
-ALLOWED: list[list[str]] = [
-    # main's read in pieces (src/video/pieces.rs) reads captures, and a
-    # capture's read hands itself to it: kept only until the next commit
-    # makes it a part of capture.rs.
-    ["video::capture", "video::pieces"],
-]
+ALLOWED: list[list[str]] = []
 
 Module = tuple[str, ...]
 
