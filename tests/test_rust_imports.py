@@ -7,7 +7,9 @@ A module is a file: ``src/agent.rs`` is ``agent``, ``src/decode/mod.rs`` is
 ``decode``, ``src/decode/jpeg.rs`` is ``decode::jpeg``. A path is an edge to
 the deepest module it names (``crate::decode::Mode`` to ``decode``,
 ``super::handout::ended_locked`` from ``publisher::poller`` to
-``publisher::handout``). Modules are checked the way a package is layered:
+``publisher::handout``), or, where that module has the item by a ``use``
+(a re-export), to the item's own module (``crate::publisher::cancelled``
+to ``publisher::publish``). Modules are checked the way a package is layered:
 an edge between two modules counts between the children of the module
 that holds them both, so ``decode::jpeg`` using ``resize`` is ``decode``
 using ``resize`` at the top, and ``publisher::poller`` using
@@ -115,40 +117,67 @@ def _use_paths(tree: str) -> list[str]:
     return [head + path for item in items if item for path in _use_paths(item)]
 
 
-def referenced(name: Module, path: Path, known: dict[Module, Path]) -> set[Module]:
-    """The modules that ``name`` (at ``path``) names a path into."""
+def _absolute(name: Module, written: str, known: dict[Module, Path]) -> list[str] | None:
+    """The path ``written`` in module ``name`` from the crate root (its
+    segments), or None where it leads into another crate."""
+    segments = [s for s in re.split(r"\s*::\s*", written) if s and s != "*"]
+    if not segments:
+        return None
+    if segments[0] == "crate":
+        return segments[1:]
+    if segments[0] in ("self", "super"):
+        base = list(name)
+        while segments and segments[0] in ("self", "super"):
+            if segments.pop(0) == "super":
+                base = base[:-1]
+        return [*base, *segments]
+    if (*name, segments[0]) in known:  # a child module, by its own name
+        return [*name, *segments]
+    return None
+
+
+def named(name: Module, path: Path, known: dict[Module, Path]) -> tuple[list[list[str]], list[list[str]]]:
+    """The paths (from the crate root) that ``name`` (at ``path``) names,
+    and those of them its ``use`` declarations bring in: through ``name``,
+    those are the paths of what they name (``pub use`` for every module,
+    a plain ``use`` for the modules inside ``name``)."""
     code = code_of(path.read_text())
     # `use` trees written with `as` keep the path before it.
     code = re.sub(r"\s+as\s+\w+", "", code)
-    paths = [p for tree in re.findall(r"\buse\s+([^;]+);", code) for p in _use_paths(tree)]
-    paths += re.findall(r"(?<![\w:])((?:crate|super|self)(?:\s*::\s*\w+)+)", code)
-    # A file's own module is `name`; `self` and `super` count from it.
-    edges = set()
-    for written in paths:
-        segments = [s for s in re.split(r"\s*::\s*", written) if s]
-        if segments[0] == "crate":
-            target, rest = [], segments[1:]
-        elif segments[0] in ("self", "super"):
-            target, rest = list(name), segments
-            while rest and rest[0] in ("self", "super"):
-                if rest.pop(0) == "super":
-                    target = target[:-1]
-        else:
-            continue  # another crate, or a child module of `name` (the same unit)
-        full = [*target, *(s for s in rest if s != "*")]
-        while tuple(full) not in known:
-            full.pop()
-        edges.add(tuple(full))
-    return edges
+    used = [
+        _absolute(name, p, known) for tree in re.findall(r"\buse\s+([^;]+);", code) for p in _use_paths(tree)
+    ]
+    inline = re.findall(r"(?<![\w:])((?:crate|super|self)(?:\s*::\s*\w+)+)", code)
+    imports = [p for p in used if p]
+    return [*imports, *(p for p in (_absolute(name, w, known) for w in inline) if p is not None)], imports
+
+
+def _module_of(
+    full: list[str], known: dict[Module, Path], reexports: dict[Module, dict[str, list[str]]]
+) -> Module:
+    """The module that holds what ``full`` names: the deepest module on
+    the path, or, for an item a module re-exports, the item's own module."""
+    for _ in range(len(known)):
+        depth = len(full)
+        while tuple(full[:depth]) not in known:
+            depth -= 1
+        module = tuple(full[:depth])
+        source = reexports.get(module, {}).get(full[depth]) if depth < len(full) else None
+        if source is None or source == full[: depth + 1]:
+            return module
+        full = [*source, *full[depth + 1 :]]
+    return module
 
 
 def import_circles(root: Path) -> list[list[str]]:
     """Each set of modules that name one another in a circle, at any level
     of the module tree (module paths joined with ``::``)."""
     known = modules(root)
+    paths = {name: named(name, path, known) for name, path in known.items()}
+    reexports = {name: {p[-1]: p for p in imports} for name, (_, imports) in paths.items()}
     graphs: dict[Module, dict[str, set[str]]] = {}
-    for name, path in known.items():
-        for target in referenced(name, path, known):
+    for name, (written, _) in paths.items():
+        for target in {_module_of(full, known, reexports) for full in written}:
             common = 0
             while common < min(len(name), len(target)) and name[common] == target[common]:
                 common += 1
@@ -166,7 +195,8 @@ def test_the_crate_has_no_import_circles() -> None:
 def test_a_planted_circle_is_found(tmp_path: Path) -> None:
     """The check would see a circle: two modules naming each other (one by
     a `use` tree, one by a path in its code), two files of one module
-    naming each other, and a file deep in one module naming a module that
+    naming each other (one through the item their module re-exports), and
+    a file deep in one module naming a module that
     names that module back; not through comments, strings, characters,
     `#[cfg(test)]` modules, a parent and its child, or another crate."""
     src = tmp_path / "src"
@@ -175,9 +205,9 @@ def test_a_planted_circle_is_found(tmp_path: Path) -> None:
         "lib.rs": "pub mod a;\npub mod b;\npub mod c;\npub mod d;\npub mod e;\n",
         "a.rs": "use crate::{b::{self, Thing as Other}, e};\npub fn g() {}\n",
         "b.rs": "pub struct Thing;\npub fn f() {\n    crate :: a :: g();\n}\n",
-        "c/mod.rs": "mod x;\nmod y;\nuse self::x::X;\npub use y::*;\n",
+        "c/mod.rs": "mod x;\nmod y;\npub use self::x::X;\npub use y::*;\n",
         "c/x.rs": "use super::y::Y;\nuse crate::d::*;\npub struct X;\n",
-        "c/y.rs": "pub struct Y;\npub fn h() -> super::x::X {\n    super::X\n}\n",
+        "c/y.rs": "pub struct Y;\npub fn h() -> super::X {\n    super::X\n}\n",
         "d.rs": "use crate::c::Y;\n",
         "e.rs": (
             "// use crate::a::g;\n/* crate::a::g() */\nconst Q: char = '\"';\n"
