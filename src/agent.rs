@@ -15,7 +15,10 @@ use nixl_sys::{
 use parking_lot::Mutex;
 
 use crate::errors::{Error, Result};
-use crate::region::PAGE;
+
+/// The page: READs are split on page boundaries, and the regions they land
+/// in (`region.rs`) are whole pages.
+pub const PAGE: usize = 4096;
 
 static LIBRARY_LOADED: AtomicBool = AtomicBool::new(false);
 

@@ -13,7 +13,7 @@
 //! image is one picture repeated along the temporal patch), each copy
 //! row-major: `[C][T][P][P]`.
 
-use crate::decode::Fresh;
+use crate::decode::{Fresh, Mode};
 use crate::errors::{Error, Result};
 
 /// The patch geometry of a processor: `patch_size`, `temporal_patch_size`
@@ -27,6 +27,17 @@ pub struct PatchGrid {
 
 /// RGB: the processors this layout serves take three channels.
 const CHANNELS: usize = 3;
+
+/// Patch rows are laid out from RGB pixels: an image decoded in another
+/// mode is refused.
+pub fn check_mode(mode: Mode) -> Result<()> {
+    if mode == Mode::Rgb {
+        return Ok(());
+    }
+    Err(Error::InvalidArgument(
+        "patch rows need mode RGB".to_string(),
+    ))
+}
 
 impl PatchGrid {
     /// A grid of positive sides, small enough that a row's length cannot

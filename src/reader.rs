@@ -21,7 +21,8 @@ use crate::pool::Slot;
 use crate::quarantine::Quarantine;
 use crate::region::{ForeignRegion, HostRegion, RegisteredPool, SlotPool};
 use crate::remotes::Remotes;
-use crate::wire::{self, SlotHeader, SLOT_HEADER_BYTES};
+pub use crate::wire::Source;
+use crate::wire::{self, SLOT_HEADER_BYTES};
 
 /// Background threads for [`Reader::read_soon`]: one per read in flight
 /// (a READ from a stuck frontend holds its thread until the timeout), so
@@ -50,28 +51,6 @@ pub struct ReaderConfig {
     pub chunk_bytes: usize,
     /// Threads that hash the pieces of verified reads.
     pub hash_threads: usize,
-}
-
-/// Where the pixels are and how to check them.
-#[derive(Clone, Debug)]
-pub struct Source {
-    /// The frontend's agent name; empty for descriptors that carry none
-    /// (dynamo's RdmaMetadata): the metadata names it.
-    pub agent: String,
-    pub metadata: String,
-    /// Ordered versions of a frontend's metadata (pixelwire descriptors);
-    /// `None`: only equal metadata is known to be current.
-    pub metadata_version: Option<u64>,
-    /// The last version of the frontend's metadata that dropped a region:
-    /// a reader that has loaded it (or later) adds what is new without
-    /// reconnecting. `None`: unknown, reconnect.
-    pub metadata_pruned: Option<u64>,
-    pub addr: usize,
-    pub len: usize,
-    pub content_hash: Option<String>,
-    /// The slot header just before the pixels (pixelwire descriptors).
-    pub header: Option<SlotHeader>,
-    pub notification: String,
 }
 
 /// Pixels a read produced: a leased receive slot or an owned copy.

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use nixl_sys::{MemType, MemoryRegion, NixlDescriptor, RegistrationHandle};
 use parking_lot::{Condvar, Mutex, MutexGuard};
 
-use crate::agent::Agent;
+use crate::agent::{Agent, PAGE};
 use crate::errors::{Error, Result};
 use crate::pool::{Pool, Slot};
 use crate::wire::{SlotHeader, SLOT_HEADER_BYTES};
@@ -30,9 +30,6 @@ pub struct HostRegion {
 // ranges is arranged by its owner (the slot pools).
 unsafe impl Send for HostRegion {}
 unsafe impl Sync for HostRegion {}
-
-/// Regions are whole pages, and READs are split on page boundaries.
-pub const PAGE: usize = 4096;
 
 /// Asks for transparent huge pages and touches every page of a fresh
 /// region once, so that no READ into it (nor a decode) pays page faults,

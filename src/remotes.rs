@@ -28,8 +28,7 @@ use parking_lot::{Mutex, RwLock, RwLockReadGuard};
 
 use crate::agent::Agent;
 use crate::errors::{Error, Result};
-use crate::reader::Source;
-use crate::wire;
+use crate::wire::{self, Source};
 
 /// Agent metadata is a few hundred bytes; refuse anything absurd.
 const MAX_METADATA: usize = 1 << 20;

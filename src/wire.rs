@@ -1,5 +1,6 @@
 //! Bytes on the wire: base64 and `data:` URLs, compressed NIXL metadata,
-//! and the pixel content hash.
+//! slot headers, a descriptor's source, notifications and the pixel
+//! content hash.
 
 use std::io::{Read, Write};
 
@@ -137,6 +138,29 @@ impl SlotHeader {
             && bytes[..24] == self.prefix()
             && bytes[Self::GENERATION_AT..Self::GENERATION_AT + 8] == self.generation.to_le_bytes()
     }
+}
+
+/// Where a descriptor's pixels are and how to check them: what a reader
+/// READs (`crate::reader`).
+#[derive(Clone, Debug)]
+pub struct Source {
+    /// The frontend's agent name; empty for descriptors that carry none
+    /// (dynamo's RdmaMetadata): the metadata names it.
+    pub agent: String,
+    pub metadata: String,
+    /// Ordered versions of a frontend's metadata (pixelwire descriptors);
+    /// `None`: only equal metadata is known to be current.
+    pub metadata_version: Option<u64>,
+    /// The last version of the frontend's metadata that dropped a region:
+    /// a reader that has loaded it (or later) adds what is new without
+    /// reconnecting. `None`: unknown, reconnect.
+    pub metadata_pruned: Option<u64>,
+    pub addr: usize,
+    pub len: usize,
+    pub content_hash: Option<String>,
+    /// The slot header just before the pixels (pixelwire descriptors).
+    pub header: Option<SlotHeader>,
+    pub notification: String,
 }
 
 /// The notification a reader attaches to its READ so the frontend ends its

@@ -10,6 +10,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from import_graph import circles
+
 import pixelwire
 
 PACKAGE = Path(pixelwire.__file__).parent
@@ -73,34 +75,7 @@ def import_circles(root: Path) -> list[list[str]]:
     graph = {
         name: imported(name, path, known) if path.suffix == ".py" else set() for name, path in known.items()
     }
-    order: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    circles: list[list[str]] = []
-
-    def connect(node: str) -> None:  # Tarjan's strongly connected components
-        order[node] = low[node] = len(order)
-        stack.append(node)
-        for nxt in sorted(graph[node]):
-            if nxt not in order:
-                connect(nxt)
-                low[node] = min(low[node], low[nxt])
-            elif nxt in stack:
-                low[node] = min(low[node], order[nxt])
-        if low[node] == order[node]:
-            component = []
-            while True:
-                member = stack.pop()
-                component.append(member)
-                if member == node:
-                    break
-            if len(component) > 1:
-                circles.append(sorted(component))
-
-    for node in sorted(graph):
-        if node not in order:
-            connect(node)
-    return circles
+    return circles(graph)
 
 
 def test_the_package_has_no_import_circles() -> None:

@@ -1,5 +1,5 @@
 """The frontend's cache of published images (`python/pixelwire/publish_cache.py`,
-the pins and hand-outs of `src/pool.rs` and `src/publisher.rs`): a repeat is
+the pins and hand-outs of `src/pool.rs` and `src/publisher/handout.rs`): a repeat is
 handed out, not decoded; concurrent repeats decode once; a failure reaches
 every waiter and is kept nowhere; salts never share; eviction, a flood of
 distinct images and a forced identity never hand out other pixels. Read back

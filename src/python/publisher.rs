@@ -8,9 +8,8 @@ use std::sync::Arc;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
-use super::{
-    decode_options, limits_or_default, resize_target, seconds, Encoded, PyLimits, ResizeArg,
-};
+use super::args::{seconds, Encoded};
+use super::decode::{decode_options, limits_or_default, resize_target, PyLimits, ResizeArg};
 use crate::decode::DecodeOptions;
 use crate::errors::Error;
 use crate::fair::FairPool;
@@ -21,6 +20,7 @@ use crate::publisher::{
 use crate::video;
 use crate::wire::notification_for;
 
+use super::control::NativeBatchControl;
 use super::video::PyVideoCapture;
 
 #[pyclass(module = "pixelwire._native", frozen)]
@@ -355,35 +355,6 @@ impl NativePublisher {
     }
 }
 
-/// A handle on a running `publish_many` batch, for `NativePublisher.cancel`.
-#[pyclass(module = "pixelwire._native", frozen, name = "BatchControl")]
-pub struct NativeBatchControl {
-    pub(super) inner: Arc<BatchControl>,
-}
-
-#[pymethods]
-impl NativeBatchControl {
-    #[new]
-    fn new() -> Self {
-        NativeBatchControl {
-            inner: Arc::new(BatchControl::default()),
-        }
-    }
-
-    #[getter]
-    fn cancelled(&self) -> bool {
-        self.inner.is_cancelled()
-    }
-
-    /// Cancels work that publishes nothing (a `VideoCapture` opened or read
-    /// with this control stops within a frame); a publisher's batch is
-    /// cancelled with `NativePublisher.cancel`, which also frees what it
-    /// published.
-    fn cancel(&self) {
-        self.inner.stop();
-    }
-}
-
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add(
         "MIN_LEASE_SECONDS",
@@ -391,6 +362,5 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     )?;
     m.add("SLOT_HEADER_BYTES", crate::wire::SLOT_HEADER_BYTES)?;
     m.add_class::<NativePublisher>()?;
-    m.add_class::<NativeBatchControl>()?;
     Ok(())
 }

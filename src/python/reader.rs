@@ -9,7 +9,7 @@ use std::sync::Arc;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use super::seconds;
+use super::args::seconds;
 use super::tickets::{pixels_for_python, raise, DeviceReadTicket, ReadSignal, ReadTicket};
 use crate::cuda::{read_to_device, DestinationCell};
 use crate::errors::Error;

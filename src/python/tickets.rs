@@ -8,7 +8,7 @@ use numpy::PyArray1;
 use pyo3::ffi;
 use pyo3::prelude::*;
 
-use super::seconds;
+use super::args::seconds;
 use crate::agent::ReadError;
 use crate::background::{DoneSignal, Taken, Ticket};
 use crate::cuda::{Destination, DestinationCell};

@@ -5,8 +5,9 @@ use numpy::{PyArray1, PyArrayMethods};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
-use super::publisher::NativeBatchControl;
-use super::{resize_target, Encoded, ResizeArg};
+use super::args::Encoded;
+use super::control::NativeBatchControl;
+use super::decode::{resize_target, ResizeArg};
 use crate::video::{self, Capture, Conversion, EndCheck};
 
 /// Bounds on one video, checked before the memory they guard is taken.

@@ -8,6 +8,8 @@ use std::sync::Arc;
 
 use pixelwire_ffmpeg_sys as ffi;
 
+mod pieces;
+
 use super::pace::Pace;
 
 /// Sequences a read is split at, at most (a 3-hour video with an IDR
@@ -440,7 +442,7 @@ impl Capture {
     /// The pieces a read of `wanted` would be split into (one: not split),
     /// before the read.
     pub fn read_plan(&mut self, wanted: &[usize]) -> Vec<Vec<usize>> {
-        match super::pieces::plan(self, wanted) {
+        match pieces::plan(self, wanted) {
             Some(plan) => plan.pieces,
             None => {
                 let mut all = wanted.to_vec();
@@ -567,8 +569,8 @@ impl Capture {
     ) -> Result<Vec<usize>> {
         let _turn = self.pace.turn()?;
         let format = FrameFormat { conversion, resize };
-        match super::pieces::plan(self, wanted) {
-            Some(plan) => super::pieces::read(self, &plan, format, out, stop),
+        match pieces::plan(self, wanted) {
+            Some(plan) => pieces::read(self, &plan, format, out, stop),
             None => self.read_in_turn(wanted, format, out, stop),
         }
     }

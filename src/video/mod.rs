@@ -11,7 +11,6 @@
 mod capture;
 mod limits;
 mod pace;
-mod pieces;
 mod publish;
 mod sample_tables;
 mod turns;

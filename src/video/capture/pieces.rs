@@ -24,8 +24,7 @@
 use std::sync::atomic::Ordering;
 use std::thread;
 
-use super::capture::FrameFormat;
-use super::Capture;
+use super::{Capture, FrameFormat};
 use crate::errors::{Error, Result};
 use crate::publisher::cancelled;
 
