@@ -16,6 +16,7 @@ from typing import Any
 
 from pixelwire import config
 from pixelwire._native import PixelwireError, decode_image, probe_image
+from pixelwire.sizes import parse_bytes
 
 # What `decode` and `demo` take from a folder: the file types pixelwire decodes.
 IMAGE_SUFFIXES = frozenset(
@@ -58,9 +59,9 @@ def image_files(paths: list[Path]) -> list[Path]:
 
 
 def _size(text: str) -> int:
-    """An argparse type: :func:`pixelwire.config.parse_bytes`, its message kept."""
+    """An argparse type: :func:`pixelwire.sizes.parse_bytes`, its message kept."""
     try:
-        return config.parse_bytes(text)
+        return parse_bytes(text)
     except ValueError as error:
         raise argparse.ArgumentTypeError(str(error)) from None
 
@@ -136,8 +137,9 @@ def _frontend(args: argparse.Namespace) -> int:
     # Before the first large block: a threshold applies to blocks allocated after it.
     keep_heap_memory()
     from pixelwire import frontend
-    from pixelwire.config import FrontendConfig
+    from pixelwire.config import PublisherSettings, frontend_video_limits
     from pixelwire.frontend.nixl_interfaces import InterfaceNotFound, listen_devices
+    from pixelwire.frontend.settings import FrontendConfig
     from pixelwire.frontend.upstream_watch import upstream_url
     from pixelwire.processed import patch_layout
     from pixelwire.resize import image_resize_policy, video_resize_policy
@@ -180,25 +182,32 @@ def _frontend(args: argparse.Namespace) -> int:
         nixl_devices = listen_devices(args.nixl_interface, upstream)
     except InterfaceNotFound as error:
         raise CommandError(str(error)) from None
-    config = FrontendConfig.from_env(
-        upstream,
-        upstream_metrics=upstream_metrics,
-        nixl_devices=nixl_devices,
+    publisher = PublisherSettings.for_frontend(
         decode_at=args.decode_at,
         pool_bytes=args.pool_bytes,
         cache_bytes=args.cache_bytes,
         region_bytes=args.region_bytes,
         lease_seconds=args.lease_seconds,
+    )
+    video_limits = frontend_video_limits(
+        publisher.pool_bytes,
+        max_bytes=args.max_video_bytes,
+        max_frames=args.max_video_frames,
+        max_pixels=args.max_video_pixels,
+        max_frame_bytes=args.max_video_frame_bytes,
+        max_seconds=args.max_video_seconds,
+        max_decode_pixels=args.max_video_decode_pixels,
+    )
+    config = FrontendConfig.from_env(
+        upstream,
+        publisher=publisher,
+        video_limits=video_limits,
+        upstream_metrics=upstream_metrics,
+        nixl_devices=nixl_devices,
         image_kwargs=image_kwargs,
         video_kwargs=video_kwargs,
         video_loader=video_loader,
         video_resize=video_resize,
-        max_video_bytes=args.max_video_bytes,
-        max_video_frames=args.max_video_frames,
-        max_video_pixels=args.max_video_pixels,
-        max_video_frame_bytes=args.max_video_frame_bytes,
-        max_video_seconds=args.max_video_seconds,
-        max_video_decode_pixels=args.max_video_decode_pixels,
         upstream_timeout=args.upstream_timeout,
         drain_seconds=args.drain_seconds,
         allowed_domains=args.allowed_domains,
@@ -220,10 +229,10 @@ def _frontend(args: argparse.Namespace) -> int:
         api_keys=args.api_key,
         access_log=args.access_log or None,
     )
-    if config.decode_at == "frontend":
-        if config.cache_bytes > config.pool_bytes:
+    if publisher.decode_at == "frontend":
+        if publisher.cache_bytes > publisher.pool_bytes:
             raise CommandError(
-                f"--cache-bytes ({config.cache_bytes}) is over --pool-bytes ({config.pool_bytes}): the "
+                f"--cache-bytes ({publisher.cache_bytes}) is over --pool-bytes ({publisher.pool_bytes}): the "
                 "cache keeps published images inside the pool; give a smaller --cache-bytes (or "
                 "PIXELWIRE_CACHE_BYTES), or a larger --pool-bytes"
             )

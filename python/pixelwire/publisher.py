@@ -8,6 +8,7 @@ import asyncio
 import base64
 import concurrent.futures
 import contextlib
+import dataclasses
 import functools
 import hashlib
 import itertools
@@ -20,16 +21,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from pixelwire import _native, config
 from pixelwire._native import SLOT_HEADER_BYTES, PixelwireError
 from pixelwire.config import (
-    ACQUIRE_TIMEOUT,
     BACKGROUND,
-    LEASE_SECONDS,
-    POOL_BYTES,
     PUBLISH_CALLS,
-    PUBLISH_THREADS,
-    REGION_BYTES,
     DecodeAt,
     Layout,
     Mode,
+    PublisherSettings,
     allow_private_from_env,
     data_url_memo_bytes,
 )
@@ -358,37 +355,35 @@ class Publisher:
     """
 
     def __init__(
-        self,
-        *,
-        pool_bytes: int = POOL_BYTES,
-        lease_seconds: float = LEASE_SECONDS,
-        limits: _native.Limits | None = None,
-        acquire_timeout: float = ACQUIRE_TIMEOUT,
-        region_bytes: int = REGION_BYTES,
-        decode_at: DecodeAt | None = None,
-        fetcher: Fetcher | None = None,
-        publish_threads: int = PUBLISH_THREADS,
-        cache_bytes: int = 0,
+        self, settings: PublisherSettings | None = None, *, fetcher: Fetcher | None = None, **given: Any
     ) -> None:
-        self.decode_at = config.decode_at(decode_at)
-        if not lease_seconds >= _native.MIN_LEASE_SECONDS:
+        """``settings`` (:class:`pixelwire.config.PublisherSettings`, its
+        defaults when None), with any of its fields given by keyword instead
+        (None: not given): ``Publisher(pool_bytes=256 << 20, cache_bytes=0)``.
+        ``fetcher`` fetches its URLs (one with the default guard is made on
+        first use when None)."""
+        fields = {name: value for name, value in given.items() if value is not None}
+        settings = (
+            PublisherSettings(**fields) if settings is None else dataclasses.replace(settings, **fields)
+        )
+        if not settings.lease_seconds >= _native.MIN_LEASE_SECONDS:
             raise ValueError(
-                f"lease_seconds must be at least {_native.MIN_LEASE_SECONDS} (got {lease_seconds}): "
+                f"lease_seconds must be at least {_native.MIN_LEASE_SECONDS} (got {settings.lease_seconds}): "
                 "a shorter lease frees slots before a worker can read them"
             )
+        self.settings = settings
         self._fetcher = fetcher
         self._own_fetcher = fetcher is None
-        self.pool_bytes = pool_bytes
-        self.lease_seconds = lease_seconds
-        self.limits = limits
-        self.acquire_timeout = acquire_timeout
-        self.region_bytes = min(region_bytes, pool_bytes)
-        self.publish_threads = publish_threads
-        self.cache = PublishCache(max(0, min(cache_bytes, pool_bytes)))
+        self.cache = PublishCache(max(0, min(settings.cache_bytes, settings.pool_bytes)))
         self.data_urls = DataUrlMemo(data_url_memo_bytes(self.cache.budget))
         self._video_shares = ClientShares(config.VIDEO_DECODES_PER_CLIENT)
-        self._video_pool = PoolShare(config.video_pool_bytes(pool_bytes))
+        self._video_pool = PoolShare(config.video_pool_bytes(settings.pool_bytes))
         self._native: _native.NativePublisher | None = None
+
+    @property
+    def decode_at(self) -> DecodeAt:
+        """Where images are decoded: ``"worker"`` makes this a pass-through."""
+        return self.settings.decode_at
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -403,12 +398,13 @@ class Publisher:
         loop). Worker mode has nothing to open."""
         if self._native is None and self.decode_at == "frontend":
             ensure_nixl()
+            settings = self.settings
             self._native = _native.NativePublisher(
-                pool_bytes=self.pool_bytes,
-                region_bytes=self.region_bytes,
-                lease_seconds=self.lease_seconds,
-                acquire_timeout=self.acquire_timeout,
-                limits=self.limits,
+                pool_bytes=settings.pool_bytes,
+                region_bytes=min(settings.region_bytes, settings.pool_bytes),
+                lease_seconds=settings.lease_seconds,
+                acquire_timeout=settings.acquire_timeout,
+                limits=settings.limits,
             )
         return self
 
@@ -670,7 +666,7 @@ class Publisher:
             layout,
             resize,
             control,
-            self.publish_threads,
+            self.settings.publish_threads,
             digests,
         )
         release = functools.partial(_release_batch, native)
@@ -718,7 +714,9 @@ class Publisher:
         data = await self.fetcher.fetch(source) if isinstance(source, str) else _encoded(source)
         control = _native.BatchControl()
         client = client if client is not None else f"video-{next(_videos)}"
-        holding = functools.partial(self._video_pool.taken, timeout=self.acquire_timeout, control=control)
+        holding = functools.partial(
+            self._video_pool.taken, timeout=self.settings.acquire_timeout, control=control
+        )
         call = functools.partial(
             _publish_video, native, data, sampling, limits, threads, resize, control, client, holding
         )

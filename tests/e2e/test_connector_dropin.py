@@ -202,10 +202,10 @@ def test_the_video_fetch_timeout_is_vllms(
 
 
 def test_vllms_settings_are_read_in_one_place(monkeypatch: pytest.MonkeyPatch) -> None:
-    """config.VllmMediaSettings reads vLLM's variables as vllm.envs does."""
+    """VllmMediaSettings reads vLLM's variables as vllm.envs does."""
     import vllm.envs as envs
 
-    from pixelwire.config import VllmMediaSettings
+    from pixelwire.vllm.media_settings import VllmMediaSettings
 
     for name, value in [
         ("VLLM_MEDIA_FETCH_MAX_RETRIES", "5"),

@@ -58,7 +58,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from pixelwire.config import parse_bytes
+from pixelwire.sizes import parse_bytes
 
 PATHS = {
     "loader": "vLLM's loader",

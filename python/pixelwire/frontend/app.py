@@ -34,7 +34,7 @@ from prometheus_client import (
 )
 from yarl import URL
 
-from pixelwire.config import FrontendConfig, data_url_memo_bytes
+from pixelwire.config import data_url_memo_bytes
 from pixelwire.data_url_memo import DataUrlMemo
 from pixelwire.fetch import Fetcher
 from pixelwire.fetch.addresses import DEPLOYMENT_PRIVATE_HINT
@@ -60,6 +60,7 @@ from pixelwire.frontend.inspect import (
     scan_body,
 )
 from pixelwire.frontend.pipeline import MediaPipeline
+from pixelwire.frontend.settings import FrontendConfig
 from pixelwire.frontend.upstream_watch import UpstreamWatch, short_error
 from pixelwire.metrics import CacheMetrics, ImageMetrics
 from pixelwire.publisher import Publisher
@@ -106,18 +107,10 @@ class Frontend:
             allow_private=config.allow_private,
             private_hint=DEPLOYMENT_PRIVATE_HINT,
         )
-        self.publisher = Publisher(
-            pool_bytes=config.pool_bytes,
-            region_bytes=config.region_bytes,
-            lease_seconds=config.lease_seconds,
-            decode_at=config.decode_at,
-            publish_threads=config.publish_threads,
-            fetcher=self.fetcher,
-            cache_bytes=config.cache_bytes,
-        )
+        self.publisher = Publisher(config.publisher, fetcher=self.fetcher)
         self.cache_metrics = CacheMetrics(self.registry, self._pool_stats)
         self.metrics = ImageMetrics(
-            "frontend", self.registry, self._pool_bytes_in_use, lambda: float(config.pool_bytes)
+            "frontend", self.registry, self._pool_bytes_in_use, lambda: float(config.publisher.pool_bytes)
         )
         self.pool_regions = Gauge(
             "pixelwire_frontend_pool_regions",
@@ -168,7 +161,7 @@ class Frontend:
         # answered, by digest, so that a resend goes as a reference to the
         # bytes it holds (pixelwire.resent_reference). Needs the secret.
         worker_mode = config.decode_at == "worker" and config.secret is not None
-        self.sent_urls = DataUrlMemo(data_url_memo_bytes(config.cache_bytes) if worker_mode else 0)
+        self.sent_urls = DataUrlMemo(data_url_memo_bytes(config.publisher.cache_bytes) if worker_mode else 0)
         # What the worker's handshake shows for a secret it shares (slow to
         # compute on purpose: once, here, not on the event loop).
         self._fingerprint = secret_fingerprint(config.secret) if worker_mode else None

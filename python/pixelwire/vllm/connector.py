@@ -34,7 +34,6 @@ from pixelwire.config import (
     CONNECTOR_NAME,
     DECODED_MODES,
     Mode,
-    VllmMediaSettings,
     allow_private_from_env,
     allow_unsigned_from_env,
     resize_approximate_from_env,
@@ -60,6 +59,7 @@ from pixelwire.vllm.errors import as_vllm_error, local_files_refused
 from pixelwire.vllm.identity import keyed_identity
 from pixelwire.vllm.image_cache import worker_image_cache
 from pixelwire.vllm.image_info import vllm_image_metadata
+from pixelwire.vllm.media_settings import VllmMediaSettings
 from pixelwire.vllm.processed_inputs import ProcessedImage, processed_image, worker_patch_layout
 from pixelwire.vllm.served_model import from_command_line as served_model_from_command_line
 from pixelwire.vllm.served_model import same_model, served_model
