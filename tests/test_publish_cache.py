@@ -1,4 +1,4 @@
-"""The frontend's cache of published images (`python/pixelwire/publish_cache.py`,
+"""The frontend's cache of published images (`python/pixelwire/caches/published_images.py`,
 the pins and hand-outs of `src/pool.rs` and `src/publisher.rs`): a repeat is
 handed out, not decoded; concurrent repeats decode once; a failure reaches
 every waiter and is kept nowhere; salts never share; eviction, a flood of

@@ -55,7 +55,7 @@ LEASE_SECONDS = 60.0
 # given cache_bytes.
 CACHE_BYTES = 128 * MiB
 # Beside it, the data: URLs behind the cached images, by exact text and
-# cache_salt (pixelwire.data_url_memo): a resent one is neither base64-decoded
+# cache_salt (pixelwire.caches.data_urls): a resent one is neither base64-decoded
 # nor hashed again. Its texts and decoded bytes are Python memory, not pool
 # bytes, held within this share of cache_bytes.
 DATA_URL_MEMO_SHARE = 0.25

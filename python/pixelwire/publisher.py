@@ -20,6 +20,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from pixelwire import _native, config
 from pixelwire._native import SLOT_HEADER_BYTES, PixelwireError
+from pixelwire.caches.data_urls import DataUrlMemo
+from pixelwire.caches.interface import counts
+from pixelwire.caches.published_images import CacheKey, Outcome, PublishCache
 from pixelwire.config import (
     BACKGROUND,
     PUBLISH_CALLS,
@@ -30,11 +33,9 @@ from pixelwire.config import (
     allow_private_from_env,
     data_url_memo_bytes,
 )
-from pixelwire.data_url_memo import DataUrlMemo
 from pixelwire.descriptor import Decoded, DecodedVideo, PassThrough
 from pixelwire.nixl import ensure_nixl
 from pixelwire.processed import PatchLayout
-from pixelwire.publish_cache import CacheKey, Outcome, PublishCache
 from pixelwire.video.decode import (
     capture_opener,
     frame_resize,
@@ -349,9 +350,9 @@ class Publisher:
     pass-through: no agent, no fetching, no decoding, the worker gets the
     encoded image. ``cache_bytes`` (0: off) keeps published images, within
     that many of the pool's bytes, to hand out again for the same image
-    (see :mod:`pixelwire.publish_cache`), and :attr:`data_urls` the
+    (see :mod:`pixelwire.caches.published_images`), and :attr:`data_urls` the
     ``data:`` URLs behind them, within a share of it
-    (:mod:`pixelwire.data_url_memo`).
+    (:mod:`pixelwire.caches.data_urls`).
     """
 
     def __init__(
@@ -747,12 +748,14 @@ class Publisher:
         return native is not None and native.release(decoded.slot, decoded.generation, _handout(decoded))
 
     def stats(self) -> dict[str, int]:
-        """Pool and slot counters, and the cache's (the publisher must be open):
-        ``cache_hits``, ``cache_misses``, ``cache_entries``; the data: URL
-        memo's ``data_url_hits`` and ``data_url_bytes``; the pool's
+        """Pool and slot counters, and the caches' (the publisher must be open):
+        the cache's ``cache_hits``, ``cache_misses``, ``cache_bytes``,
+        ``cache_budget`` and ``cache_entries``; the data: URL memo's
+        ``data_url_hits``, ``data_url_misses``, ``data_url_bytes`` and
+        ``data_url_budget`` (:func:`pixelwire.caches.interface.counts`); the pool's
         ``pinned_slots``, ``pinned_bytes``, ``outstanding_handouts``, ``handed_out``
         and ``evicted``."""
         stats = dict(self._open_native("stats()").stats())
         stats.update({f"cache_{name}": value for name, value in self.cache.stats().items()})
-        stats.update({"data_url_hits": self.data_urls.hits, "data_url_bytes": self.data_urls.held})
+        stats.update(counts(self.data_urls, "data_url_"))
         return stats

@@ -753,7 +753,7 @@ def test_frames_resized_per_video_are_checked_for_their_count(
 @pytest.fixture
 def worker_cache(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """The plug-in's image cache on (PIXELWIRE_WORKER_CACHE_BYTES), fresh for the test."""
-    from pixelwire.vllm.image_cache import reset_worker_image_cache
+    from pixelwire.caches.worker_images import reset_worker_image_cache
 
     monkeypatch.setenv("PIXELWIRE_WORKER_CACHE_BYTES", "16MiB")
     reset_worker_image_cache()
@@ -813,7 +813,7 @@ def test_a_repeated_data_url_is_decoded_once_in_worker_mode(
 
     from prometheus_client import REGISTRY
 
-    from pixelwire.vllm.image_cache import worker_image_cache
+    from pixelwire.caches.worker_images import worker_image_cache
 
     ours_cls, _ = connectors
     url = stack.data_url("hopper.png")
@@ -848,9 +848,9 @@ def test_a_resent_images_reference_is_served_from_the_bytes_the_worker_holds(
     expired one, or one signed with another secret, is refused."""
     import hashlib
 
+    from pixelwire.caches.worker_images import worker_image_cache
     from pixelwire.resend import NOT_HELD
     from pixelwire.resent_reference import encode_resent
-    from pixelwire.vllm.image_cache import worker_image_cache
 
     secret = b"resent-test-secret"
     monkeypatch.setenv("PIXELWIRE_SECRET", secret.decode())

@@ -34,8 +34,6 @@ from prometheus_client import (
 )
 from yarl import URL
 
-from pixelwire.config import data_url_memo_bytes
-from pixelwire.data_url_memo import DataUrlMemo
 from pixelwire.fetch import Fetcher
 from pixelwire.fetch.addresses import DEPLOYMENT_PRIVATE_HINT
 from pixelwire.frontend import nixl_interfaces
@@ -60,13 +58,12 @@ from pixelwire.frontend.inspect import (
     scan_body,
 )
 from pixelwire.frontend.pipeline import MediaPipeline
+from pixelwire.frontend.resend_record import ResendRecord
 from pixelwire.frontend.settings import FrontendConfig
 from pixelwire.frontend.upstream_watch import UpstreamWatch, short_error
 from pixelwire.metrics import CacheMetrics, ImageMetrics
 from pixelwire.publisher import Publisher
 from pixelwire.resend import asks_for_resend
-from pixelwire.resent_reference import data_url_digest
-from pixelwire.signing import secret_fingerprint
 
 # The package's one logger: its name is what the frontend's log lines carry.
 log = logging.getLogger("pixelwire.frontend")
@@ -151,34 +148,7 @@ class Frontend:
             "Images still held when their request ended (freed then, not by a notification)",
             registry=self.registry,
         )
-        self.resent = Counter(
-            "pixelwire_frontend_resent_after_read_failure",
-            "Requests sent upstream once more, their images published anew, after the plug-in "
-            "answered that it could not READ one of them (nothing was generated)",
-            registry=self.registry,
-        )
-        # Worker mode: the data: URLs the worker was sent in requests it
-        # answered, by digest, so that a resend goes as a reference to the
-        # bytes it holds (pixelwire.resent_reference). Needs the secret.
-        worker_mode = config.decode_at == "worker" and config.secret is not None
-        self.sent_urls = DataUrlMemo(data_url_memo_bytes(config.publisher.cache_bytes) if worker_mode else 0)
-        # What the worker's handshake shows for a secret it shares (slow to
-        # compute on purpose: once, here, not on the event loop).
-        self._fingerprint = secret_fingerprint(config.secret) if worker_mode else None
-        # Digests being computed for that record, held until done.
-        self._noting: set[asyncio.Task[Any]] = set()
-        self.resent_references = Counter(
-            "pixelwire_frontend_resent_references",
-            "Images whose data: URL the worker was sent before, sent on as a reference to the bytes it "
-            "holds (worker mode)",
-            registry=self.registry,
-        )
-        self.resent_not_held = Counter(
-            "pixelwire_frontend_resent_not_held",
-            "Requests sent upstream once more, their data: URLs in full, after the plug-in answered that "
-            "it no longer held a resent image (worker mode; nothing was generated)",
-            registry=self.registry,
-        )
+        self.resend = ResendRecord(config, self.registry)
         self.upstream_retries = Counter(
             "pixelwire_frontend_upstream_retries",
             "Requests sent again on a fresh connection after the upstream closed a pooled one unanswered",
@@ -452,7 +422,7 @@ class Frontend:
                         self.metrics,
                         body,
                         parts,
-                        sent=None if last_try else self._sent_record(),
+                        sent=None if last_try else self.resend.for_request(self.watch.worker),
                         client=request.remote or "?",
                     )
                     pipelines.append(pipeline)
@@ -461,7 +431,7 @@ class Frontend:
                 else:
                     payload = read.raw  # nothing rewritten: the client's bytes, as sent
                 resend = pipeline is not None and not last_try
-                digests = self._digests(pipeline) if pipeline is not None else None
+                digests = self.resend.digests(pipeline, self.watch.worker) if pipeline is not None else None
                 try:
                     answer = await self._forward(
                         request,
@@ -469,21 +439,11 @@ class Frontend:
                         route=route,
                         path=path,
                         resend=resend,
-                        answered=functools.partial(self._answered, pipeline, digests),
+                        answered=functools.partial(self.resend.answered, pipeline, digests),
                     )
                 except _ReadFailed:
                     assert pipeline is not None
-                    if pipeline.referenced:
-                        # Worker mode has nothing to READ: the worker no longer holds one.
-                        log.info("the upstream no longer holds a resent image for %s: sending in full", path)
-                        self.resent_not_held.inc()
-                        for url in pipeline.referenced:
-                            self.sent_urls.forget(url, pipeline.cache_salt)
-                    else:
-                        log.info(
-                            "the upstream could not READ an image for %s: publishing it anew, once", path
-                        )
-                        self.resent.inc()
+                    self.resend.resending(pipeline, path)
                     self._release(pipeline)
                     continue
                 if pipeline is not None and 400 <= answer.status < 500:
@@ -500,51 +460,6 @@ class Frontend:
             # whatever its worker did not read is freed now, not at lease end.
             for pipeline in pipelines:
                 self._release(pipeline)
-
-    def _sent_record(self) -> DataUrlMemo | None:
-        """The record to send resent images by: only while the worker's last
-        handshake says it keeps the data: URLs it decoded and checks this
-        frontend's signatures."""
-        worker = self.watch.worker
-        if not self.sent_urls.budget or worker is None or worker.memo != "1":
-            return None
-        return self.sent_urls if worker.secret == self._fingerprint else None
-
-    def _digests(self, pipeline: MediaPipeline) -> asyncio.Task[list[tuple[str, int] | None]] | None:
-        """The digests of the data: URLs a worker-mode request sends in full,
-        computed off the loop (a base64 decode and a SHA-256 each) while
-        the request is upstream; None when there are none to note."""
-        if not pipeline.sent_in_full or self._sent_record() is None:
-            return None
-        urls = pipeline.sent_in_full
-        task = asyncio.create_task(asyncio.to_thread(lambda: [data_url_digest(url) for url in urls]))
-        # Held until done, whatever becomes of the request.
-        self._noting.add(task)
-        task.add_done_callback(self._noting.discard)
-        return task
-
-    async def _answered(
-        self,
-        pipeline: MediaPipeline | None,
-        digests: asyncio.Task[list[tuple[str, int] | None]] | None,
-        status: int,
-    ) -> None:
-        """The upstream's status for a request, before its answer is relayed.
-        A 2xx means the worker loaded the request's media (vLLM loads them
-        before it schedules a request): its data: URLs sent in full are
-        noted, for their resends to go as references. Noted before the
-        answer goes out, so a client's next turn finds them; the digests
-        were computed while the request was upstream, so this rarely waits."""
-        if pipeline is None or not 200 <= status < 300:
-            return
-        self.resent_references.inc(len(pipeline.referenced))
-        if digests is None:
-            return
-        # Shielded: a client gone meanwhile cancels this wait, not the digests.
-        found = await asyncio.shield(digests)
-        for url, digest in zip(pipeline.sent_in_full, found, strict=True):
-            if digest is not None:
-                self.sent_urls.remember_digest(url, pipeline.cache_salt, *digest)
 
     def _release(self, pipeline: MediaPipeline) -> None:
         for decoded in pipeline.published:

@@ -26,8 +26,8 @@ from pixelwire._native import (
     VideoTooLarge,
     probe_image,
 )
+from pixelwire.caches.data_urls import DataUrlMemo
 from pixelwire.config import DECODED_MODES, Layout, Mode
-from pixelwire.data_url_memo import DataUrlMemo
 from pixelwire.descriptor import Decoded, DecodedVideo, PassThrough
 from pixelwire.fetch import Fetcher
 from pixelwire.frontend.errors import OpenAIError

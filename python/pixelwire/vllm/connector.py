@@ -29,6 +29,7 @@ from pixelwire._native import (
     decode_image,
     probe_image,
 )
+from pixelwire.caches.worker_images import worker_image_cache
 from pixelwire.config import (
     BACKGROUND,
     CONNECTOR_NAME,
@@ -57,7 +58,6 @@ from pixelwire.transfer import default_reader
 from pixelwire.vllm.data_urls import decode_data_url_async, strict_b64decode
 from pixelwire.vllm.errors import as_vllm_error, local_files_refused
 from pixelwire.vllm.identity import keyed_identity
-from pixelwire.vllm.image_cache import worker_image_cache
 from pixelwire.vllm.image_info import vllm_image_metadata
 from pixelwire.vllm.media_settings import VllmMediaSettings
 from pixelwire.vllm.processed_inputs import ProcessedImage, processed_image, worker_patch_layout
