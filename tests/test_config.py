@@ -8,7 +8,7 @@ import pytest
 import pixelwire
 from pixelwire import config
 from pixelwire._native import SLOT_HEADER_BYTES
-from pixelwire.frontend.settings import FrontendConfig
+from pixelwire.frontend.settings import FrontendConfig, frontend_video_limits
 from pixelwire.sizes import parse_bytes
 
 
@@ -111,7 +111,7 @@ def test_the_frontend_hands_its_publisher_one_settings_object(monkeypatch: pytes
 def test_the_frontends_video_limits_are_made_once_within_the_pool() -> None:
     """--max-video-* given win over the defaults, and a video's frames fit
     in the videos' share of the pool, where they ship as one slot."""
-    limits = config.frontend_video_limits(64 << 20, max_frames=12, max_seconds=None)
+    limits = frontend_video_limits(64 << 20, max_frames=12, max_seconds=None)
     assert (limits.max_frames, limits.max_seconds) == (12, config.FRONTEND_MAX_VIDEO_SECONDS)
     share = config.video_pool_bytes(64 << 20) - SLOT_HEADER_BYTES
     assert limits.max_frame_bytes == share < config.FRONTEND_MAX_VIDEO_FRAME_BYTES

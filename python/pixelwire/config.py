@@ -18,7 +18,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pixelwire._native import SLOT_HEADER_BYTES, Limits, VideoLimits
+from pixelwire._native import Limits, VideoLimits
 from pixelwire.sizes import parse_bytes
 
 MiB = 1024 * 1024
@@ -496,26 +496,6 @@ class PublisherSettings:
             return settings
         cache_bytes = env_bytes("PIXELWIRE_CACHE_BYTES", default_cache_bytes(settings.pool_bytes))
         return dataclasses.replace(settings, cache_bytes=cache_bytes)
-
-
-def frontend_video_limits(pool_bytes: int, **given: int | None) -> VideoLimits:
-    """What one video may cost at the frontend: the ``given`` bounds
-    (:class:`VideoLimits`' names; None: not given), else the
-    ``FRONTEND_MAX_VIDEO_*`` defaults, and its frames within the videos'
-    share of a ``pool_bytes`` pool, where they ship as one slot."""
-    defaults = {
-        "max_bytes": FRONTEND_MAX_VIDEO_BYTES,
-        "max_frames": FRONTEND_MAX_VIDEO_FRAMES,
-        "max_pixels": FRONTEND_MAX_VIDEO_PIXELS,
-        "max_frame_bytes": FRONTEND_MAX_VIDEO_FRAME_BYTES,
-        "max_seconds": FRONTEND_MAX_VIDEO_SECONDS,
-        "max_decode_pixels": FRONTEND_MAX_VIDEO_DECODE_PIXELS,
-    }
-    bounds = {**defaults, **{name: value for name, value in given.items() if value is not None}}
-    bounds["max_frame_bytes"] = min(
-        bounds["max_frame_bytes"], video_pool_bytes(pool_bytes) - SLOT_HEADER_BYTES
-    )
-    return VideoLimits(**bounds)
 
 
 @dataclass(frozen=True)

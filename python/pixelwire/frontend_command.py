@@ -292,9 +292,9 @@ def run(args: argparse.Namespace) -> int:
     # Before the first large block: a threshold applies to blocks allocated after it.
     keep_heap_memory()
     from pixelwire import frontend
-    from pixelwire.config import PublisherSettings, frontend_video_limits
+    from pixelwire.config import PublisherSettings
     from pixelwire.frontend.nixl_interfaces import InterfaceNotFound, listen_devices
-    from pixelwire.frontend.settings import FrontendConfig
+    from pixelwire.frontend.settings import FrontendConfig, frontend_video_limits
     from pixelwire.frontend.upstream_watch import upstream_url
     from pixelwire.processed import patch_layout
     from pixelwire.resize import image_resize_policy, video_resize_policy

@@ -8,12 +8,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pixelwire._native import VideoLimits
+from pixelwire._native import SLOT_HEADER_BYTES, VideoLimits
 from pixelwire.config import (
     ACCESS_LOG,
     CACHE_BYTES,
     CONNECT_TIMEOUT,
     DRAIN_SECONDS,
+    FRONTEND_MAX_VIDEO_BYTES,
+    FRONTEND_MAX_VIDEO_DECODE_PIXELS,
+    FRONTEND_MAX_VIDEO_FRAME_BYTES,
+    FRONTEND_MAX_VIDEO_FRAMES,
+    FRONTEND_MAX_VIDEO_PIXELS,
+    FRONTEND_MAX_VIDEO_SECONDS,
     HEADER_TIMEOUT,
     MAX_CONNECTIONS,
     MAX_CONNECTIONS_PER_CLIENT,
@@ -31,8 +37,8 @@ from pixelwire.config import (
     access_log_from_env,
     allow_private_from_env,
     api_keys_from_env,
-    frontend_video_limits,
     secret_from_env,
+    video_pool_bytes,
 )
 
 if TYPE_CHECKING:
@@ -43,6 +49,26 @@ if TYPE_CHECKING:
 def _default_publisher() -> PublisherSettings:
     """A frontend's publisher unless given one: it decodes, its cache on."""
     return PublisherSettings(decode_at="frontend", cache_bytes=CACHE_BYTES)
+
+
+def frontend_video_limits(pool_bytes: int, **given: int | None) -> VideoLimits:
+    """What one video may cost at the frontend: the ``given`` bounds
+    (:class:`VideoLimits`' names; None: not given), else the
+    ``FRONTEND_MAX_VIDEO_*`` defaults, and its frames within the videos'
+    share of a ``pool_bytes`` pool, where they ship as one slot."""
+    defaults = {
+        "max_bytes": FRONTEND_MAX_VIDEO_BYTES,
+        "max_frames": FRONTEND_MAX_VIDEO_FRAMES,
+        "max_pixels": FRONTEND_MAX_VIDEO_PIXELS,
+        "max_frame_bytes": FRONTEND_MAX_VIDEO_FRAME_BYTES,
+        "max_seconds": FRONTEND_MAX_VIDEO_SECONDS,
+        "max_decode_pixels": FRONTEND_MAX_VIDEO_DECODE_PIXELS,
+    }
+    bounds = {**defaults, **{name: value for name, value in given.items() if value is not None}}
+    bounds["max_frame_bytes"] = min(
+        bounds["max_frame_bytes"], video_pool_bytes(pool_bytes) - SLOT_HEADER_BYTES
+    )
+    return VideoLimits(**bounds)
 
 
 @dataclass
@@ -104,7 +130,7 @@ class FrontendConfig:
     # frames ship at the size its processor would resize them to.
     video_resize: ResizePolicy | None = None
     # What one video may cost (--max-video-*), its frames within the
-    # videos' share of the pool (pixelwire.config.frontend_video_limits).
+    # videos' share of the pool (frontend_video_limits).
     video_limits: VideoLimits = field(default_factory=lambda: frontend_video_limits(POOL_BYTES))
     # JSON values in one body (400 above it), counted as 1 + the `{`, `[`
     # and `,` bytes anywhere in the body: an upper bound (characters inside
