@@ -56,13 +56,13 @@ def _inputs(photo: str) -> dict[str, bytes]:
 def _serve_as(model: str, budget: int) -> None:
     """This process as a vLLM API server with the plug-in, for ``model`` at ``budget``."""
     import pixelwire.vllm
-    from pixelwire.vllm import connector
+    from pixelwire.vllm import worker_settings
 
     os.environ["PIXELWIRE_SECRET"] = SECRET.decode()
     os.environ["VLLM_MEDIA_CONNECTOR"] = "pixelwire"
     kwargs = json.dumps({"max_pixels": budget})
     sys.argv = ["api_server.py", "--model", model, "--mm-processor-kwargs", kwargs]
-    connector.worker_resize_policy.cache_clear()
+    worker_settings.worker_resize_policy.cache_clear()
     pixelwire.vllm.register()
 
 

@@ -23,8 +23,8 @@ import time
 
 import pixelwire
 from pixelwire.bench.inputs import screenshot
-from pixelwire.config import parse_bytes
 from pixelwire.resize import image_policy_from_config
+from pixelwire.sizes import parse_bytes
 
 # The tiny Qwen2-VL's image processor (tests/e2e/tiny_model.py): ~1 MP.
 POLICY = image_policy_from_config(

@@ -238,7 +238,7 @@ def test_the_default_cache_fits_a_smaller_pool(monkeypatch: pytest.MonkeyPatch) 
     assert cli.main(["frontend", "--upstream", "http://127.0.0.1:9", "--pool-bytes", "64MiB"]) == 0
     assert cli.main(["frontend", "--upstream", "http://127.0.0.1:9"]) == 0
     small, default = started
-    assert small.cache_bytes == 32 << 20 and default.cache_bytes == 128 << 20
+    assert small.publisher.cache_bytes == 32 << 20 and default.publisher.cache_bytes == 128 << 20
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""The frontend's memo of decoded data: URLs (pixelwire.data_url_memo): a
+"""The frontend's memo of decoded data: URLs (pixelwire.caches.data_urls): a
 resent URL gets the very bytes object (and digest) decoded the first time,
 only for the same text, whole, and the same salt; it holds no more than its
 budget, least recently used first out."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 import base64
 import hashlib
 
-from pixelwire.data_url_memo import DataUrlMemo
+from pixelwire.caches.data_urls import DataUrlMemo
 
 
 def _url(payload: bytes) -> str:
@@ -52,21 +52,21 @@ def test_the_memo_holds_its_budget_least_recently_used_first_out() -> None:
         memo.remember(url, None, data)
     assert memo.lookup(entries[0][0], None) is entries[0][1]  # now the most recent
     memo.remember(entries[3][0], None, entries[3][1])
-    assert memo.held == 3 * size
+    assert memo.held_bytes == 3 * size
     assert memo.lookup(entries[1][0], None) is None  # the least recent went
     for url, data in (entries[0], entries[2], entries[3]):
         assert memo.lookup(url, None) is data
     # One larger than the whole budget is not held, and pushes nothing out.
     memo.remember(_url(bytes(4 * size)), None, bytes(4 * size))
-    assert memo.held == 3 * size
+    assert memo.held_bytes == 3 * size
     memo.clear()
-    assert memo.held == 0 and memo.lookup(entries[0][0], None) is None
+    assert memo.held_bytes == 0 and memo.lookup(entries[0][0], None) is None
 
 
 def test_a_memo_without_budget_holds_nothing() -> None:
     memo = DataUrlMemo(0)
     memo.remember(_url(b"x"), None, b"x")
-    assert memo.held == 0 and memo.lookup(_url(b"x"), None) is None
+    assert memo.held_bytes == 0 and memo.lookup(_url(b"x"), None) is None
 
 
 def test_a_url_held_by_its_digest_gives_the_digest_and_size_only_for_its_text_and_salt() -> None:
@@ -79,13 +79,13 @@ def test_a_url_held_by_its_digest_gives_the_digest_and_size_only_for_its_text_an
     url = _url(data)
     digest = hashlib.sha256(data).hexdigest()
     memo.remember_digest(url, "tenant-1", digest, len(data))
-    assert memo.held == len(url), "the text only"
+    assert memo.held_bytes == len(url), "the text only"
     assert memo.lookup_digest("".join(list(url)), "tenant-1") == (digest, len(data))
     assert memo.lookup_digest(url, "tenant-2") is None and memo.lookup_digest(url, None) is None
     assert memo.lookup(url, "tenant-1") is None, "no bytes to hand out"
     assert memo.by_sha256(digest) is None, "no bytes to hand out"
     memo.forget(url, "tenant-1")
-    assert memo.lookup_digest(url, "tenant-1") is None and memo.held == 0
+    assert memo.lookup_digest(url, "tenant-1") is None and memo.held_bytes == 0
 
 
 def test_bytes_are_found_by_their_noted_digest_until_they_go() -> None:

@@ -17,8 +17,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from pixelwire import cli
-from pixelwire.config import FrontendConfig
 from pixelwire.frontend.app import Frontend
+from pixelwire.frontend.settings import FrontendConfig
 from pixelwire.handshake import INFO_LABELS
 from pixelwire.metrics import worker_metrics
 

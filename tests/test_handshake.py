@@ -9,7 +9,8 @@ import dataclasses
 import pytest
 
 import pixelwire
-from pixelwire.config import FrontendConfig
+from pixelwire.config import PublisherSettings
+from pixelwire.frontend.settings import FrontendConfig
 from pixelwire.handshake import (
     WorkerSettings,
     api_key_mismatches,
@@ -33,8 +34,9 @@ AGREEING = WorkerSettings(
 LAYOUT = PatchLayout(14, 2, 2, POLICY)
 
 
-def _frontend(**settings: object) -> FrontendConfig:
-    return FrontendConfig(upstream="http://vllm", **{"secret": SECRET, **settings})  # type: ignore[arg-type]
+def _frontend(decode_at: str = "frontend", **settings: object) -> FrontendConfig:
+    publisher = PublisherSettings(decode_at=decode_at)  # type: ignore[arg-type]
+    return FrontendConfig(upstream="http://vllm", **{"secret": SECRET, "publisher": publisher, **settings})  # type: ignore[arg-type]
 
 
 def _worker(**labels: str) -> WorkerSettings:

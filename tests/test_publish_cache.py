@@ -1,4 +1,4 @@
-"""The frontend's cache of published images (`python/pixelwire/publish_cache.py`,
+"""The frontend's cache of published images (`python/pixelwire/caches/published_images.py`,
 the pins and hand-outs of `src/pool.rs` and `src/publisher/handout.rs`): a repeat is
 handed out, not decoded; concurrent repeats decode once; a failure reaches
 every waiter and is kept nowhere; salts never share; eviction, a flood of
@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import pixelwire
-from pixelwire import publisher as publisher_module
+from pixelwire.publisher import cached as cached_publish
 
 MiB = 1024 * 1024
 
@@ -200,7 +200,7 @@ def test_a_forced_identity_never_hands_out_other_pixels(
     whose slot was reused under it is refused by its generation, and a
     descriptor naming the old occupant by the header."""
     small, large = random_png(16, 16, seed=7), random_png(48, 48, seed=8)
-    monkeypatch.setattr(publisher_module, "_sha256s", lambda sources: ["0" * 64 for _ in sources])
+    monkeypatch.setattr(cached_publish, "sha256s", lambda sources: ["0" * 64 for _ in sources])
 
     async def main() -> None:
         async with pixelwire.Publisher(cache_bytes=4 * MiB) as publisher, pixelwire.Reader() as reader:

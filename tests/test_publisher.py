@@ -1,4 +1,4 @@
-"""The publisher (`python/pixelwire/publisher.py`, `src/publisher/`):
+"""The publisher (`python/pixelwire/publisher/`, `src/publisher/`):
 batches decoded side by side and the failures in them, batches at the
 worker, pool exhaustion and recovery, and leases that reclaim unread slots,
 read back over real NIXL (UCX). No mocks."""

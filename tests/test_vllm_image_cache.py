@@ -1,5 +1,5 @@
 """The plug-in's cache of images it handed vLLM
-(`python/pixelwire/vllm/image_cache.py`): least recently used out first
+(`python/pixelwire/caches/worker_images.py`): least recently used out first
 within its byte budget, copies in and out, off at 0, and the stats its
 metrics show. (Its use by the connector: tests/e2e/test_connector.py.)"""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from PIL import Image
 
-from pixelwire.vllm.image_cache import ImageCache
+from pixelwire.caches.worker_images import ImageCache
 
 
 def _image(value: int) -> Image.Image:
@@ -23,9 +23,9 @@ def test_least_recently_used_go_first_within_the_budget() -> None:
     assert kept is not None and kept[1] == "b"
     cache.put("d", _image(1), 40)
     assert cache.get("c") is None and cache.get("b") is not None, "b was used after c"
-    assert cache.bytes <= 100 and len(cache.images) == 2
+    assert cache.held_bytes <= 100 and len(cache.images) == 2
     cache.put("huge", _image(2), 101)
-    assert cache.get("huge") is None and cache.bytes <= 100
+    assert cache.get("huge") is None and cache.held_bytes <= 100
 
 
 def test_images_go_in_and_come_out_as_copies() -> None:

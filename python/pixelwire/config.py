@@ -1,6 +1,6 @@
 """Every setting pixelwire has: each default once, and the ``PIXELWIRE_*``
-environment read in one place, with the vLLM media settings the plug-in
-honours (:class:`VllmMediaSettings`).
+environment read in one place, vLLM's media settings the plug-in honours
+among them (read into :class:`pixelwire.vllm.media_settings.VllmMediaSettings`).
 
 Other modules take their defaults from here (the CLI's help text too), so a
 default changes in one line. Settings a process reads from its environment
@@ -12,17 +12,14 @@ keeps its default, so a typo never turns a guard off.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
-import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from pixelwire._native import Limits, VideoLimits
-
-if TYPE_CHECKING:
-    from pixelwire.processed import PatchLayout
-    from pixelwire.resize import ResizePolicy
+from pixelwire.sizes import parse_bytes
 
 MiB = 1024 * 1024
 GiB = 1024 * MiB
@@ -58,7 +55,7 @@ LEASE_SECONDS = 60.0
 # given cache_bytes.
 CACHE_BYTES = 128 * MiB
 # Beside it, the data: URLs behind the cached images, by exact text and
-# cache_salt (pixelwire.data_url_memo): a resent one is neither base64-decoded
+# cache_salt (pixelwire.caches.data_urls): a resent one is neither base64-decoded
 # nor hashed again. Its texts and decoded bytes are Python memory, not pool
 # bytes, held within this share of cache_bytes.
 DATA_URL_MEMO_SHARE = 0.25
@@ -330,46 +327,6 @@ def env_float(name: str, default: float) -> float:
         raise ValueError(f"{name}={value!r} is not a number") from None
 
 
-# Size units: binary (KiB, MiB, GiB, TiB: powers of 1024) and decimal (kB,
-# MB, GB, TB: powers of 1000), as Kubernetes spells quantities; the B is
-# optional and the case ignored, so 1GiB, 1gi and 1 GiB are one size and 2G
-# is 2,000,000,000 bytes.
-_SIZE_UNITS = {
-    "": 1,
-    "k": 10**3,
-    "m": 10**6,
-    "g": 10**9,
-    "t": 10**12,
-    "ki": 1 << 10,
-    "mi": 1 << 20,
-    "gi": 1 << 30,
-    "ti": 1 << 40,
-}
-_SIZE = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-z]{0,2}?)b?\s*", re.IGNORECASE)
-
-
-def parse_bytes(text: str | int) -> int:
-    """A size in bytes: a whole number of bytes, or a number with a unit
-    (``512MiB``, ``1GiB``, ``2G``, ``1.5 GB``: see ``_SIZE_UNITS``); the one
-    parser of every ``*_bytes`` option and variable. ``ValueError`` for
-    anything else, negative sizes included."""
-    if isinstance(text, int) and not isinstance(text, bool):
-        if text < 0:
-            raise ValueError(f"a size cannot be negative: {text}")
-        return text
-    match = _SIZE.fullmatch(str(text))
-    unit = _SIZE_UNITS.get(match.group(2).lower()) if match else None
-    if match is None or unit is None:
-        raise ValueError(
-            f"{text!r} is not a size: give bytes (268435456) or a number with a unit "
-            "(KiB, MiB, GiB, TiB: powers of 1024; kB, MB, GB, TB: powers of 1000; e.g. 256MiB, 1GiB)"
-        )
-    number = match.group(1)
-    if "." not in number:
-        return int(number) * unit
-    return round(float(number) * unit)
-
-
 def env_bytes(name: str, default: int) -> int:
     """A size variable (:func:`parse_bytes`: units allowed); unset or empty
     is the default."""
@@ -484,6 +441,11 @@ def data_url_memo_bytes(cache_bytes: int) -> int:
     return int(max(0, cache_bytes) * DATA_URL_MEMO_SHARE)
 
 
+def access_log_from_env() -> bool:
+    """``PIXELWIRE_ACCESS_LOG``: the frontend's line a request, off unless asked for."""
+    return env_flag("PIXELWIRE_ACCESS_LOG", ACCESS_LOG)
+
+
 def allow_private_from_env() -> bool:
     """``PIXELWIRE_ALLOW_PRIVATE``, the explicit opt-out of the fetcher's
     address guard, for deployments that fetch from their own network."""
@@ -491,71 +453,49 @@ def allow_private_from_env() -> bool:
 
 
 @dataclass(frozen=True)
-class VllmMediaSettings:
-    """vLLM's own media settings, as the plug-in applies them to its fetches
-    (vLLM 0.32's variables, read as vLLM reads them): ``attempts`` from
-    ``VLLM_MEDIA_FETCH_MAX_RETRIES`` (tries in all, at least one; vLLM's
-    back-off between them), ``max_bytes`` from
-    ``VLLM_MAX_MEDIA_DOWNLOAD_SIZE_MB`` (None: no limit, for 0 or less),
-    the fetch timeouts of each medium (``VLLM_IMAGE_FETCH_TIMEOUT``,
-    ``VLLM_VIDEO_FETCH_TIMEOUT``, ``VLLM_AUDIO_FETCH_TIMEOUT``), whether
-    redirects are followed (``VLLM_MEDIA_URL_ALLOW_REDIRECTS``), the decoded
-    pixel limit (``VLLM_MAX_IMAGE_PIXELS``, 0: none) and ``VLLM_MEDIA_CACHE``
-    (which the plug-in does not use: docs/architecture.md, "Differences from vLLM")."""
-
-    attempts: int = VLLM_MEDIA_FETCH_MAX_RETRIES
-    max_bytes: int | None = VLLM_MAX_MEDIA_DOWNLOAD_SIZE_MB * MiB
-    image_timeout: float = VLLM_IMAGE_FETCH_TIMEOUT
-    video_timeout: float = VLLM_VIDEO_FETCH_TIMEOUT
-    audio_timeout: float = VLLM_AUDIO_FETCH_TIMEOUT
-    allow_redirects: bool = True
-    max_image_pixels: int = VLLM_MAX_IMAGE_PIXELS
-    media_cache: str = ""
-
-    @classmethod
-    def from_env(cls) -> VllmMediaSettings:
-        size_mb = env_int("VLLM_MAX_MEDIA_DOWNLOAD_SIZE_MB", VLLM_MAX_MEDIA_DOWNLOAD_SIZE_MB)
-        return cls(
-            attempts=max(1, env_int("VLLM_MEDIA_FETCH_MAX_RETRIES", VLLM_MEDIA_FETCH_MAX_RETRIES)),
-            max_bytes=size_mb * MiB if size_mb > 0 else None,
-            image_timeout=env_int("VLLM_IMAGE_FETCH_TIMEOUT", VLLM_IMAGE_FETCH_TIMEOUT),
-            video_timeout=env_int("VLLM_VIDEO_FETCH_TIMEOUT", VLLM_VIDEO_FETCH_TIMEOUT),
-            audio_timeout=env_int("VLLM_AUDIO_FETCH_TIMEOUT", VLLM_AUDIO_FETCH_TIMEOUT),
-            allow_redirects=env_int("VLLM_MEDIA_URL_ALLOW_REDIRECTS", 1) != 0,
-            max_image_pixels=env_int("VLLM_MAX_IMAGE_PIXELS", VLLM_MAX_IMAGE_PIXELS),
-            media_cache=os.environ.get("VLLM_MEDIA_CACHE", ""),
-        )
-
-    def body_limit(self, medium_max_bytes: int | None) -> int:
-        """The byte cap of one fetch, as vLLM's: the smaller of the download
-        limit and the medium's own (``MediaIO.get_max_bytes()``), no limit
-        when neither has one."""
-        limits = [limit for limit in (self.max_bytes, medium_max_bytes) if limit is not None]
-        return min(limits) if limits else UNLIMITED_BYTES
-
-
-@dataclass(frozen=True)
 class PublisherSettings:
-    """A :class:`pixelwire.Publisher`'s pool and lease."""
+    """A :class:`pixelwire.Publisher`'s settings, made once: its pool and
+    lease, where it decodes (``decode_at`` not given: ``PIXELWIRE_DECODE_AT``,
+    else ``"frontend"``), the image limits, its publish threads and its
+    cache (0: off, what a Publisher made in code keeps unless given one)."""
 
     pool_bytes: int = POOL_BYTES
     region_bytes: int = REGION_BYTES
     lease_seconds: float = LEASE_SECONDS
     acquire_timeout: float = ACQUIRE_TIMEOUT
     publish_threads: int = PUBLISH_THREADS
+    decode_at: DecodeAt = field(default_factory=lambda: decode_at())
+    limits: Limits | None = None
+    cache_bytes: int = 0
+
+    def __post_init__(self) -> None:
+        # Frozen: checked once, here, before anyone holds the settings.
+        object.__setattr__(self, "decode_at", decode_at(self.decode_at))
 
     @classmethod
-    def from_env(cls) -> PublisherSettings:
-        """``PIXELWIRE_POOL_BYTES``, ``PIXELWIRE_REGION_BYTES``,
+    def from_env(cls, **given: Any) -> PublisherSettings:
+        """``given`` settings (None: not given); the rest from
+        ``PIXELWIRE_POOL_BYTES``, ``PIXELWIRE_REGION_BYTES``,
         ``PIXELWIRE_LEASE_SECONDS``, ``PIXELWIRE_ACQUIRE_TIMEOUT``,
-        ``PIXELWIRE_PUBLISH_THREADS``."""
-        return cls(
-            pool_bytes=env_bytes("PIXELWIRE_POOL_BYTES", POOL_BYTES),
-            region_bytes=env_bytes("PIXELWIRE_REGION_BYTES", REGION_BYTES),
-            lease_seconds=env_float("PIXELWIRE_LEASE_SECONDS", LEASE_SECONDS),
-            acquire_timeout=env_float("PIXELWIRE_ACQUIRE_TIMEOUT", ACQUIRE_TIMEOUT),
-            publish_threads=env_int("PIXELWIRE_PUBLISH_THREADS", PUBLISH_THREADS),
-        )
+        ``PIXELWIRE_PUBLISH_THREADS`` and ``PIXELWIRE_DECODE_AT``, else the defaults."""
+        from_env = {
+            "pool_bytes": env_bytes("PIXELWIRE_POOL_BYTES", POOL_BYTES),
+            "region_bytes": env_bytes("PIXELWIRE_REGION_BYTES", REGION_BYTES),
+            "lease_seconds": env_float("PIXELWIRE_LEASE_SECONDS", LEASE_SECONDS),
+            "acquire_timeout": env_float("PIXELWIRE_ACQUIRE_TIMEOUT", ACQUIRE_TIMEOUT),
+            "publish_threads": env_int("PIXELWIRE_PUBLISH_THREADS", PUBLISH_THREADS),
+        }
+        return cls(**{**from_env, **{name: value for name, value in given.items() if value is not None}})
+
+    @classmethod
+    def for_frontend(cls, **given: Any) -> PublisherSettings:
+        """:meth:`from_env`, with the frontend's cache: ``cache_bytes`` given,
+        else ``PIXELWIRE_CACHE_BYTES``, else :func:`default_cache_bytes` of the pool."""
+        settings = cls.from_env(**given)
+        if given.get("cache_bytes") is not None:
+            return settings
+        cache_bytes = env_bytes("PIXELWIRE_CACHE_BYTES", default_cache_bytes(settings.pool_bytes))
+        return dataclasses.replace(settings, cache_bytes=cache_bytes)
 
 
 @dataclass(frozen=True)
@@ -637,111 +577,3 @@ def cuda_staging(value: str | None) -> CudaStaging:
     if chosen not in ("pinned", "direct"):
         raise ValueError(f"cuda_staging must be 'pinned' or 'direct', not {chosen!r}")
     return "pinned" if chosen == "pinned" else "direct"
-
-
-@dataclass
-class FrontendConfig:
-    """``pixelwire frontend``: every setting, with its default."""
-
-    upstream: str
-    decode_at: DecodeAt = "frontend"
-    pool_bytes: int = POOL_BYTES
-    region_bytes: int = REGION_BYTES
-    lease_seconds: float = LEASE_SECONDS
-    publish_threads: int = PUBLISH_THREADS
-    # Pool bytes of published images kept for repeats (0: off). In worker
-    # mode, where nothing is published, its DATA_URL_MEMO_SHARE sizes the
-    # record of data: URLs the worker was sent (pixelwire.resent_reference).
-    cache_bytes: int = CACHE_BYTES
-    secret: bytes | None = None
-    # Server-wide defaults for images, as vLLM's --media-io-kwargs '{"image": {...}}'.
-    image_kwargs: dict[str, Any] = field(default_factory=dict)
-    upstream_timeout: float = UPSTREAM_TIMEOUT
-    connect_timeout: float = CONNECT_TIMEOUT
-    drain_seconds: float = DRAIN_SECONDS
-    allowed_domains: list[str] | None = None
-    allow_private: bool = False
-    check_upstream: bool = True
-    # The vLLM /metrics pages the handshake reads (--upstream-metrics), where
-    # the upstream is a router or load balancer that does not pass vLLM's
-    # own on; empty: the upstream's /metrics.
-    upstream_metrics: list[str] = field(default_factory=list)
-    # Request body cap (413 above it).
-    max_request_bytes: int = MAX_REQUEST_BYTES
-    # Images in one request (400 above it), counted before any fetch or decode.
-    max_images_per_request: int = MAX_IMAGES_PER_REQUEST
-    # Total encoded image bytes in one request (400 above it): data: URLs
-    # are counted before any work, fetched bodies as they arrive.
-    max_image_bytes_per_request: int = MAX_IMAGE_BYTES_PER_REQUEST
-    # Decoded pixels in one request (400 above it), from the images' headers
-    # before any decode, whatever the resize.
-    max_pixels_per_request: int = MAX_PIXELS_PER_REQUEST
-    # The model's resize (pixelwire frontend --model): images ship at the
-    # size its processor would resize them to.
-    resize: ResizePolicy | None = None
-    # The model's patch layout (--model, unless --no-processed-inputs): RGB
-    # images ship as its processor's output, which vLLM's API server hands
-    # its engine as it is (pixelwire.processed); None: as resized pixels.
-    processed: PatchLayout | None = None
-    max_fetches_per_request: int = MAX_FETCHES_PER_REQUEST
-    # Bearer tokens a client must send (Authorization) before the frontend
-    # does any work for it; empty: every client is served.
-    api_keys: list[str] = field(default_factory=list)
-    # Server-wide video defaults, as vLLM's --media-io-kwargs '{"video": {...}}'.
-    video_kwargs: dict[str, Any] = field(default_factory=dict)
-    # As vLLM's --trust-request-mm-kwargs: a request's own media_io_kwargs
-    # and mm_processor_kwargs are honoured; without it such a request is
-    # refused before any fetch or decode, as vLLM refuses it.
-    trust_request_mm_kwargs: bool = False
-    # The loader vLLM samples the model's videos with (from --model's video
-    # processor); None: the frontend cannot tell, and passes videos on
-    # unless video_kwargs names one (video_backend).
-    video_loader: str | None = None
-    # The model's per-frame resize (from --model's video processor): video
-    # frames ship at the size its processor would resize them to.
-    video_resize: ResizePolicy | None = None
-    max_video_bytes: int = FRONTEND_MAX_VIDEO_BYTES
-    max_video_frames: int = FRONTEND_MAX_VIDEO_FRAMES
-    max_video_pixels: int = FRONTEND_MAX_VIDEO_PIXELS
-    max_video_frame_bytes: int = FRONTEND_MAX_VIDEO_FRAME_BYTES
-    max_video_seconds: int = FRONTEND_MAX_VIDEO_SECONDS
-    max_video_decode_pixels: int = FRONTEND_MAX_VIDEO_DECODE_PIXELS
-    # JSON values in one body (400 above it), counted as 1 + the `{`, `[`
-    # and `,` bytes anywhere in the body: an upper bound (characters inside
-    # strings count too; base64 has none, and ordinary prose needs ~30 MB
-    # to reach the default).
-    max_json_values: int = MAX_JSON_VALUES
-    # A line a request on the "pixelwire.frontend.access" logger.
-    access_log: bool = ACCESS_LOG
-    max_connections: int = MAX_CONNECTIONS
-    max_connections_per_client: int = MAX_CONNECTIONS_PER_CLIENT
-    header_timeout: float = HEADER_TIMEOUT
-    min_body_rate: int = MIN_BODY_RATE
-    # UCX_NET_DEVICES for the NIXL agent (None: every device); the CLI
-    # derives it from --nixl-interface and the upstream
-    # (pixelwire.frontend.nixl_interfaces).
-    nixl_devices: str | None = None
-
-    @classmethod
-    def from_env(cls, upstream: str, **settings: Any) -> FrontendConfig:
-        """``settings`` as given (None means "not given"); the rest from
-        ``PIXELWIRE_DECODE_AT``, ``PIXELWIRE_POOL_BYTES``,
-        ``PIXELWIRE_REGION_BYTES``, ``PIXELWIRE_LEASE_SECONDS``,
-        ``PIXELWIRE_PUBLISH_THREADS``, ``PIXELWIRE_CACHE_BYTES``, ``PIXELWIRE_ALLOW_PRIVATE``,
-        ``PIXELWIRE_SECRET``, ``VLLM_API_KEY`` and ``PIXELWIRE_ACCESS_LOG``,
-        else the defaults."""
-        given = {name: value for name, value in settings.items() if value is not None}
-        publisher = PublisherSettings.from_env()
-        given["decode_at"] = decode_at(given.get("decode_at"))
-        given.setdefault("pool_bytes", publisher.pool_bytes)
-        given.setdefault("region_bytes", publisher.region_bytes)
-        given.setdefault("lease_seconds", publisher.lease_seconds)
-        given.setdefault("publish_threads", publisher.publish_threads)
-        given.setdefault(
-            "cache_bytes", env_bytes("PIXELWIRE_CACHE_BYTES", default_cache_bytes(given["pool_bytes"]))
-        )
-        given["allow_private"] = bool(given.get("allow_private")) or allow_private_from_env()
-        given.setdefault("secret", secret_from_env())
-        given["api_keys"] = list(given.get("api_keys") or api_keys_from_env())
-        given["access_log"] = bool(given.get("access_log")) or env_flag("PIXELWIRE_ACCESS_LOG", ACCESS_LOG)
-        return cls(upstream=upstream, **given)

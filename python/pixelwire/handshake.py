@@ -41,7 +41,7 @@ from pixelwire.config import (
 from pixelwire.signing import secret_fingerprint
 
 if TYPE_CHECKING:
-    from pixelwire.config import FrontendConfig
+    from pixelwire.frontend.settings import FrontendConfig
 
 INFO_METRIC = "pixelwire_worker_info"
 # What a label missing from an older worker's info reads as.

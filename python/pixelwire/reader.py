@@ -17,10 +17,10 @@ import numpy as np
 
 from pixelwire import _native
 from pixelwire.config import Mode, Output, ReaderSettings
+from pixelwire.default_fetcher import default_fetcher
 from pixelwire.descriptor import Decoded, PassThrough, RemoteImage, parse_descriptor
 from pixelwire.nixl import ensure_nixl
 from pixelwire.outputs import OUTPUTS, as_output, pillow, rgb_image_over, torch_module
-from pixelwire.publisher import default_fetcher
 
 if TYPE_CHECKING:
     from pixelwire.fetch import Fetcher

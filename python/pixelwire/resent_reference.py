@@ -4,7 +4,7 @@ An agent's conversation resends every earlier screenshot as a ``data:`` URL
 on every turn. In worker mode the frontend passes images on for the
 plug-in to decode, so vLLM's API server would take in, parse and validate
 half a megabyte of base64 per screenshot per turn before the plug-in's memo
-(:mod:`pixelwire.data_url_memo`) even saw it. Instead, a frontend sends a
+(:mod:`pixelwire.caches.data_urls`) even saw it. Instead, a frontend sends a
 ``data:`` URL its worker was sent (and answered) before as this reference:
 the SHA-256 and size of the bytes the URL decodes to, with an expiry, in a
 signed descriptor reference (:mod:`pixelwire.signing`).

@@ -10,7 +10,6 @@ stay importable from here for code written against earlier releases.
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 from typing import Any
 
@@ -30,7 +29,7 @@ def default_publisher() -> Publisher:
     global _default_publisher
     with _defaults_lock:
         if _default_publisher is None:
-            _default_publisher = Publisher(**dataclasses.asdict(PublisherSettings.from_env()))
+            _default_publisher = Publisher(PublisherSettings.from_env())
         return _default_publisher
 
 

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from pixelwire import cli
-from pixelwire.bench.serve import Settings, vllm_flags
+from pixelwire.bench.serve_settings import Settings
+from pixelwire.bench.serve_stack import vllm_flags
 
 
 def _settings(*argv: str) -> Settings:

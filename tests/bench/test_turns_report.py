@@ -16,7 +16,7 @@ import pytest
 from pixelwire.bench import report
 from pixelwire.bench.conversation import turn_cell
 from pixelwire.bench.load import Outcome
-from pixelwire.bench.serve import PATHS
+from pixelwire.bench.serve_settings import PATHS
 
 ENVIRONMENT = {
     "date": "2026-12-05T09:00:00",

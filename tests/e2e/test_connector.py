@@ -102,12 +102,12 @@ def test_vllms_allowed_domains_and_fetch_timeout_apply(
     monkeypatch.setenv("VLLM_MEDIA_FETCH_MAX_RETRIES", "1")
 
     async def fetch_on_a_loop_that_ends() -> None:
-        from pixelwire.vllm import connector
+        from pixelwire.vllm import fetching
 
         try:
             await ours_cls().fetch_image_async(slow_server)
         finally:
-            await connector.close_fetchers()  # no session left behind with this loop
+            await fetching.close_fetchers()  # no session left behind with this loop
 
     start = time.monotonic()
     # vLLM's server answers a timeout with 500, as it answers its own loader's.
@@ -181,7 +181,7 @@ def test_a_read_image_is_keyed_by_its_signed_identity(monkeypatch: pytest.Monkey
     from vllm.multimodal.hasher import MultiModalHasher
     from vllm.multimodal.media import MediaWithBytes
 
-    from pixelwire.vllm.connector import cache_identity
+    from pixelwire.vllm.identity import cache_identity
 
     image = Image.new("RGB", (8, 8), (1, 2, 3))
 
@@ -423,7 +423,7 @@ def test_the_worker_declares_its_settings_for_the_handshake(
     from pixelwire.handshake import worker_settings_in
     from pixelwire.resize import image_resize_policy
     from pixelwire.signing import secret_fingerprint
-    from pixelwire.vllm import connector
+    from pixelwire.vllm import worker_settings
 
     declared = worker_settings_in(generate_latest(REGISTRY).decode())
     assert declared is not None and declared.version == pixelwire.__version__
@@ -436,11 +436,11 @@ def test_the_worker_declares_its_settings_for_the_handshake(
     monkeypatch.setenv("PIXELWIRE_MODEL", str(tmp_path))
     monkeypatch.setenv("PIXELWIRE_MM_PROCESSOR_KWARGS", json.dumps({"max_pixels": 1 << 18}))
     monkeypatch.setenv("PIXELWIRE_WORKER_CACHE_BYTES", "64MiB")
-    connector.worker_resize_policy.cache_clear()
+    worker_settings.worker_resize_policy.cache_clear()
     try:
-        labels = connector.declared_settings("pixelwire").labels()
+        labels = worker_settings.declared_settings("pixelwire").labels()
     finally:
-        connector.worker_resize_policy.cache_clear()
+        worker_settings.worker_resize_policy.cache_clear()
     policy = image_resize_policy(tmp_path, {"max_pixels": 1 << 18})
     assert policy is not None
     assert labels == {
@@ -463,22 +463,22 @@ def test_the_worker_declares_its_settings_for_the_handshake(
         sys, "argv", ["api_server.py", "--model", str(tmp_path), "--mm-processor-kwargs", kwargs]
     )
     try:
-        assert connector.declared_settings("pixelwire").resize == policy.identity
+        assert worker_settings.declared_settings("pixelwire").resize == policy.identity
     finally:
-        connector.worker_resize_policy.cache_clear()
+        worker_settings.worker_resize_policy.cache_clear()
     # A model vLLM was started with but without a processor config (a text
     # model): no resize, and no reason to stop vLLM.
     monkeypatch.setattr(sys, "argv", ["api_server.py", "--model", str(tmp_path / "missing")])
     try:
-        assert connector.declared_settings("pixelwire").resize == "none"
+        assert worker_settings.declared_settings("pixelwire").resize == "none"
     finally:
-        connector.worker_resize_policy.cache_clear()
+        worker_settings.worker_resize_policy.cache_clear()
     # Not the connector, an unreadable PIXELWIRE_MODEL does not stop vLLM.
     monkeypatch.setenv("PIXELWIRE_MODEL", str(tmp_path / "missing"))
     try:
-        assert connector.declared_settings("http").resize == "unreadable"
+        assert worker_settings.declared_settings("http").resize == "unreadable"
     finally:
-        connector.worker_resize_policy.cache_clear()
+        worker_settings.worker_resize_policy.cache_clear()
 
 
 @pytest.fixture
@@ -486,7 +486,7 @@ def served_qwen2_vl(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[
     """vLLM's command line for a Qwen2-VL-style model folder (image and
     video processor configs, a small pixel budget); the plug-in's cached
     policies are dropped before and after."""
-    from pixelwire.vllm import connector, video
+    from pixelwire.vllm import video, worker_settings
 
     image = {"image_processor_type": "Qwen2VLImageProcessor", "min_pixels": 3136, "max_pixels": 8192}
     frames = {"video_processor_type": "Qwen2VLVideoProcessor", "min_pixels": 3136, "max_pixels": 8192}
@@ -496,7 +496,7 @@ def served_qwen2_vl(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[
     monkeypatch.delenv("PIXELWIRE_MM_PROCESSOR_KWARGS", raising=False)
 
     def clear() -> None:
-        connector.worker_resize_policy.cache_clear()
+        worker_settings.worker_resize_policy.cache_clear()
         video.worker_video_resize_policy.cache_clear()
 
     clear()
@@ -516,7 +516,7 @@ def test_worker_mode_resizes_approximately_only_when_allowed(
     import io
 
     from pixelwire.resize import image_resize_policy
-    from pixelwire.vllm import connector
+    from pixelwire.vllm import worker_settings
 
     grid = [[56 * rows, 56 * columns] for rows in range(1, 7) for columns in range(1, 7)]
     processor = {
@@ -539,11 +539,11 @@ def test_worker_mode_resizes_approximately_only_when_allowed(
     data = out.getvalue()
     url = "data:image/png;base64," + base64.b64encode(data).decode()
     ours_cls, theirs_cls = connectors
-    connector.worker_resize_policy.cache_clear()
+    worker_settings.worker_resize_policy.cache_clear()
     try:
         ours = asyncio.run(ours_cls().fetch_image_async(url))
     finally:
-        connector.worker_resize_policy.cache_clear()
+        worker_settings.worker_resize_policy.cache_clear()
     full = _pixels(asyncio.run(theirs_cls().fetch_image_async(url)))
     if allowed:
         policy = image_resize_policy(tmp_path, approximate=True)
@@ -753,7 +753,7 @@ def test_frames_resized_per_video_are_checked_for_their_count(
 @pytest.fixture
 def worker_cache(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """The plug-in's image cache on (PIXELWIRE_WORKER_CACHE_BYTES), fresh for the test."""
-    from pixelwire.vllm.image_cache import reset_worker_image_cache
+    from pixelwire.caches.worker_images import reset_worker_image_cache
 
     monkeypatch.setenv("PIXELWIRE_WORKER_CACHE_BYTES", "16MiB")
     reset_worker_image_cache()
@@ -813,7 +813,7 @@ def test_a_repeated_data_url_is_decoded_once_in_worker_mode(
 
     from prometheus_client import REGISTRY
 
-    from pixelwire.vllm.image_cache import worker_image_cache
+    from pixelwire.caches.worker_images import worker_image_cache
 
     ours_cls, _ = connectors
     url = stack.data_url("hopper.png")
@@ -834,7 +834,7 @@ def test_a_repeated_data_url_is_decoded_once_in_worker_mode(
         for name in ("cache_hits_total", "cache_misses_total", "data_url_hits_total")
     }
     assert shown == {"cache_hits_total": 2, "cache_misses_total": 1, "data_url_hits_total": 1}
-    assert REGISTRY.get_sample_value("pixelwire_worker_cache_bytes") == worker_image_cache().bytes > 0
+    assert REGISTRY.get_sample_value("pixelwire_worker_cache_bytes") == worker_image_cache().held_bytes > 0
 
 
 def test_a_resent_images_reference_is_served_from_the_bytes_the_worker_holds(
@@ -848,9 +848,9 @@ def test_a_resent_images_reference_is_served_from_the_bytes_the_worker_holds(
     expired one, or one signed with another secret, is refused."""
     import hashlib
 
+    from pixelwire.caches.worker_images import worker_image_cache
     from pixelwire.resend import NOT_HELD
     from pixelwire.resent_reference import encode_resent
-    from pixelwire.vllm.image_cache import worker_image_cache
 
     secret = b"resent-test-secret"
     monkeypatch.setenv("PIXELWIRE_SECRET", secret.decode())

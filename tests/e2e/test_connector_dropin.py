@@ -60,7 +60,7 @@ def fetch(connector: Any, url: str) -> Any:
     sessions made on it closed when it ends."""
     from vllm.connections import global_http_connection
 
-    from pixelwire.vllm.connector import close_fetchers
+    from pixelwire.vllm.fetching import close_fetchers
 
     async def fetch_and_close() -> Any:
         try:
@@ -187,7 +187,7 @@ def test_the_video_fetch_timeout_is_vllms(
     ours, _ = connectors
 
     async def fetch_video(url: str) -> Any:
-        from pixelwire.vllm.connector import close_fetchers
+        from pixelwire.vllm.fetching import close_fetchers
 
         try:
             return await ours().fetch_video_async(url)
@@ -202,10 +202,10 @@ def test_the_video_fetch_timeout_is_vllms(
 
 
 def test_vllms_settings_are_read_in_one_place(monkeypatch: pytest.MonkeyPatch) -> None:
-    """config.VllmMediaSettings reads vLLM's variables as vllm.envs does."""
+    """VllmMediaSettings reads vLLM's variables as vllm.envs does."""
     import vllm.envs as envs
 
-    from pixelwire.config import VllmMediaSettings
+    from pixelwire.vllm.media_settings import VllmMediaSettings
 
     for name, value in [
         ("VLLM_MEDIA_FETCH_MAX_RETRIES", "5"),

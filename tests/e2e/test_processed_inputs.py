@@ -55,7 +55,7 @@ def served_as(monkeypatch: pytest.MonkeyPatch, model: str) -> Iterator[Any]:
     the given ``--mm-processor-kwargs`` (what the plug-in reads its settings
     from), with the pixelwire connector, a secret and the seam installed."""
     import pixelwire.vllm
-    from pixelwire.vllm import connector
+    from pixelwire.vllm import worker_settings
 
     monkeypatch.setenv("PIXELWIRE_SECRET", SECRET)
     monkeypatch.setenv("VLLM_MEDIA_CONNECTOR", "pixelwire")
@@ -63,14 +63,14 @@ def served_as(monkeypatch: pytest.MonkeyPatch, model: str) -> Iterator[Any]:
     def serve(kwargs: dict[str, Any], *extra: str) -> None:
         argv = ["api_server.py", "--model", model, "--mm-processor-kwargs", json.dumps(kwargs), *extra]
         monkeypatch.setattr(sys, "argv", argv)
-        connector.worker_resize_policy.cache_clear()
+        worker_settings.worker_resize_policy.cache_clear()
         with warnings.catch_warnings():
             # vLLM's model modules, imported by the seam, warn of torch's deprecations.
             warnings.simplefilter("ignore", DeprecationWarning)
             pixelwire.vllm.register()
 
     yield serve
-    connector.worker_resize_policy.cache_clear()
+    worker_settings.worker_resize_policy.cache_clear()
 
 
 def _processor(model: str, kwargs: dict[str, Any], **settings: Any) -> Any:

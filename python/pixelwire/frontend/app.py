@@ -1,7 +1,8 @@
 """The aiohttp application: routes, authentication, the answers the
-frontend makes itself (``/metrics``, ``GET /health``), forwarding to the
-upstream vLLM (and relaying its answer, a stream included), the frontend's
-metrics, and :func:`run`. Image requests pass the handshake
+frontend makes itself (``/metrics``, ``GET /health``), the frontend's
+metrics, and :func:`run`; requests go on to the upstream vLLM, and its
+answers come back, through :mod:`~pixelwire.frontend.forwarding`, and a
+request sent again is counted in :mod:`~pixelwire.frontend.resend_record`. Image requests pass the handshake
 (:class:`~pixelwire.frontend.upstream_watch.UpstreamWatch`) first.
 
 Chat-shaped routes (:data:`~pixelwire.frontend.inspect.REWRITTEN_ROUTES`)
@@ -18,11 +19,9 @@ import hashlib
 import hmac
 import ipaddress
 import logging
-from collections.abc import Awaitable, Callable
 from time import perf_counter
 from typing import Any
 
-import aiohttp
 from aiohttp import web
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -32,10 +31,7 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
-from yarl import URL
 
-from pixelwire.config import FrontendConfig, data_url_memo_bytes
-from pixelwire.data_url_memo import DataUrlMemo
 from pixelwire.fetch import Fetcher
 from pixelwire.fetch.addresses import DEPLOYMENT_PRIVATE_HINT
 from pixelwire.frontend import nixl_interfaces
@@ -48,6 +44,7 @@ from pixelwire.frontend.connections import (
 )
 from pixelwire.frontend.drain import Drain
 from pixelwire.frontend.errors import OpenAIError
+from pixelwire.frontend.forwarding import Forwarder, ReadFailed
 from pixelwire.frontend.inspect import (
     REWRITTEN_ROUTES,
     RequestBody,
@@ -60,38 +57,17 @@ from pixelwire.frontend.inspect import (
     scan_body,
 )
 from pixelwire.frontend.pipeline import MediaPipeline
-from pixelwire.frontend.upstream_watch import UpstreamWatch, short_error
+from pixelwire.frontend.resend_record import ResendRecord
+from pixelwire.frontend.settings import FrontendConfig
+from pixelwire.frontend.upstream_watch import UpstreamWatch
 from pixelwire.metrics import CacheMetrics, ImageMetrics
 from pixelwire.publisher import Publisher
-from pixelwire.resend import asks_for_resend
-from pixelwire.resent_reference import data_url_digest
-from pixelwire.signing import secret_fingerprint
 
 # The package's one logger: its name is what the frontend's log lines carry.
 log = logging.getLogger("pixelwire.frontend")
 
-# Headers that describe one hop, not the message (RFC 9110 §7.6.1), plus the
-# ones aiohttp recomputes for the new body.
-_HOP_HEADERS = frozenset(
-    h.lower()
-    for h in (
-        "Connection",
-        "Keep-Alive",
-        "Proxy-Authenticate",
-        "Proxy-Authorization",
-        "TE",
-        "Trailer",
-        "Transfer-Encoding",
-        "Upgrade",
-        "Host",
-        "Content-Length",
-        "Content-Encoding",
-    )
-)
 # Request seconds, from the request's arrival to the end of its answer.
 _REQUEST_SECONDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
-# How much of an upstream 400's body is kept to see whether the plug-in refused.
-_REFUSAL_HEAD_BYTES = 8192
 
 
 class Frontend:
@@ -106,18 +82,10 @@ class Frontend:
             allow_private=config.allow_private,
             private_hint=DEPLOYMENT_PRIVATE_HINT,
         )
-        self.publisher = Publisher(
-            pool_bytes=config.pool_bytes,
-            region_bytes=config.region_bytes,
-            lease_seconds=config.lease_seconds,
-            decode_at=config.decode_at,
-            publish_threads=config.publish_threads,
-            fetcher=self.fetcher,
-            cache_bytes=config.cache_bytes,
-        )
+        self.publisher = Publisher(config.publisher, fetcher=self.fetcher)
         self.cache_metrics = CacheMetrics(self.registry, self._pool_stats)
         self.metrics = ImageMetrics(
-            "frontend", self.registry, self._pool_bytes_in_use, lambda: float(config.pool_bytes)
+            "frontend", self.registry, self._pool_bytes_in_use, lambda: float(config.publisher.pool_bytes)
         )
         self.pool_regions = Gauge(
             "pixelwire_frontend_pool_regions",
@@ -148,49 +116,12 @@ class Frontend:
         # Shown at 0 from the start, for alerts on its rate to have a series.
         for path in ("nixl", "passthrough"):
             self.refused_upstream.labels(path=path)
-        self.upstream_calls = Counter(
-            "pixelwire_frontend_upstream_requests",
-            "Requests forwarded upstream (a retry on a fresh connection counts once)",
-            registry=self.registry,
-        )
         self.released = Counter(
             "pixelwire_frontend_released_at_request_end",
             "Images still held when their request ended (freed then, not by a notification)",
             registry=self.registry,
         )
-        self.resent = Counter(
-            "pixelwire_frontend_resent_after_read_failure",
-            "Requests sent upstream once more, their images published anew, after the plug-in "
-            "answered that it could not READ one of them (nothing was generated)",
-            registry=self.registry,
-        )
-        # Worker mode: the data: URLs the worker was sent in requests it
-        # answered, by digest, so that a resend goes as a reference to the
-        # bytes it holds (pixelwire.resent_reference). Needs the secret.
-        worker_mode = config.decode_at == "worker" and config.secret is not None
-        self.sent_urls = DataUrlMemo(data_url_memo_bytes(config.cache_bytes) if worker_mode else 0)
-        # What the worker's handshake shows for a secret it shares (slow to
-        # compute on purpose: once, here, not on the event loop).
-        self._fingerprint = secret_fingerprint(config.secret) if worker_mode else None
-        # Digests being computed for that record, held until done.
-        self._noting: set[asyncio.Task[Any]] = set()
-        self.resent_references = Counter(
-            "pixelwire_frontend_resent_references",
-            "Images whose data: URL the worker was sent before, sent on as a reference to the bytes it "
-            "holds (worker mode)",
-            registry=self.registry,
-        )
-        self.resent_not_held = Counter(
-            "pixelwire_frontend_resent_not_held",
-            "Requests sent upstream once more, their data: URLs in full, after the plug-in answered that "
-            "it no longer held a resent image (worker mode; nothing was generated)",
-            registry=self.registry,
-        )
-        self.upstream_retries = Counter(
-            "pixelwire_frontend_upstream_retries",
-            "Requests sent again on a fresh connection after the upstream closed a pooled one unanswered",
-            registry=self.registry,
-        )
+        self.resend = ResendRecord(config, self.registry)
         connections_closed = Counter(
             "pixelwire_frontend_connections_closed",
             "Client connections the frontend closed itself, by reason: over max_connections or "
@@ -213,9 +144,8 @@ class Frontend:
         )
         open_connections.set_function(lambda: float(self.connections.open_connections))
         self._api_key_digests = [hashlib.sha256(key.encode()).digest() for key in config.api_keys]
-        self._session: aiohttp.ClientSession | None = None
-        self._fresh_session: aiohttp.ClientSession | None = None
         self.watch = UpstreamWatch(config, self.upstream, self.registry)
+        self.forwarder = Forwarder(config, self.upstream, self.registry, self.requests, self.watch)
         self.drain = Drain(config.drain_seconds)
         draining = Gauge(
             "pixelwire_frontend_draining",
@@ -252,23 +182,13 @@ class Frontend:
     async def _start(self, _app: web.Application) -> None:
         # First: a publisher that cannot open leaves no session unclosed.
         await asyncio.to_thread(self.publisher.open)
-        timeout = aiohttp.ClientTimeout(
-            total=self.config.upstream_timeout, sock_connect=self.config.connect_timeout
-        )
-        self._session = aiohttp.ClientSession(timeout=timeout, auto_decompress=False)
-        # A connection of its own for each retry (never a pooled one).
-        self._fresh_session = aiohttp.ClientSession(
-            timeout=timeout, auto_decompress=False, connector=aiohttp.TCPConnector(force_close=True)
-        )
-        self.watch.start(self._session)
+        self.watch.start(self.forwarder.start())
         self.connections.start()
 
     async def _stop(self, _app: web.Application) -> None:
         await self.connections.stop()
         await self.watch.stop()
-        for session in (self._session, self._fresh_session):
-            if session is not None:
-                await session.close()
+        await self.forwarder.close()
         await self.publisher.close()
         await self.fetcher.close()
 
@@ -360,7 +280,7 @@ class Frontend:
         the body in."""
         started = perf_counter()
         try:
-            response = await self._forward(request, b"", route="other")
+            response = await self.forwarder.forward(request, b"", route="other")
         except OpenAIError as e:
             self.requests.labels(route="other", status=str(e.status)).inc()
             response = e.response()
@@ -429,7 +349,7 @@ class Frontend:
                     "minted by the frontend, not sent by clients",
                     param=where,
                 )
-            return await self._forward(request, body.raw, route="other")
+            return await self.forwarder.forward(request, body.raw, route="other")
         except OpenAIError as e:
             self.requests.labels(route="other", status=str(e.status)).inc()
             return e.response()
@@ -459,7 +379,7 @@ class Frontend:
                         self.metrics,
                         body,
                         parts,
-                        sent=None if last_try else self._sent_record(),
+                        sent=None if last_try else self.resend.for_request(self.watch.worker),
                         client=request.remote or "?",
                     )
                     pipelines.append(pipeline)
@@ -468,29 +388,19 @@ class Frontend:
                 else:
                     payload = read.raw  # nothing rewritten: the client's bytes, as sent
                 resend = pipeline is not None and not last_try
-                digests = self._digests(pipeline) if pipeline is not None else None
+                digests = self.resend.digests(pipeline, self.watch.worker) if pipeline is not None else None
                 try:
-                    answer = await self._forward(
+                    answer = await self.forwarder.forward(
                         request,
                         payload,
                         route=route,
                         path=path,
                         resend=resend,
-                        answered=functools.partial(self._answered, pipeline, digests),
+                        answered=functools.partial(self.resend.answered, pipeline, digests),
                     )
-                except _ReadFailed:
+                except ReadFailed:
                     assert pipeline is not None
-                    if pipeline.referenced:
-                        # Worker mode has nothing to READ: the worker no longer holds one.
-                        log.info("the upstream no longer holds a resent image for %s: sending in full", path)
-                        self.resent_not_held.inc()
-                        for url in pipeline.referenced:
-                            self.sent_urls.forget(url, pipeline.cache_salt)
-                    else:
-                        log.info(
-                            "the upstream could not READ an image for %s: publishing it anew, once", path
-                        )
-                        self.resent.inc()
+                    self.resend.resending(pipeline, path)
                     self._release(pipeline)
                     continue
                 if pipeline is not None and 400 <= answer.status < 500:
@@ -508,51 +418,6 @@ class Frontend:
             for pipeline in pipelines:
                 self._release(pipeline)
 
-    def _sent_record(self) -> DataUrlMemo | None:
-        """The record to send resent images by: only while the worker's last
-        handshake says it keeps the data: URLs it decoded and checks this
-        frontend's signatures."""
-        worker = self.watch.worker
-        if not self.sent_urls.budget or worker is None or worker.memo != "1":
-            return None
-        return self.sent_urls if worker.secret == self._fingerprint else None
-
-    def _digests(self, pipeline: MediaPipeline) -> asyncio.Task[list[tuple[str, int] | None]] | None:
-        """The digests of the data: URLs a worker-mode request sends in full,
-        computed off the loop (a base64 decode and a SHA-256 each) while
-        the request is upstream; None when there are none to note."""
-        if not pipeline.sent_in_full or self._sent_record() is None:
-            return None
-        urls = pipeline.sent_in_full
-        task = asyncio.create_task(asyncio.to_thread(lambda: [data_url_digest(url) for url in urls]))
-        # Held until done, whatever becomes of the request.
-        self._noting.add(task)
-        task.add_done_callback(self._noting.discard)
-        return task
-
-    async def _answered(
-        self,
-        pipeline: MediaPipeline | None,
-        digests: asyncio.Task[list[tuple[str, int] | None]] | None,
-        status: int,
-    ) -> None:
-        """The upstream's status for a request, before its answer is relayed.
-        A 2xx means the worker loaded the request's media (vLLM loads them
-        before it schedules a request): its data: URLs sent in full are
-        noted, for their resends to go as references. Noted before the
-        answer goes out, so a client's next turn finds them; the digests
-        were computed while the request was upstream, so this rarely waits."""
-        if pipeline is None or not 200 <= status < 300:
-            return
-        self.resent_references.inc(len(pipeline.referenced))
-        if digests is None:
-            return
-        # Shielded: a client gone meanwhile cancels this wait, not the digests.
-        found = await asyncio.shield(digests)
-        for url, digest in zip(pipeline.sent_in_full, found, strict=True):
-            if digest is not None:
-                self.sent_urls.remember_digest(url, pipeline.cache_salt, *digest)
-
     def _release(self, pipeline: MediaPipeline) -> None:
         for decoded in pipeline.published:
             if self.publisher.release(decoded):
@@ -569,112 +434,6 @@ class Frontend:
         if images > published:
             self.refused_upstream.labels(path="passthrough").inc(images - published)
 
-    async def _forward(
-        self,
-        request: web.Request,
-        body: bytes,
-        *,
-        route: str,
-        path: str | None = None,
-        resend: bool = False,
-        answered: Callable[[int], Awaitable[None]] | None = None,
-    ) -> web.StreamResponse:
-        """Sends the request upstream: to ``path`` (the canonical route the
-        body was inspected for) when given, else to the path as the client
-        spelt it. A redirect is answered as is, never followed. A request
-        that fails on a pooled connection before any byte of the answer
-        arrived (the upstream closed that connection: after another
-        request's failure, uvicorn drops it) is sent once more, on a fresh
-        connection; until an answer begins, the upstream has done nothing
-        for it. With ``resend``, the plug-in's answer that it could not READ
-        an image, or no longer held a resent one, raises :class:`_ReadFailed`
-        instead of going to the client. ``answered`` gets the status of the
-        answer that is relayed, before it is."""
-        assert self._session is not None and self._fresh_session is not None
-        headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_HEADERS}
-        target = request.raw_path
-        if path is not None:
-            query = request.rel_url.raw_query_string
-            target = path + (f"?{query}" if query else "")
-        url = URL(f"{self.upstream}{target}", encoded=True)
-        self.upstream_calls.inc()
-        try:
-            return await self._relay(self._session, request, url, headers, body, route, resend, answered)
-        except _StaleConnection as stale:
-            log.info("upstream connection closed before answering %s (%s); sending it again", target, stale)
-            self.upstream_retries.inc()
-        try:
-            return await self._relay(
-                self._fresh_session, request, url, headers, body, route, resend, answered
-            )
-        except _StaleConnection as stale:
-            log.warning("the upstream %s closed a fresh connection too: %s", self.upstream, stale)
-            raise OpenAIError(502, "the upstream closed the connection without answering") from None
-
-    async def _relay(
-        self,
-        session: aiohttp.ClientSession,
-        request: web.Request,
-        url: URL,
-        headers: dict[str, str],
-        body: bytes,
-        route: str,
-        resend: bool = False,
-        answered: Callable[[int], Awaitable[None]] | None = None,
-    ) -> web.StreamResponse:
-        """One try of :meth:`_forward`: raises :class:`_StaleConnection` when
-        the connection closed before the answer began, and (with ``resend``)
-        :class:`_ReadFailed` for the plug-in's READ failure. Errors name
-        "the upstream", not its address (the log has it)."""
-        response: web.StreamResponse | None = None
-        try:
-            async with session.request(
-                request.method, url, data=body, headers=headers, allow_redirects=False
-            ) as upstream:
-                head = bytearray()
-                if upstream.status == 400:
-                    # An error's JSON is small: its head is read before anything
-                    # is sent, to tell the plug-in's READ failure.
-                    while len(head) < _REFUSAL_HEAD_BYTES and not upstream.content.at_eof():
-                        head += await upstream.content.read(_REFUSAL_HEAD_BYTES - len(head))
-                    if resend and asks_for_resend(bytes(head)):
-                        raise _ReadFailed()
-                if answered is not None:
-                    await answered(upstream.status)
-                out_headers = {k: v for k, v in upstream.headers.items() if k.lower() not in _HOP_HEADERS}
-                if upstream.headers.get("Content-Encoding"):
-                    out_headers["Content-Encoding"] = upstream.headers["Content-Encoding"]
-                response = web.StreamResponse(
-                    status=upstream.status, reason=upstream.reason, headers=out_headers
-                )
-                await response.prepare(request)
-                if head:
-                    await response.write(bytes(head))
-                # Chunks are written as they arrive: SSE streams pass through live.
-                async for chunk in upstream.content.iter_any():
-                    await response.write(chunk)
-                await response.write_eof()
-                if upstream.status == 400:
-                    self.watch.notice_refusal(bytes(head))
-                elif upstream.status == 401:
-                    self.watch.notice_unauthorized()
-                self.requests.labels(route=route, status=str(upstream.status)).inc()
-                return response
-        except (TimeoutError, aiohttp.ClientError, ConnectionError) as e:
-            if response is not None and response.prepared:
-                # Mid-stream: the status is sent, so the connection just ends.
-                log.warning(
-                    "upstream stream or client connection broke on %s: %s", request.rel_url, short_error(e)
-                )
-                raise
-            if response is None and _closed_before_answering(e):
-                raise _StaleConnection(short_error(e)) from None
-            if isinstance(e, (TimeoutError, aiohttp.ServerTimeoutError)):
-                log.warning("the upstream %s timed out on %s", self.upstream, request.rel_url)
-                raise OpenAIError(504, "the upstream timed out") from None
-            log.warning("the upstream %s is unreachable: %s", self.upstream, short_error(e))
-            raise OpenAIError(502, f"the upstream is unreachable: {type(e).__name__}") from None
-
 
 @web.middleware
 async def _json_errors(request: web.Request, handler: Any) -> web.StreamResponse:
@@ -690,23 +449,6 @@ async def _json_errors(request: web.Request, handler: Any) -> web.StreamResponse
     except Exception:
         log.exception("unexpected error on %s %s", request.method, request.raw_path[:200])
         return OpenAIError(500, "internal error in the frontend").response()
-
-
-class _StaleConnection(Exception):
-    """The upstream closed a connection before any byte of its answer."""
-
-
-class _ReadFailed(Exception):
-    """The plug-in answered that it could not READ one of the request's
-    images (:mod:`pixelwire.resend`): the answer was not relayed."""
-
-
-def _closed_before_answering(error: BaseException) -> bool:
-    """Whether ``error`` is a connection the upstream closed (or reset)
-    before answering, rather than one that could not be made or a timeout."""
-    if isinstance(error, aiohttp.ClientConnectorError):
-        return False  # no connection was made: the upstream is down
-    return isinstance(error, (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError, ConnectionResetError))
 
 
 def _loopback(host: str) -> bool:

@@ -16,8 +16,8 @@ from typing import Any
 from urllib.parse import unquote
 
 from pixelwire import _native
-from pixelwire.config import FrontendConfig
 from pixelwire.frontend.errors import OpenAIError
+from pixelwire.frontend.settings import FrontendConfig
 from pixelwire.media_parts import MediaPart, MediaPartRefused, data_url_bytes, foreign_media, media_parts
 from pixelwire.video.sampling import NotReproduced, VideoSampling
 

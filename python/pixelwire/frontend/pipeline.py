@@ -15,7 +15,6 @@ from time import perf_counter
 from typing import Any
 
 from pixelwire._native import (
-    SLOT_HEADER_BYTES,
     BlockedURL,
     DecodeError,
     FetchError,
@@ -24,16 +23,16 @@ from pixelwire._native import (
     PoolExhausted,
     UnsupportedFormat,
     UnsupportedVideo,
-    VideoLimits,
     VideoTooLarge,
     probe_image,
 )
-from pixelwire.config import DECODED_MODES, FrontendConfig, Layout, Mode, video_pool_bytes
-from pixelwire.data_url_memo import DataUrlMemo
+from pixelwire.caches.data_urls import DataUrlMemo
+from pixelwire.config import DECODED_MODES, Layout, Mode
 from pixelwire.descriptor import Decoded, DecodedVideo, PassThrough
 from pixelwire.fetch import Fetcher
 from pixelwire.frontend.errors import OpenAIError
 from pixelwire.frontend.inspect import image_settings, video_sampling
+from pixelwire.frontend.settings import FrontendConfig
 from pixelwire.loader_input import (
     FRAME_LIST_TYPE,
     FrameListRefused,
@@ -86,21 +85,6 @@ _VIDEO_FLAGS = {
     "max_seconds": "--max-video-seconds",
     "max_decode_pixels": "--max-video-decode-pixels",
 }
-
-
-def video_limits(config: FrontendConfig) -> VideoLimits:
-    """What one video may cost at the frontend: its settings, and its frames
-    within the videos' share of the pool, where they ship as one slot."""
-    return VideoLimits(
-        max_bytes=config.max_video_bytes,
-        max_frames=config.max_video_frames,
-        max_pixels=config.max_video_pixels,
-        max_frame_bytes=min(
-            config.max_video_frame_bytes, video_pool_bytes(config.pool_bytes) - SLOT_HEADER_BYTES
-        ),
-        max_seconds=config.max_video_seconds,
-        max_decode_pixels=config.max_video_decode_pixels,
-    )
 
 
 def _media_error(part: MediaPart, error: BaseException) -> OpenAIError:
@@ -168,7 +152,8 @@ class MediaPipeline:
             self.resize, self.layout = config.processed, "PATCHES"
         # What is left of the request's budget: decoded pixels and pool bytes.
         self.pixels_left = config.max_pixels_per_request
-        self.pool_bytes_left = config.pool_bytes
+        self.pool_bytes = config.publisher.pool_bytes
+        self.pool_bytes_left = self.pool_bytes
         # Encoded bytes fetched so far, and the error of the fetch that went
         # over the request's cap: every fetch after it fails with it too.
         self.fetched_bytes = 0
@@ -316,7 +301,7 @@ class MediaPipeline:
         headers against the image and video limits, and passed on as
         exactly the frames checked (a large list off the event loop)."""
         self._count_bytes(part, data_url_bytes(part.url))
-        limits, video = self.publisher.limits or Limits(), video_limits(self.config)
+        limits, video = self.publisher.settings.limits or Limits(), self.config.video_limits
 
         def checked() -> str:
             frames = frame_list_frames(part.url)
@@ -339,7 +324,7 @@ class MediaPipeline:
             return url
         assert self.config.secret is not None
         self.referenced.append(url)
-        return encode_resent(*known, self.config.secret, self.config.lease_seconds)
+        return encode_resent(*known, self.config.secret, self.config.publisher.lease_seconds)
 
     async def _publish_video(self, part: MediaPart, data: bytes) -> str:
         """The reference of a video sampled and published here (checked
@@ -351,7 +336,7 @@ class MediaPipeline:
             decoded = await self.publisher.decode_and_publish_video(
                 data,
                 sampling=self.video,
-                limits=video_limits(self.config),
+                limits=self.config.video_limits,
                 resize=self.video_resize,
                 client=self.client,
             )
@@ -390,7 +375,7 @@ class MediaPipeline:
                 raise OpenAIError(
                     400,
                     f"{part.where}: the request's images need more than the frontend's whole image pool "
-                    f"({self.config.pool_bytes} bytes) at once, so it could never be served (pool_bytes)",
+                    f"({self.pool_bytes} bytes) at once, so it could never be served (pool_bytes)",
                     param=part.where,
                 )
 

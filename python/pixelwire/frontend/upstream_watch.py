@@ -36,9 +36,9 @@ from pixelwire.config import (
     HANDSHAKE_RECHECK_AGE,
     HANDSHAKE_RETRY,
     HANDSHAKE_TIMEOUT,
-    FrontendConfig,
 )
 from pixelwire.frontend.errors import OpenAIError
+from pixelwire.frontend.settings import FrontendConfig
 from pixelwire.handshake import (
     SETTINGS,
     Mismatch,

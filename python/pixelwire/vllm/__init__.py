@@ -35,7 +35,7 @@ def register() -> None:
     start-up instead of failing its first image request."""
     from vllm.multimodal.media import MEDIA_CONNECTOR_REGISTRY
 
-    from pixelwire.vllm import connector
+    from pixelwire.vllm import connector, worker_settings
 
     _log_through_vllm()
     MEDIA_CONNECTOR_REGISTRY.register(CONNECTOR_NAME)(connector.PixelwireMediaConnector)
@@ -46,10 +46,10 @@ def register() -> None:
         from pixelwire.nixl import ensure_nixl
 
         ensure_nixl()
-        connector.check_signing_setting()
-        connector.check_media_cache_setting()
-        connector.check_resize_setting(sys.argv)
+        worker_settings.check_signing_setting()
+        worker_settings.check_media_cache_setting()
+        worker_settings.check_resize_setting(sys.argv)
         from pixelwire.vllm import processed_inputs
 
         processed_inputs.install_processor_seam()
-    connector.install_metrics(selected)
+    worker_settings.install_metrics(selected)

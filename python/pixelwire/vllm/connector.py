@@ -3,178 +3,55 @@
 from __future__ import annotations
 
 import asyncio
-import functools
 import hashlib
 import logging
-import sys
-import threading
 import time
-from collections.abc import Coroutine
 from typing import Any, NoReturn
 
 from PIL import Image
-from prometheus_client import REGISTRY
 from vllm.multimodal.media import AudioMediaIO, MediaConnector, MediaWithBytes
 from vllm.multimodal.media.base import MediaIO
 from vllm.multimodal.media.image import ImageMediaIO
 from vllm.multimodal.media.video import VideoMediaIO
 
-from pixelwire import __version__
 from pixelwire._native import (
     DecodeError,
     DescriptorError,
     ImageTooLarge,
-    Limits,
     PixelwireError,
-    decode_image,
-    probe_image,
 )
+from pixelwire.caches.worker_images import worker_image_cache
 from pixelwire.config import (
     BACKGROUND,
-    CONNECTOR_NAME,
     DECODED_MODES,
-    Mode,
-    VllmMediaSettings,
-    allow_private_from_env,
-    allow_unsigned_from_env,
-    resize_approximate_from_env,
-    secret_from_env,
-    video_limits_from_env,
 )
 from pixelwire.descriptor import RemoteImage, decoded_as, is_video_descriptor, parse_descriptor
-from pixelwire.fetch import Fetcher
-from pixelwire.fetch.addresses import DEPLOYMENT_PRIVATE_HINT
-from pixelwire.handshake import WorkerSettings
-from pixelwire.loader_input import check_frames, checked_container, frame_list_frames, is_frame_list
-from pixelwire.metrics import ImageMetrics, worker_metrics
+from pixelwire.loader_input import checked_container, is_frame_list
+from pixelwire.metrics import ImageMetrics
 from pixelwire.outputs import as_output
 from pixelwire.processed import PatchLayout
 from pixelwire.reader import Reader
 from pixelwire.resend import NOT_HELD
 from pixelwire.resent_reference import ResentImage, resent_image
-from pixelwire.resize import ResizePolicy, image_resize_policy
-from pixelwire.signing import decode_reference, is_reference, reference_secret, signing_policy
+from pixelwire.signing import decode_reference, is_reference, reference_secret
 from pixelwire.transfer import default_reader
-from pixelwire.vllm.data_urls import decode_data_url_async, strict_b64decode
+from pixelwire.vllm.data_urls import decode_data_url_async
 from pixelwire.vllm.errors import as_vllm_error, local_files_refused
-from pixelwire.vllm.identity import keyed_identity
-from pixelwire.vllm.image_cache import worker_image_cache
-from pixelwire.vllm.image_info import vllm_image_metadata
+from pixelwire.vllm.fetching import media_fetcher
+from pixelwire.vllm.identity import cache_identity
+from pixelwire.vllm.media_settings import VllmMediaSettings
+from pixelwire.vllm.native_decode import check_frame_list, decode_for_model, decode_processed
 from pixelwire.vllm.processed_inputs import ProcessedImage, processed_image, worker_patch_layout
-from pixelwire.vllm.served_model import from_command_line as served_model_from_command_line
-from pixelwire.vllm.served_model import same_model, served_model
+from pixelwire.vllm.sync_loop import run_sync
 from pixelwire.vllm.video import (
     decode_video_bytes,
     read_video_reference,
     vllm_video_settings,
     worker_video_resize_policy,
 )
-
-_state_lock = threading.Lock()
-_metrics: ImageMetrics | None = None
-_fetchers: dict[tuple[Any, ...], Fetcher] = {}
-_sync_loop: asyncio.AbstractEventLoop | None = None
-
+from pixelwire.vllm.worker_settings import install_metrics, url_resize_allowed, worker_resize_policy
 
 log = logging.getLogger("pixelwire.vllm")
-
-
-@functools.cache
-def worker_resize_policy() -> ResizePolicy | None:
-    """The model-aware resize of the model this vLLM serves
-    (:func:`pixelwire.vllm.served_model.served_model`: vLLM's ``--model`` and
-    ``--mm-processor-kwargs``, or PIXELWIRE_MODEL and
-    PIXELWIRE_MM_PROCESSOR_KWARGS). None when the model is unknown or its
-    processor config cannot be read (a model vLLM was started with may have
-    none: a text model); a PIXELWIRE_MODEL that cannot be read raises."""
-    served = served_model(sys.argv)
-    if served.model is None:
-        return None
-    try:
-        return image_resize_policy(
-            served.model, served.mm_processor_kwargs, approximate=resize_approximate_from_env()
-        )
-    except (OSError, ValueError) as error:
-        if served.explicit:
-            raise
-        log.info("no model-aware resize for %s (from %s): %s", served.model, served.source, error)
-        return None
-
-
-def url_resize_allowed() -> bool:
-    """Whether images and videos the plug-in decodes from URLs itself
-    (worker mode) may be resized for the served model: not where vLLM
-    trusts a request's own ``mm_processor_kwargs`` (--trust-request-mm-kwargs),
-    which never reach a media connector, so a resize for the served
-    settings could differ from what vLLM's processor makes with the
-    request's; those URLs are decoded at full size, as vLLM's loader gives
-    them. (References are resized by the frontend, which sees the request.)"""
-    return not served_model(sys.argv).trusts_request_kwargs
-
-
-def check_resize_setting(argv: list[str]) -> None:
-    """At start-up: a PIXELWIRE_MODEL must name the model vLLM was started
-    with, else the plug-in's checks would compare against another model's
-    processor; logs the resize policy and where its model came from."""
-    served, started = served_model(argv), served_model_from_command_line(argv)
-    if served.explicit and served.model and started.model and not same_model(served.model, started.model):
-        log.error(
-            "PIXELWIRE_MODEL=%s but vLLM serves %s: unset PIXELWIRE_MODEL (the plug-in reads vLLM's "
-            "--model), or frontend-resized images will be checked against the wrong processor",
-            served.model,
-            started.model,
-        )
-    policy = worker_resize_policy()
-    if policy is not None:
-        log.info(
-            "pixelwire model-aware resize: %s (%s, from %s)", policy.identity, served.model, served.source
-        )
-        if served.trusts_request_kwargs:
-            log.info(
-                "images and videos decoded here from URLs (worker mode) keep their size: vLLM trusts a "
-                "request's own mm_processor_kwargs (--trust-request-mm-kwargs), which the plug-in cannot see"
-            )
-    else:
-        log.info(
-            "pixelwire model-aware resize: off (model %s, from %s); frontend-resized images are refused",
-            served.model or "unknown",
-            served.source,
-        )
-    layout = worker_patch_layout(policy)
-    if layout is not None:
-        log.info("pixelwire processed inputs: %s", layout.identity)
-    else:
-        log.info(
-            "pixelwire processed inputs: off (a processor pixelwire makes the outputs of needs Qwen2-VL or "
-            "Qwen2.5-VL, vLLM's device normalisation and no --trust-request-mm-kwargs); frontends ship pixels"
-        )
-
-
-def check_media_cache_setting() -> None:
-    """At start-up: VLLM_MEDIA_CACHE is not used by the plug-in (docs/architecture.md,
-    "Differences from vLLM"); says so when it is set."""
-    if VllmMediaSettings.from_env().media_cache:
-        log.warning(
-            "VLLM_MEDIA_CACHE is set, but the pixelwire connector does not use vLLM's media cache: "
-            "bytes cached by URL would be handed out without the address guard's check"
-        )
-
-
-def check_signing_setting() -> None:
-    """At start-up: logs how descriptor references are checked; an error
-    when they are all refused (neither a secret nor the trusted-network
-    setting), a warning when they are not checked."""
-    policy = signing_policy()
-    if secret_from_env() is not None:
-        log.info("pixelwire descriptor references: %s", policy)
-    elif allow_unsigned_from_env():
-        log.warning("pixelwire descriptor references: %s", policy)
-    else:
-        log.error(
-            "pixelwire descriptor references: %s; set PIXELWIRE_SECRET to the frontend's secret, "
-            "or PIXELWIRE_ALLOW_UNSIGNED=1 if every client that can reach this vLLM is trusted",
-            policy,
-        )
 
 
 def _check_resize(remote: RemoteImage) -> str:
@@ -203,185 +80,6 @@ def _check_resize(remote: RemoteImage) -> str:
     return policy
 
 
-def _reader_bytes_in_use() -> float:
-    reader = default_reader()
-    return float(reader.stats()["bytes_in_use"]) if reader.is_open else 0.0
-
-
-def _reader_frontends() -> float:
-    reader = default_reader()
-    return float(reader.remote_count)
-
-
-def install_metrics(selected: str) -> ImageMetrics:
-    """``pixelwire_worker_*`` in prometheus_client's default registry, which
-    vLLM's API server serves at /metrics. ``pixelwire_worker_info`` is the
-    worker's half of the start-up handshake: its labels are the settings a
-    frontend must agree with (:mod:`pixelwire.handshake`)."""
-    global _metrics
-    with _state_lock:
-        if _metrics is None:
-            _metrics = worker_metrics(
-                REGISTRY,
-                declared_settings(selected).labels(),
-                pool_bytes_in_use=_reader_bytes_in_use,
-                pool_bytes_capacity=_reader_pool_capacity,
-                frontends=_reader_frontends,
-                cache_stats=lambda: worker_image_cache().stats(),
-            )
-        return _metrics
-
-
-def declared_settings(selected: str) -> WorkerSettings:
-    """The settings this worker declares. When the plug-in is not the
-    connector, a PIXELWIRE_MODEL that cannot be read is no reason to stop
-    vLLM (nothing here resizes): its resize reads as unreadable. The resize
-    comes from :func:`worker_resize_policy`, the same source as the checks."""
-    try:
-        policy = worker_resize_policy()
-    except (OSError, ValueError):
-        if selected == CONNECTOR_NAME:
-            raise
-        return WorkerSettings.declared(__version__, selected, "unreadable", "none")
-    layout = worker_patch_layout(policy)
-    return WorkerSettings.declared(
-        __version__, selected, policy.identity if policy else "none", layout.identity if layout else "none"
-    )
-
-
-def _reader_pool_capacity() -> float:
-    return float(default_reader().settings.pool_bytes)
-
-
-def _fetcher(
-    domains: list[str] | None,
-    local_path: Any,
-    timeout: float | None = None,
-    medium_max_bytes: int | None = None,
-) -> Fetcher:
-    """One Fetcher per event loop and setting: vLLM's (allowed domains,
-    local path, timeout: vLLM's image fetch timeout unless another is given,
-    attempts, download size limit and the medium's own, redirects) and
-    PIXELWIRE_ALLOW_PRIVATE."""
-    allow_private = allow_private_from_env()
-    settings = VllmMediaSettings.from_env()
-    timeout = float(settings.image_timeout if timeout is None else timeout)
-    max_bytes = settings.body_limit(medium_max_bytes)
-    # A Fetcher's HTTP session belongs to one event loop: vLLM's, or the sync one.
-    loop = asyncio.get_running_loop()
-    key = (loop, tuple(domains or ()), str(local_path or ""), timeout, max_bytes, allow_private, settings)
-    with _state_lock:
-        fetcher = _fetchers.get(key)
-        if fetcher is None:
-            fetcher = Fetcher(
-                timeout=timeout,
-                max_bytes=max_bytes,
-                max_redirects=3 if settings.allow_redirects else 0,
-                attempts=settings.attempts,
-                allowed_domains=domains or None,
-                allow_private=allow_private,
-                allowed_local_path=local_path,
-                private_hint=DEPLOYMENT_PRIVATE_HINT,
-            )
-            _fetchers[key] = fetcher
-        return fetcher
-
-
-async def close_fetchers() -> None:
-    """Closes the running loop's Fetchers (their HTTP sessions): for a loop
-    that is about to end. vLLM's own loops live as long as the process."""
-    loop = asyncio.get_running_loop()
-    with _state_lock:
-        mine = [key for key in _fetchers if key[0] is loop]
-        closing = [_fetchers.pop(key) for key in mine]
-    for fetcher in closing:
-        await fetcher.close()
-
-
-def _limits() -> Limits:
-    """The decoder's limits under vLLM's settings: VLLM_MAX_IMAGE_PIXELS
-    (pixelwire's own when it is 0) and, for the encoded bytes, vLLM's
-    download limit, which the fetch has applied already."""
-    settings = VllmMediaSettings.from_env()
-    max_bytes = settings.body_limit(None)
-    if settings.max_image_pixels > 0:
-        return Limits(max_bytes=max_bytes, max_pixels=settings.max_image_pixels)
-    return Limits(max_bytes=max_bytes)
-
-
-def _check_frame_list(url: str) -> None:
-    """A JPEG frame list's frames, decoded as vLLM decodes them, checked
-    against the worker's image and video limits."""
-    check_frames(frame_list_frames(url, strict_b64decode), _limits(), video_limits_from_env())
-
-
-def _run_sync(coro: Coroutine[Any, Any, Any]) -> Any:
-    """Runs a coroutine for vLLM's synchronous loaders on one private loop
-    thread, whether or not the caller is inside an event loop."""
-    global _sync_loop
-    with _state_lock:
-        if _sync_loop is None:
-            _sync_loop = asyncio.new_event_loop()
-            threading.Thread(target=_sync_loop.run_forever, name="pixelwire-sync", daemon=True).start()
-    return asyncio.run_coroutine_threadsafe(coro, _sync_loop).result()
-
-
-def _decode_for_model(
-    data: bytes, mode: Mode, background: tuple[int, int, int], policy: ResizePolicy | None
-) -> tuple[Any, int, dict[Any, Any], dict[str, Any] | None]:
-    """Decodes (resized to the model's size when there is a policy); returns
-    the pixels, the byte count at the decoded size, and the ``info`` and
-    ``io_config`` vLLM's loader would leave on the image."""
-    limits = _limits()
-    if policy is None:
-        pixels = decode_image(data, mode=mode, background=background, limits=limits)
-        source_bytes = int(pixels.nbytes)
-    else:
-        height, width = probe_image(data, limits=limits)["oriented_size"]
-        pixels = decode_image(
-            data,
-            mode=mode,
-            background=background,
-            limits=limits,
-            resize=policy.steps(height, width),
-            resize_kernel=policy.kernel,
-            resize_filter=policy.filter,
-        )
-        source_bytes = height * width * pixels.shape[2]
-    return (pixels, source_bytes, *vllm_image_metadata(data, mode, background))
-
-
-def _decode_processed(
-    data: bytes, background: tuple[int, int, int], layout: PatchLayout
-) -> tuple[Any, list[int], int]:
-    """Decodes into the processor's patch rows (worker mode's processed
-    inputs); returns the rows (rows x row length), ``image_grid_thw`` and
-    the byte count at the decoded size."""
-    limits = _limits()
-    height, width = probe_image(data, limits=limits)["oriented_size"]
-    target = layout.target(height, width)
-    rows = decode_image(
-        data,
-        mode="RGB",
-        background=background,
-        limits=limits,
-        resize=[target],
-        resize_kernel=layout.kernel,
-        resize_filter=layout.filter,
-        patches=layout.grid,
-    )
-    return rows.reshape(rows.shape[0], rows.shape[1]), layout.grid_thw(*target), height * width * 3
-
-
-def cache_identity(
-    source_sha256: str, mode: str | None, background: tuple[int, int, int], policy: str
-) -> bytes:
-    """What vLLM's multimodal caches key a frontend-decoded image on: the
-    signed identity of the pixels (source digest, mode, background, resize
-    policy), keyed (:func:`pixelwire.vllm.identity.keyed_identity`)."""
-    return keyed_identity(f"pixelwire-image:{source_sha256}:{mode}:{list(background)}:{policy}")
-
-
 class PixelwireMediaConnector(MediaConnector):
     """vLLM's MediaConnector with images taken over: descriptor references
     are read over NIXL (signed, unless PIXELWIRE_ALLOW_UNSIGNED=1); every
@@ -406,7 +104,7 @@ class PixelwireMediaConnector(MediaConnector):
             return await super().load_from_url_async(url, media_io, fetch_timeout=fetch_timeout)
         data_url = url[:5].lower() == "data:"
         if data_url and isinstance(media_io, VideoMediaIO) and is_frame_list(url):
-            await asyncio.to_thread(_check_frame_list, url)
+            await asyncio.to_thread(check_frame_list, url)
             return await super().load_from_url_async(url, media_io, fetch_timeout=fetch_timeout)
         if data_url and not isinstance(media_io, (AudioMediaIO, VideoMediaIO)):
             return await super().load_from_url_async(url, media_io, fetch_timeout=fetch_timeout)
@@ -430,7 +128,7 @@ class PixelwireMediaConnector(MediaConnector):
         guarded Fetcher under vLLM's settings."""
         if url[:5].lower() == "file:" and self.allowed_local_media_path is None:
             raise local_files_refused()
-        fetcher = _fetcher(
+        fetcher = media_fetcher(
             self.allowed_media_domains, self.allowed_local_media_path, timeout, medium_max_bytes
         )
         return await fetcher.fetch(url)
@@ -446,7 +144,7 @@ class PixelwireMediaConnector(MediaConnector):
         raise vllms from error
 
     def load_from_url(self, url: str, media_io: MediaIO[Any], *, fetch_timeout: int | None = None) -> Any:
-        return _run_sync(self.load_from_url_async(url, media_io, fetch_timeout=fetch_timeout))
+        return run_sync(self.load_from_url_async(url, media_io, fetch_timeout=fetch_timeout))
 
     async def fetch_video_async(
         self, video_url: str, *, image_mode: str | None = "RGB", video_processor: str | None = None
@@ -482,7 +180,7 @@ class PixelwireMediaConnector(MediaConnector):
     def fetch_video(
         self, video_url: str, *, image_mode: str | None = "RGB", video_processor: str | None = None
     ) -> Any:
-        return _run_sync(
+        return run_sync(
             self.fetch_video_async(video_url, image_mode=image_mode, video_processor=video_processor)
         )
 
@@ -509,7 +207,7 @@ class PixelwireMediaConnector(MediaConnector):
             self._raise_as_vllms(e, image_url, metrics)
 
     def fetch_image(self, image_url: str, *, image_mode: str | None = "RGB") -> Any:
-        return _run_sync(self.fetch_image_async(image_url, image_mode=image_mode))
+        return run_sync(self.fetch_image_async(image_url, image_mode=image_mode))
 
     async def _read_reference(
         self, reference: str, mode: str | None, background: tuple[int, int, int], metrics: ImageMetrics
@@ -678,7 +376,7 @@ class PixelwireMediaConnector(MediaConnector):
         try:
             with metrics.timed("url"):
                 pixels, source_bytes, info, io_config = await asyncio.to_thread(
-                    _decode_for_model, data, mode, background, policy
+                    decode_for_model, data, mode, background, policy
                 )
         except ImageTooLarge:
             raise  # a limit: never handed to a loader without pixelwire's limits
@@ -722,7 +420,7 @@ class PixelwireMediaConnector(MediaConnector):
             try:
                 with metrics.timed("url"):
                     rows, grid, source_bytes = await asyncio.to_thread(
-                        _decode_processed, data, background, layout
+                        decode_processed, data, background, layout
                     )
             except ImageTooLarge:
                 raise

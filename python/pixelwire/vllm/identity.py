@@ -22,3 +22,12 @@ def keyed_identity(identity: str) -> bytes:
         else hashlib.sha256(message).digest()
     )
     return b"pixelwire-cache-identity:" + digest
+
+
+def cache_identity(
+    source_sha256: str, mode: str | None, background: tuple[int, int, int], policy: str
+) -> bytes:
+    """What vLLM's multimodal caches key a frontend-decoded image on: the
+    signed identity of the pixels (source digest, mode, background, resize
+    policy), keyed (:func:`pixelwire.vllm.identity.keyed_identity`)."""
+    return keyed_identity(f"pixelwire-image:{source_sha256}:{mode}:{list(background)}:{policy}")

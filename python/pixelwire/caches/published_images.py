@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass
 
 from pixelwire import _native
+from pixelwire.caches.interface import counts
 from pixelwire.descriptor import Decoded
 
 
@@ -48,7 +49,10 @@ Outcome = Decoded | Exception | None
 
 
 class PublishCache:
-    """Published images by :class:`CacheKey`, within ``budget`` pool bytes."""
+    """Published images by :class:`CacheKey`, within ``budget`` pool bytes:
+    a :class:`~pixelwire.caches.interface.Cache` whose entries' bytes the
+    pool holds (pinned; the pool's ``pinned_bytes`` counts them as it
+    evicts, which this learns at its next lookup)."""
 
     def __init__(self, budget: int) -> None:
         self.budget = budget
@@ -61,6 +65,13 @@ class PublishCache:
     @property
     def enabled(self) -> bool:
         return self.budget > 0
+
+    @property
+    def held_bytes(self) -> int:
+        return sum(entry.size for entry in self.entries.values())
+
+    def __contains__(self, key: CacheKey) -> bool:
+        return key in self.entries
 
     def hand_out(self, native: _native.NativePublisher, key: CacheKey) -> Decoded | None:
         """A new hand-out of the entry for `key`; None on a miss (no entry,
@@ -119,7 +130,7 @@ class PublishCache:
             future.set_result(None)
 
     def stats(self) -> dict[str, int]:
-        return {"hits": self.hits, "misses": self.misses, "entries": len(self.entries)}
+        return {**counts(self), "entries": len(self.entries)}
 
     def _forget(self, native: _native.NativePublisher, key: CacheKey) -> None:
         entry = self.entries.pop(key, None)

@@ -44,12 +44,14 @@ class _Known:
 
 
 class DataUrlMemo:
-    """Decoded ``data:`` URLs, within ``budget`` bytes of text and data."""
+    """Decoded ``data:`` URLs, within ``budget`` bytes of text and data: a
+    :class:`~pixelwire.caches.interface.Cache` keyed by a URL's text and salt."""
 
     def __init__(self, budget: int) -> None:
         self.budget = budget
-        self.held = 0
+        self.held_bytes = 0
         self.hits = 0
+        self.misses = 0
         self._by_url: OrderedDict[tuple[str | None, int, str], _Known] = OrderedDict()
         # By the id of the bytes object handed out: the entry holds it, so
         # the id is its own while the entry lives.
@@ -66,6 +68,7 @@ class DataUrlMemo:
         with self._lock:
             known = self._by_url.get(key)
             if known is None or known.url != url:
+                self.misses += 1
                 return None
             self._by_url.move_to_end(key)
             self.hits += 1
@@ -78,6 +81,7 @@ class DataUrlMemo:
         with self._lock:
             known = self._by_url.get(key)
             if known is None or known.sha256 is None or known.url != url:
+                self.misses += 1
                 return None
             self._by_url.move_to_end(key)
             self.hits += 1
@@ -88,6 +92,7 @@ class DataUrlMemo:
         with self._lock:
             known = self._by_sha256.get(sha256)
             if known is None or known.data is None:
+                self.misses += 1
                 return None
             self._by_url.move_to_end(_key(known.url, known.salt))
             self.hits += 1
@@ -101,6 +106,13 @@ class DataUrlMemo:
         """Holds ``url`` with the SHA-256 and size of what it decodes to,
         not the bytes themselves."""
         self._hold(_Known(url, None, sha256, nbytes), salt)
+
+    def __contains__(self, key: tuple[str, str | None]) -> bool:
+        """Whether the URL and salt of ``key`` are held (not counted as a lookup)."""
+        url, salt = key
+        with self._lock:
+            known = self._by_url.get(_key(url, salt))
+            return known is not None and known.url == url
 
     def forget(self, url: str, salt: str | None) -> None:
         """Lets go of ``url`` remembered under ``salt``, if it is held."""
@@ -125,8 +137,8 @@ class DataUrlMemo:
                 self._by_data[id(known.data)] = known
             if known.sha256 is not None:
                 self._by_sha256[known.sha256] = known
-            self.held += known.held
-            while self.held > self.budget:
+            self.held_bytes += known.held
+            while self.held_bytes > self.budget:
                 _, oldest = self._by_url.popitem(last=False)
                 self._drop(oldest)
 
@@ -149,14 +161,14 @@ class DataUrlMemo:
             self._by_url.clear()
             self._by_data.clear()
             self._by_sha256.clear()
-            self.held = 0
+            self.held_bytes = 0
 
     def _drop(self, known: _Known) -> None:
         if known.data is not None and self._by_data.get(id(known.data)) is known:
             del self._by_data[id(known.data)]
         if known.sha256 is not None and self._by_sha256.get(known.sha256) is known:
             del self._by_sha256[known.sha256]
-        self.held -= known.held
+        self.held_bytes -= known.held
 
 
 def _key(url: str, salt: str | None) -> tuple[str | None, int, str]:

@@ -20,8 +20,9 @@ from collections import OrderedDict
 from collections.abc import Hashable
 from typing import Any, Protocol
 
+from pixelwire.caches.data_urls import DataUrlMemo
+from pixelwire.caches.interface import counts
 from pixelwire.config import data_url_memo_bytes, worker_cache_bytes_from_env
-from pixelwire.data_url_memo import DataUrlMemo
 
 
 class Copyable(Protocol):
@@ -31,13 +32,15 @@ class Copyable(Protocol):
 
 
 class ImageCache:
-    """Images by key, within ``budget`` bytes of pixels."""
+    """Images by key, within ``budget`` bytes of pixels: a
+    :class:`~pixelwire.caches.interface.Cache` keyed by what the plug-in
+    names an image by (a reference's identity, a URL's bytes and options)."""
 
     def __init__(self, budget: int) -> None:
         self.budget = max(0, budget)
         # key -> (image, what else the caller keeps with it, bytes)
         self.images: OrderedDict[Hashable, tuple[Copyable, Any, int]] = OrderedDict()
-        self.bytes = 0
+        self.held_bytes = 0
         self.hits = 0
         self.misses = 0
         self.evictions = 0
@@ -50,6 +53,11 @@ class ImageCache:
     @property
     def enabled(self) -> bool:
         return self.budget > 0
+
+    def __contains__(self, key: Hashable) -> bool:
+        """Whether an image is kept for ``key`` (not counted as a lookup)."""
+        with self._lock:
+            return key in self.images
 
     def get(self, key: Hashable) -> tuple[Any, Any] | None:
         """A copy of the image kept for `key` and what was kept with it, or None."""
@@ -71,26 +79,27 @@ class ImageCache:
         with self._lock:
             old = self.images.pop(key, None)
             if old is not None:
-                self.bytes -= old[2]
+                self.held_bytes -= old[2]
             self.images[key] = (kept, extra, nbytes)
-            self.bytes += nbytes
-            while self.bytes > self.budget:
+            self.held_bytes += nbytes
+            while self.held_bytes > self.budget:
                 _, (_, _, gone) = self.images.popitem(last=False)
-                self.bytes -= gone
+                self.held_bytes -= gone
                 self.evictions += 1
 
-    def stats(self) -> dict[str, int]:
-        """What the cache's metrics show (:class:`pixelwire.metrics.WorkerCacheMetrics`)."""
+    def clear(self) -> None:
+        """Forgets every image, and the ``data:`` URLs beside them."""
         with self._lock:
-            return {
-                "hits": self.hits,
-                "misses": self.misses,
-                "evictions": self.evictions,
-                "bytes": self.bytes,
-                "budget": self.budget,
-                "data_url_hits": self.data_urls.hits,
-                "data_url_bytes": self.data_urls.held,
-            }
+            self.images.clear()
+            self.held_bytes = 0
+        self.data_urls.clear()
+
+    def stats(self) -> dict[str, int]:
+        """What the cache's metrics show (:class:`pixelwire.metrics.WorkerCacheMetrics`):
+        its :func:`~pixelwire.caches.interface.counts` and evictions, and the
+        memo's counts beside it (``data_url_*``)."""
+        with self._lock:
+            return {**counts(self), "evictions": self.evictions, **counts(self.data_urls, "data_url_")}
 
 
 _lock = threading.Lock()
