@@ -57,9 +57,21 @@ def test_the_qwen2_vl_processors_get_a_patch_layout(qwen2_vl_folder: Callable[..
     assert patch_layout(model, {"patch_size": 16}, policy) is None, "the grid no longer fits the resize"
     assert patch_layout(model, None, None) is None
     assert patch_layout(qwen2_vl_folder("qwen2_5_vl"), None, policy) is not None
-    assert patch_layout(qwen2_vl_folder("qwen3_vl"), None, policy) is None, (
-        "Qwen3-VL's processor: not covered"
-    )
+    assert patch_layout(qwen2_vl_folder("glm4v"), None, policy) is None, "another processor: not covered"
+
+
+def test_qwen3_vl_gets_its_own_grid(qwen2_vl_folder: Callable[..., str]) -> None:
+    """Qwen3-VL (dense and MoE): Qwen2VLImageProcessor with patch 16, so a
+    factor of 32, and an identity of its own; its config's grid must fit
+    the resize."""
+    for model_type in ("qwen3_vl", "qwen3_vl_moe"):
+        model = qwen2_vl_folder(model_type, patch_size=16)
+        policy = image_resize_policy(model)
+        layout = patch_layout(model, None, policy)
+        assert layout is not None and layout.grid == (16, 2, 2) and layout.resize.factor == 32
+        assert "patch=16" in layout.identity and "factor=32" in layout.identity
+        assert layout.grid_thw(64, 96) == [1, 4, 6]
+        assert patch_layout(model, {"patch_size": 14}, policy) is None, "the grid no longer fits the resize"
 
 
 @pytest.mark.parametrize("name", IMAGES)

@@ -438,9 +438,9 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
         "--processed-inputs",
         action=argparse.BooleanOptionalAction,
         default=config.PROCESSED_INPUTS,
-        help="with --model of a processor pixelwire makes the outputs of (Qwen2-VL, Qwen2.5-VL), RGB "
-        "images ship as that processor's output (its uint8 patch rows and grid), which vLLM's plug-in "
-        "hands the engine as they are: vLLM's API server makes no pass over their pixels "
+        help="with --model of a processor pixelwire makes the outputs of (Qwen2-VL, Qwen2.5-VL, "
+        "Qwen3-VL), RGB images ship as that processor's output (its uint8 patch rows and grid), which "
+        "vLLM's plug-in hands the engine as they are: vLLM's API server makes no pass over their pixels "
         "(default: on; --no-processed-inputs ships the resized pixels)",
     )
     front.add_argument(

@@ -2,7 +2,8 @@
 its engine for it, so that vLLM's API server makes no pass over its pixels.
 
 Covered: the models vLLM serves with ``Qwen2VLMultiModalProcessor``
-(Qwen2-VL, and Qwen2.5-VL through its subclass), whose image processor is
+(Qwen2-VL, and Qwen2.5-VL through its subclass) or with
+``Qwen3VLMultiModalProcessor`` (Qwen3-VL, dense and MoE), whose image processor is
 transformers' ``Qwen2VLImageProcessor`` on its default torchvision backend,
 with vLLM's device-side normalisation (``mm_device_do_normalize``, on by
 default for them). The processor's output is then the resized image's own
@@ -29,8 +30,11 @@ from pixelwire.resize import Filter, Kernel, ResizePolicy
 from pixelwire.resize.families.smart import SmartPolicy
 
 # config.json model_type of the models vLLM processes with
-# Qwen2VLMultiModalProcessor (Qwen2.5-VL's processor is its subclass).
-COVERED_MODEL_TYPES = ("qwen2_vl", "qwen2_5_vl")
+# Qwen2VLMultiModalProcessor (Qwen2.5-VL's processor is its subclass) or
+# Qwen3VLMultiModalProcessor (Qwen3-VL and Qwen3-VL-MoE): each has the
+# processor seam (pixelwire.vllm.processed_inputs) and an image processor
+# that is transformers' Qwen2VLImageProcessor (Qwen3-VL's with patch 16).
+COVERED_MODEL_TYPES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe")
 # transformers' Qwen2VLImageProcessor defaults for the patch grid.
 _DEFAULT_GRID = {"patch_size": 14, "temporal_patch_size": 2, "merge_size": 2}
 CHANNELS = 3

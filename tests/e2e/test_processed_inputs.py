@@ -4,9 +4,11 @@ to vLLM 0.32's own multimodal processor, is exactly what that processor
 makes of vLLM's own loader's image: ``pixel_values`` and ``image_grid_thw``
 ``torch.equal``, the same prompt token ids, the same cache hashes across
 repeats, and the HF processor never called for it. Over the resize corpus
-(:mod:`resize_corpus`), at Qwen2-VL's default budget (12,845,056 pixels,
-where photos ship whole) and at a downsizing one, with vLLM's processor
-cache off, processor-only and LRU.
+(:mod:`resize_corpus`), for the tiny Qwen2-VL (``Qwen2VLMultiModalProcessor``,
+patch 14) and the tiny Qwen3-VL (``Qwen3VLMultiModalProcessor``, patch 16,
+mean and std 0.5), each at its processor's default budget (12,845,056 and
+16,777,216 pixels, where photos ship whole) and at a downsizing one, with
+vLLM's processor cache off, processor-only and LRU.
 
 And fail closed: a processed image reaches vLLM only when vLLM's processor
 would have made the same one; another setting is refused with the setting
@@ -33,9 +35,11 @@ import stack
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(1800)]
 
-DEFAULT_BUDGET = 12845056  # Qwen2-VL's processor default: 1080p and 4K photos ship whole
 DOWNSIZING_BUDGET = 1003520
-BUDGETS = [DEFAULT_BUDGET, DOWNSIZING_BUDGET]
+# Each family's processor default (Qwen2-VL's, Qwen3-VL's): 1080p and 4K photos ship whole.
+DEFAULT_BUDGETS = {"qwen2-vl": 12845056, "qwen3-vl": 16777216}
+FAMILIES = list(DEFAULT_BUDGETS)
+DEFAULT_BUDGET = DEFAULT_BUDGETS["qwen2-vl"]
 SECRET = "processed-inputs-test"
 PROMPT = "<|vision_start|><|image_pad|><|vision_end|>Describe it."
 
@@ -44,9 +48,14 @@ def _kwargs(budget: int) -> dict[str, Any]:
     return {"max_pixels": budget}
 
 
+@pytest.fixture(scope="module", params=FAMILIES)
+def family(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
 @pytest.fixture(scope="module")
-def model() -> str:
-    return str(stack.model_dir())
+def model(family: str) -> str:
+    return str(stack.model_dir(family))
 
 
 @pytest.fixture
@@ -74,7 +83,7 @@ def served_as(monkeypatch: pytest.MonkeyPatch, model: str) -> Iterator[Any]:
 
 
 def _processor(model: str, kwargs: dict[str, Any], **settings: Any) -> Any:
-    """vLLM's own multimodal processor for the tiny Qwen2-VL."""
+    """vLLM's own multimodal processor for the tiny model."""
     from vllm.config import ModelConfig
     from vllm.multimodal import MULTIMODAL_REGISTRY
 
@@ -118,17 +127,19 @@ async def _published_and_read(items: list[bytes], layout: PatchLayout) -> list[A
 
 
 def _hf_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """A list that grows by the images of each call of the HF processor."""
-    from vllm.model_executor.models.qwen2_vl import Qwen2VLMultiModalProcessor
+    """A list that grows by the images of each call of the HF processor
+    with images (every processor calls it through vLLM's context)."""
+    from vllm.multimodal.processing.context import InputProcessingContext
 
     calls: list[int] = []
-    original = Qwen2VLMultiModalProcessor._call_hf_processor
+    original = InputProcessingContext.call_hf_processor
 
-    def counted(self: Any, hf_data: Any, *args: Any, **kwargs: Any) -> Any:
-        calls.append(len(hf_data.get("images", [])))
-        return original(self, hf_data, *args, **kwargs)
+    def counted(self: Any, hf_processor: Any, data: Any, *args: Any, **kwargs: Any) -> Any:
+        if data.get("images"):
+            calls.append(len(data["images"]))
+        return original(self, hf_processor, data, *args, **kwargs)
 
-    monkeypatch.setattr(Qwen2VLMultiModalProcessor, "_call_hf_processor", counted)
+    monkeypatch.setattr(InputProcessingContext, "call_hf_processor", counted)
     return calls
 
 
@@ -146,12 +157,13 @@ def _item(out: Any, index: int) -> tuple[Any, Any]:
 
 
 @pytest.mark.parametrize("where", ["frontend", "worker"])
-@pytest.mark.parametrize("budget", BUDGETS)
+@pytest.mark.parametrize("budget", ["default", "downsizing"])
 def test_processed_images_equal_vllms_processor_output(
     resize_corpus: tuple[list[Case], dict[str, int]],
     served_as: Any,
+    family: str,
     model: str,
-    budget: int,
+    budget: str,
     where: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -162,9 +174,10 @@ def test_processed_images_equal_vllms_processor_output(
     import torch
 
     cases, _ = resize_corpus
-    served_as(_kwargs(budget))
-    processor = _processor(model, _kwargs(budget))
-    layout = _layout(model, budget)
+    pixels = DEFAULT_BUDGETS[family] if budget == "default" else DOWNSIZING_BUDGET
+    served_as(_kwargs(pixels))
+    processor = _processor(model, _kwargs(pixels))
+    layout = _layout(model, pixels)
     calls = _hf_calls(monkeypatch)
     failures: list[str] = []
     whole = 0
@@ -181,9 +194,9 @@ def test_processed_images_equal_vllms_processor_output(
         expected = _apply(processor, [case.image])
         calls.clear()
         got = _apply(processor, [carrier])
-        # Kept its size, but for the rounding to the 28-pixel merge grid.
-        target = layout.target(height, width)
-        whole += abs(target[0] - height) <= 14 and abs(target[1] - width) <= 14
+        # Kept its size, but for the rounding to the merge grid.
+        target, half = layout.target(height, width), layout.resize.factor // 2
+        whole += abs(target[0] - height) <= half and abs(target[1] - width) <= half
         rows, grid = _item(got, 0)
         want_rows, want_grid = _item(expected, 0)
         if calls:
@@ -192,9 +205,9 @@ def test_processed_images_equal_vllms_processor_output(
             failures.append(f"{case.name}: rows {tuple(rows.shape)} {rows.dtype}, grid {grid.tolist()}")
         if got["prompt_token_ids"] != expected["prompt_token_ids"]:
             failures.append(f"{case.name}: prompt token ids differ")
-    print(f"\nbudget {budget}: {len(cases)} images, {whole} kept their size (on the merge grid)")
+    print(f"\n{family}, budget {pixels}: {len(cases)} images, {whole} kept their size (on the merge grid)")
     assert not failures, failures
-    if budget == DEFAULT_BUDGET:
+    if budget == "default":
         assert whole > len(cases) // 2, "at the default budget most images keep their size"
 
 
@@ -204,6 +217,7 @@ def test_a_request_mixing_processed_and_other_images_is_vllms_own(
     served_as: Any,
     model: str,
     cache_kind: str,
+    family: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Several images in one request, processed and not, in any order, twice
@@ -218,15 +232,16 @@ def test_a_request_mixing_processed_and_other_images_is_vllms_own(
     cases, _ = resize_corpus
     by_name = {case.name: case for case in cases}
     chosen = [by_name["exif_gps_typeerror@1920x1080.jpg"], by_name["hopper.png"], by_name["flower2.jpg"]]
-    served_as(_kwargs(DEFAULT_BUDGET))
-    processor = _processor(model, _kwargs(DEFAULT_BUDGET))
+    budget = DEFAULT_BUDGETS[family]
+    served_as(_kwargs(budget))
+    processor = _processor(model, _kwargs(budget))
     config = processor.info.ctx.model_config
     cache = {
         "none": None,
         "processor_only": MultiModalProcessorOnlyCache(config),
         "lru": LruKeyReplicatedSenderCache(config),
     }[cache_kind]
-    layout = _layout(model, DEFAULT_BUDGET)
+    layout = _layout(model, budget)
     carriers = asyncio.run(_published_and_read([chosen[0].data, chosen[2].data], layout))
     mixed = [carriers[0], chosen[1].image, carriers[1]]
     expected = _apply(processor, [case.image for case in chosen])
@@ -251,38 +266,51 @@ def test_a_request_mixing_processed_and_other_images_is_vllms_own(
 
 
 def test_a_processor_setting_unlike_the_frontends_is_refused(
-    resize_corpus: tuple[list[Case], dict[str, int]], served_as: Any, model: str
+    resize_corpus: tuple[list[Case], dict[str, int]], served_as: Any, family: str, model: str
 ) -> None:
-    """Rows made for another budget (or with device normalisation off at
-    vLLM, or a request's own mm_processor_kwargs) are refused with the
-    setting named: the comparison would catch a wrong setting."""
+    """Rows made for another budget or another model's grid (or with
+    device normalisation off at vLLM, or a request's own
+    mm_processor_kwargs) are refused with the setting named: the
+    comparison would catch a wrong setting."""
     from pixelwire.vllm.connector import PixelwireMediaConnector  # noqa: F401 - registered below
+    from pixelwire.vllm.processed_inputs import processed_image
 
     cases, _ = resize_corpus
     photo = next(case for case in cases if case.name == "exif_gps_typeerror@1920x1080.png")
-    served_as(_kwargs(DEFAULT_BUDGET))
-    (carrier,) = asyncio.run(_published_and_read([photo.data], _layout(model, DEFAULT_BUDGET)))
+    budget = DEFAULT_BUDGETS[family]
+    served_as(_kwargs(budget))
+    (carrier,) = asyncio.run(_published_and_read([photo.data], _layout(model, budget)))
     other_budget = _processor(model, _kwargs(DOWNSIZING_BUDGET))
-    with pytest.raises(ValueError, match=r"processed this image for .*max=12845056.*--no-processed-inputs"):
+    with pytest.raises(ValueError, match=rf"processed this image for .*max={budget}.*--no-processed-inputs"):
         _apply(other_budget, [carrier])
-    not_on_device = _processor(model, _kwargs(DEFAULT_BUDGET), mm_device_do_normalize=False)
+    not_on_device = _processor(model, _kwargs(budget), mm_device_do_normalize=False)
     with pytest.raises(ValueError, match="device normalisation off"):
         _apply(not_on_device, [carrier])
-    same = _processor(model, _kwargs(DEFAULT_BUDGET))
+    same = _processor(model, _kwargs(budget))
     tokenizer = same.info.get_tokenizer()
     with pytest.raises(ValueError, match="its own mm_processor_kwargs"):
         same(
             tokenizer.encode(PROMPT),
             same.info.parse_mm_data({"image": [carrier]}),
-            hf_processor_mm_kwargs={"max_pixels": DEFAULT_BUDGET},
+            hf_processor_mm_kwargs={"max_pixels": budget},
         )
+    # Rows of the other family's grid (patch 14 against 16) at the same
+    # budget: refused by the connector, and by the seam if they got there.
+    other = _layout(str(stack.model_dir(next(name for name in FAMILIES if name != family))), budget)
+    refused = rf"processed this image for .*patch={other.patch_size}.*this vLLM takes"
+    with pytest.raises(ValueError, match=refused):
+        asyncio.run(_published_and_read([photo.data], other))
+    grid = carrier.image_grid_thw[0].tolist()
+    forged = processed_image(b"forged", carrier.rows, grid, other.identity, copies=carrier.copies)
+    with pytest.raises(ValueError, match=rf"for .*patch={other.patch_size}.*but this vLLM's processor makes"):
+        _apply(same, [forged])
     # The connector refuses rows made for another setting before any READ.
     served_as(_kwargs(DOWNSIZING_BUDGET))
     with pytest.raises(ValueError, match=r"this vLLM takes qwen2_vl_patches.*max=1003520"):
-        asyncio.run(_published_and_read([photo.data], _layout(model, DEFAULT_BUDGET)))
-    served_as(_kwargs(DEFAULT_BUDGET), "--no-mm-device-do-normalize")
+        asyncio.run(_published_and_read([photo.data], _layout(model, budget)))
+    served_as(_kwargs(budget), "--no-mm-device-do-normalize")
     with pytest.raises(ValueError, match="this vLLM takes no processed inputs"):
-        asyncio.run(_published_and_read([photo.data], _layout(model, DEFAULT_BUDGET)))
+        asyncio.run(_published_and_read([photo.data], _layout(model, budget)))
 
 
 def test_only_the_covered_processors_get_a_patch_layout(model: str) -> None:

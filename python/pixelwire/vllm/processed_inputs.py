@@ -4,7 +4,9 @@ over their pixels (:mod:`pixelwire.processed` says what they are).
 
 The seam (docs/architecture.md, "Processed inputs"): vLLM 0.32's
 ``BaseMultiModalProcessor._apply_hf_processor_main``, on
-``Qwen2VLMultiModalProcessor`` (Qwen2.5-VL's processor inherits it). Every
+``Qwen2VLMultiModalProcessor`` (Qwen2.5-VL's processor inherits it), and
+``Qwen3VLMultiModalProcessor``'s own override of it (which calls the HF
+processor for the images and each video apart). Every
 path of vLLM's processing goes through it, with its processor cache on or
 off (lru, shm): it turns a request's media items into the processor's
 ``BatchFeature``, from which vLLM builds the items, their prompt updates
@@ -35,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from pixelwire._native import join_patch_rows
-from pixelwire.processed import PatchLayout, patch_layout, processed_identity
+from pixelwire.processed import COVERED_MODEL_TYPES, PatchLayout, patch_layout, processed_identity
 from pixelwire.resize import ResizePolicy, image_policy_from_config
 from pixelwire.vllm.served_model import served_model
 
@@ -119,6 +121,10 @@ def live_identity(processor: Any) -> str | None:
     model_config = processor.info.ctx.model_config
     if not model_config.multimodal_config.mm_device_do_normalize:
         return None
+    # The seam's classes also process models pixelwire does not cover
+    # (their subclasses: Qwen3.5, InternS1-Pro, ...).
+    if getattr(model_config.hf_config, "model_type", None) not in COVERED_MODEL_TYPES:
+        return None
     image_processor = processor.info.get_hf_processor().image_processor
     if type(image_processor).__name__ != "Qwen2VLImageProcessor":
         return None  # the PIL backend (use_fast false) makes float rows
@@ -201,7 +207,8 @@ def _apply_with_processed(original: Any) -> Any:
 
 
 def install_processor_seam() -> None:
-    """Wraps the covered processors' ``_apply_hf_processor_main`` (once)."""
+    """Wraps the covered processors' ``_apply_hf_processor_main`` (once):
+    Qwen2-VL's (inherited from vLLM's base processor) and Qwen3-VL's own."""
     global _installed
     with _install_lock:
         if _installed:
@@ -211,8 +218,8 @@ def install_processor_seam() -> None:
             # import: Python hides them by default, and so does this.
             warnings.simplefilter("ignore", DeprecationWarning)
             from vllm.model_executor.models.qwen2_vl import Qwen2VLMultiModalProcessor
+            from vllm.model_executor.models.qwen3_vl import Qwen3VLMultiModalProcessor
 
-        Qwen2VLMultiModalProcessor._apply_hf_processor_main = _apply_with_processed(
-            Qwen2VLMultiModalProcessor._apply_hf_processor_main
-        )
+        for covered in (Qwen2VLMultiModalProcessor, Qwen3VLMultiModalProcessor):
+            covered._apply_hf_processor_main = _apply_with_processed(covered._apply_hf_processor_main)
         _installed = True
