@@ -129,6 +129,7 @@ def _publish_many(
             background=background,
             rgbx=layout == "RGBX",
             patches=resize.wire_grid if isinstance(resize, PatchLayout) else None,
+            normalize=resize.native_normalize if isinstance(resize, PatchLayout) else None,
             resizes=[target for target in targets if not isinstance(target, Exception)],
             control=control,
             threads=threads,

@@ -8,7 +8,9 @@ repeats, and the HF processor never called for it. Over the resize corpus
 patch 14) and the tiny Qwen3-VL (``Qwen3VLMultiModalProcessor``, patch 16,
 mean and std 0.5), each at its processor's default budget (12,845,056 and
 16,777,216 pixels, where photos ship whole) and at a downsizing one, with
-vLLM's processor cache off, processor-only and LRU.
+vLLM's device normalisation on (uint8 rows) and off (the processor's
+float32 normalised rows, bit for bit), with vLLM's processor cache off,
+processor-only and LRU.
 
 And fail closed: a processed image reaches vLLM only when vLLM's processor
 would have made the same one; another setting is refused with the setting
@@ -93,8 +95,22 @@ def _processor(model: str, kwargs: dict[str, Any], **settings: Any) -> Any:
         return MULTIMODAL_REGISTRY.create_processor(config)
 
 
-def _layout(model: str, budget: int) -> PatchLayout:
-    layout = patch_layout(model, _kwargs(budget), image_resize_policy(model, _kwargs(budget)))
+# Where the rows are normalised: on vLLM's device (uint8 rows), or by the
+# processor (float32 rows: vLLM started with --no-mm-device-do-normalize).
+NORMALISED = ["on-device", "by-processor"]
+
+
+def _on_device(normalised: str) -> bool:
+    return normalised == "on-device"
+
+
+def _vllm_flags(normalised: str) -> tuple[str, ...]:
+    return () if _on_device(normalised) else ("--no-mm-device-do-normalize",)
+
+
+def _layout(model: str, budget: int, normalised: str = "on-device") -> PatchLayout:
+    policy = image_resize_policy(model, _kwargs(budget))
+    layout = patch_layout(model, _kwargs(budget), policy, device_normalize=_on_device(normalised))
     assert layout is not None
     return layout
 
@@ -124,6 +140,19 @@ async def _published_and_read(items: list[bytes], layout: PatchLayout) -> list[A
             reference = encode_reference(decoded.to_dict(), SECRET.encode())
             carriers.append(await PixelwireMediaConnector().fetch_image_async(reference))
         return carriers
+
+
+def _roomy_reader(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process reader with a receive pool of 1 GiB for this test: float
+    rows of a photo kept whole at the default budget take up to 12 bytes a
+    pixel (201 MB at Qwen3-VL's 16,777,216), most of the default 256 MiB."""
+    import dataclasses
+
+    from pixelwire import transfer
+    from pixelwire.config import ReaderSettings
+
+    settings = dataclasses.replace(ReaderSettings.from_env(), pool_bytes=1 << 30)
+    monkeypatch.setattr(transfer, "_default_reader", pixelwire.Reader(settings))
 
 
 def _hf_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
@@ -158,11 +187,13 @@ def _item(out: Any, index: int) -> tuple[Any, Any]:
 
 @pytest.mark.parametrize("where", ["frontend", "worker"])
 @pytest.mark.parametrize("budget", ["default", "downsizing"])
+@pytest.mark.parametrize("normalised", NORMALISED)
 def test_processed_images_equal_vllms_processor_output(
     resize_corpus: tuple[list[Case], dict[str, int]],
     served_as: Any,
     family: str,
     model: str,
+    normalised: str,
     budget: str,
     where: str,
     monkeypatch: pytest.MonkeyPatch,
@@ -175,21 +206,27 @@ def test_processed_images_equal_vllms_processor_output(
 
     cases, _ = resize_corpus
     pixels = DEFAULT_BUDGETS[family] if budget == "default" else DOWNSIZING_BUDGET
-    served_as(_kwargs(pixels))
-    processor = _processor(model, _kwargs(pixels))
-    layout = _layout(model, pixels)
+    if not _on_device(normalised):
+        _roomy_reader(monkeypatch)
+    served_as(_kwargs(pixels), *_vllm_flags(normalised))
+    processor = _processor(model, _kwargs(pixels), mm_device_do_normalize=_on_device(normalised))
+    layout = _layout(model, pixels, normalised)
     calls = _hf_calls(monkeypatch)
     failures: list[str] = []
     whole = 0
     # The processor's smart_resize raises for aspect ratios over 200: nothing to compare.
     sizes = [pixelwire.probe_image(case.data)["oriented_size"] for case in cases]
     cases = [case for case, (h, w) in zip(cases, sizes, strict=True) if max(h, w) / min(h, w) <= 200]
-    sources = [case.data for case in cases]
-    if where == "frontend":
-        carriers = asyncio.run(_published_and_read(sources, layout))
-    else:
-        carriers = asyncio.run(_loaded_in_worker_mode(sources))
-    for case, carrier in zip(cases, carriers, strict=True):
+
+    def load(data: bytes) -> Any:
+        # One at a time: float rows of a 4K photo take 99 MB (the reader's
+        # receive memory, while lent).
+        if where == "frontend":
+            return asyncio.run(_published_and_read([data], layout))[0]
+        return asyncio.run(_loaded_in_worker_mode([data]))[0]
+
+    for case in cases:
+        carrier = load(case.data)
         height, width = pixelwire.probe_image(case.data)["oriented_size"]
         expected = _apply(processor, [case.image])
         calls.clear()
@@ -201,22 +238,27 @@ def test_processed_images_equal_vllms_processor_output(
         want_rows, want_grid = _item(expected, 0)
         if calls:
             failures.append(f"{case.name}: the HF processor was called for {calls}")
-        if not (torch.equal(grid, want_grid) and torch.equal(rows, want_rows)):
+        same = rows.dtype == want_rows.dtype and torch.equal(rows, want_rows)
+        if not (torch.equal(grid, want_grid) and same):
             failures.append(f"{case.name}: rows {tuple(rows.shape)} {rows.dtype}, grid {grid.tolist()}")
         if got["prompt_token_ids"] != expected["prompt_token_ids"]:
             failures.append(f"{case.name}: prompt token ids differ")
-    print(f"\n{family}, budget {pixels}: {len(cases)} images, {whole} kept their size (on the merge grid)")
+        del carrier, got, expected, rows, want_rows
+    dtype = "uint8" if _on_device(normalised) else "float32"
+    print(f"\n{family}, {dtype}, budget {pixels}: {len(cases)} images, {whole} kept their size (on the grid)")
     assert not failures, failures
     if budget == "default":
         assert whole > len(cases) // 2, "at the default budget most images keep their size"
 
 
 @pytest.mark.parametrize("cache_kind", ["none", "processor_only", "lru"])
+@pytest.mark.parametrize("normalised", NORMALISED)
 def test_a_request_mixing_processed_and_other_images_is_vllms_own(
     resize_corpus: tuple[list[Case], dict[str, int]],
     served_as: Any,
     model: str,
     cache_kind: str,
+    normalised: str,
     family: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -233,15 +275,15 @@ def test_a_request_mixing_processed_and_other_images_is_vllms_own(
     by_name = {case.name: case for case in cases}
     chosen = [by_name["exif_gps_typeerror@1920x1080.jpg"], by_name["hopper.png"], by_name["flower2.jpg"]]
     budget = DEFAULT_BUDGETS[family]
-    served_as(_kwargs(budget))
-    processor = _processor(model, _kwargs(budget))
+    served_as(_kwargs(budget), *_vllm_flags(normalised))
+    processor = _processor(model, _kwargs(budget), mm_device_do_normalize=_on_device(normalised))
     config = processor.info.ctx.model_config
     cache = {
         "none": None,
         "processor_only": MultiModalProcessorOnlyCache(config),
         "lru": LruKeyReplicatedSenderCache(config),
     }[cache_kind]
-    layout = _layout(model, budget)
+    layout = _layout(model, budget, normalised)
     carriers = asyncio.run(_published_and_read([chosen[0].data, chosen[2].data], layout))
     mixed = [carriers[0], chosen[1].image, carriers[1]]
     expected = _apply(processor, [case.image for case in chosen])
@@ -283,9 +325,19 @@ def test_a_processor_setting_unlike_the_frontends_is_refused(
     other_budget = _processor(model, _kwargs(DOWNSIZING_BUDGET))
     with pytest.raises(ValueError, match=rf"processed this image for .*max={budget}.*--no-processed-inputs"):
         _apply(other_budget, [carrier])
+    # uint8 rows where vLLM's processor normalises (float32 rows), and the other way.
     not_on_device = _processor(model, _kwargs(budget), mm_device_do_normalize=False)
-    with pytest.raises(ValueError, match="device normalisation off"):
+    with pytest.raises(ValueError, match=r"for qwen2_vl_patches:uint8.*makes qwen2_vl_patches:float32"):
         _apply(not_on_device, [carrier])
+    served_as(_kwargs(budget), "--no-mm-device-do-normalize")
+    (floats,) = asyncio.run(_published_and_read([photo.data], _layout(model, budget, "by-processor")))
+    served_as(_kwargs(budget))
+    with pytest.raises(ValueError, match=r"for qwen2_vl_patches:float32.*makes qwen2_vl_patches:uint8"):
+        _apply(_processor(model, _kwargs(budget)), [floats])
+    # Float rows of another mean (the processor's config or kwargs say otherwise).
+    other_mean = {**_kwargs(budget), "image_mean": [0.5, 0.5, 0.25]}
+    with pytest.raises(ValueError, match=r"for .*float32:torchvision:mean=.*but this vLLM's processor makes"):
+        _apply(_processor(model, other_mean, mm_device_do_normalize=False), [floats])
     same = _processor(model, _kwargs(budget))
     tokenizer = same.info.get_tokenizer()
     with pytest.raises(ValueError, match="its own mm_processor_kwargs"):
@@ -309,16 +361,22 @@ def test_a_processor_setting_unlike_the_frontends_is_refused(
     with pytest.raises(ValueError, match=r"this vLLM takes qwen2_vl_patches.*max=1003520"):
         asyncio.run(_published_and_read([photo.data], _layout(model, budget)))
     served_as(_kwargs(budget), "--no-mm-device-do-normalize")
+    with pytest.raises(ValueError, match=r"this vLLM takes qwen2_vl_patches:float32:torchvision"):
+        asyncio.run(_published_and_read([photo.data], _layout(model, budget)))
+    served_as({**_kwargs(budget), "do_normalize": False}, "--no-mm-device-do-normalize")
     with pytest.raises(ValueError, match="this vLLM takes no processed inputs"):
         asyncio.run(_published_and_read([photo.data], _layout(model, budget)))
 
 
 def test_only_the_covered_processors_get_a_patch_layout(model: str) -> None:
-    """The PIL backend (use_fast false) makes float rows, and a request
-    that does not resize is not a Qwen2-VL processor's: no patch layout."""
+    """The PIL backend (use_fast false), a processor that does not
+    normalise without vLLM's device normalisation, and a request that does
+    not resize: no patch layout."""
     policy = image_resize_policy(model)
     assert patch_layout(model, {}, policy) is not None
     assert patch_layout(model, {"use_fast": False}, policy) is None
+    assert patch_layout(model, {"use_fast": False}, policy, device_normalize=False) is None
+    assert patch_layout(model, {"do_normalize": False}, policy, device_normalize=False) is None
     assert patch_layout(model, {}, None) is None
     glm = str(stack.model_dir("glm4v"))
     assert patch_layout(glm, {}, image_resize_policy(glm)) is None

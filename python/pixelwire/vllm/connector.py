@@ -146,7 +146,7 @@ def check_resize_setting(argv: list[str]) -> None:
     else:
         log.info(
             "pixelwire processed inputs: off (a processor pixelwire makes the outputs of needs Qwen2-VL, "
-            "Qwen2.5-VL or Qwen3-VL, vLLM's device normalisation and no --trust-request-mm-kwargs); "
+            "Qwen2.5-VL or Qwen3-VL, the torchvision backend and no --trust-request-mm-kwargs); "
             "frontends ship pixels"
         )
 
@@ -370,6 +370,7 @@ def _decode_processed(
         resize_kernel=layout.kernel,
         resize_filter=layout.filter,
         patches=layout.grid,
+        normalize=layout.native_normalize,
     )
     return rows.reshape(rows.shape[0], rows.shape[1]), layout.grid_thw(*target), height * width * 3
 
@@ -585,6 +586,10 @@ class PixelwireMediaConnector(MediaConnector):
                 "why): give the frontend vLLM's --model and --mm-processor-kwargs, or start it with "
                 "--no-processed-inputs"
             )
+        if processed.dtype != layout.dtype:
+            raise DescriptorError(
+                f"the processed image's rows are {processed.dtype}, its processor's {layout.dtype}"
+            )
         if resize is None or processed.grid_thw != tuple(layout.grid_thw(*layout.target(*resize.source))):
             raise DescriptorError("the processed image's grid is not its processor's for its source size")
         identity = cache_identity(
@@ -604,7 +609,8 @@ class PixelwireMediaConnector(MediaConnector):
                 read = await reader.read_remote(remote, output="numpy")
             # Still in the reader's receive pool: the seam copies the rows out
             # as it hands them to vLLM (processed_inputs).
-            rows = read.reshape(remote.shape[0], remote.shape[1])
+            # Float rows travel as four bytes a value: seen as float32 here.
+            rows = read.reshape(remote.shape[0], -1).view(layout.dtype)
             if cache.enabled and remote.content_hash:
                 cache.put(key, rows, remote.size)
         metrics.handled("nixl", remote.size, resize.source[0] * resize.source[1] * 3)
