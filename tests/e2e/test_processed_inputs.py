@@ -142,17 +142,22 @@ async def _published_and_read(items: list[bytes], layout: PatchLayout) -> list[A
         return carriers
 
 
-def _roomy_reader(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A process reader with a receive pool of 1 GiB for this test: float
-    rows of a photo kept whole at the default budget take up to 12 bytes a
-    pixel (201 MB at Qwen3-VL's 16,777,216), most of the default 256 MiB."""
+@pytest.fixture(scope="module")
+def roomy_reader() -> Iterator[Any]:
+    """A reader with a receive pool of 1 GiB, for the float rows: those of a
+    photo kept whole at the default budget take up to 12 bytes a pixel
+    (201 MB at Qwen3-VL's 16,777,216), most of the default 256 MiB. One for
+    the module, closed at its end (the worker's cache, which may hold rows
+    it lent, is forgotten first)."""
     import dataclasses
 
-    from pixelwire import transfer
     from pixelwire.config import ReaderSettings
+    from pixelwire.vllm.image_cache import reset_worker_image_cache
 
-    settings = dataclasses.replace(ReaderSettings.from_env(), pool_bytes=1 << 30)
-    monkeypatch.setattr(transfer, "_default_reader", pixelwire.Reader(settings))
+    reader = pixelwire.Reader(dataclasses.replace(ReaderSettings.from_env(), pool_bytes=1 << 30))
+    yield reader
+    reset_worker_image_cache()
+    asyncio.run(reader.close())
 
 
 def _hf_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
@@ -196,6 +201,7 @@ def test_processed_images_equal_vllms_processor_output(
     normalised: str,
     budget: str,
     where: str,
+    roomy_reader: Any,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Every corpus image: the rows and grid made at the frontend (read over
@@ -207,7 +213,12 @@ def test_processed_images_equal_vllms_processor_output(
     cases, _ = resize_corpus
     pixels = DEFAULT_BUDGETS[family] if budget == "default" else DOWNSIZING_BUDGET
     if not _on_device(normalised):
-        _roomy_reader(monkeypatch)
+        from pixelwire import transfer
+        from pixelwire.vllm.image_cache import reset_worker_image_cache
+
+        monkeypatch.setattr(transfer, "_default_reader", roomy_reader)
+        # Float rows are four times the pixels: the worker's cache starts empty for each run.
+        reset_worker_image_cache()
     served_as(_kwargs(pixels), *_vllm_flags(normalised))
     processor = _processor(model, _kwargs(pixels), mm_device_do_normalize=_on_device(normalised))
     layout = _layout(model, pixels, normalised)
