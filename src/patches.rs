@@ -3,26 +3,114 @@
 //! processor lays them out, so a worker hands them to the engine without
 //! touching a pixel.
 //!
-//! The layout (transformers' `Qwen2VLImageProcessor`, torchvision backend,
-//! with vLLM's device-side normalisation, which leaves the processor's
-//! output as the resized image's own bytes): the image, `h x w` with both
-//! sides multiples of `patch * merge`, is cut into `patch x patch` blocks;
-//! rows run over the `merge x merge` windows in raster order, then over the
-//! blocks inside a window in raster order. Each row holds channel-major
-//! values, and within a channel the block repeated `temporal` times (an
-//! image is one picture repeated along the temporal patch), each copy
-//! row-major: `[C][T][P][P]`.
+//! The layout (transformers' `Qwen2VLImageProcessor`): the image, `h x w`
+//! with both sides multiples of `patch * merge`, is cut into
+//! `patch x patch` blocks; rows run over the `merge x merge` windows in
+//! raster order, then over the blocks inside a window in raster order.
+//! Each row holds channel-major values, and within a channel the block
+//! repeated `temporal` times (an image is one picture repeated along the
+//! temporal patch), each copy row-major: `[C][T][P][P]`.
+//!
+//! The values ([`Values`]): with vLLM's device-side normalisation the
+//! processor's output is the resized image's own bytes (`u8`); without it,
+//! the processor's `float32` normalised values, computed here with the
+//! processor's own arithmetic, operation for operation ([`Normalise`]), so
+//! the bits are the same.
 
 use crate::decode::{Fresh, Mode};
 use crate::errors::{Error, Result};
 
 /// The patch geometry of a processor: `patch_size`, `temporal_patch_size`
-/// and `merge_size` of a Qwen2-VL image processor.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// and `merge_size` of a Qwen2-VL image processor, and the values its rows
+/// hold.
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct PatchGrid {
     pub patch: usize,
     pub temporal: usize,
     pub merge: usize,
+    pub values: Values,
+}
+
+/// What a row's values are.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Values {
+    /// The resized image's bytes (the processor with its rescale and
+    /// normalisation off: vLLM's device-side normalisation).
+    U8,
+    /// The processor's normalised `float32` values, native-endian.
+    F32(Normalise),
+}
+
+/// Which backend of transformers' image processor normalises, each with
+/// its own arithmetic (transformers 5.19).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// `TorchvisionBackend.rescale_and_normalize`: rescale fused into the
+    /// normalisation, `mean * (1 / rescale)` and `std * (1 / rescale)` in
+    /// `float32`, then torchvision's `normalize`: `(x - mean) / std`, each
+    /// step rounded to `float32`.
+    Torchvision,
+    /// The PIL (numpy) backend: `rescale` multiplies in `float64` and
+    /// rounds to `float32`, then `normalize` computes `(x - mean) / std` in
+    /// `float32`.
+    Pil,
+}
+
+/// A processor's rescale and normalisation (both on): its backend,
+/// `image_mean`, `image_std` and `rescale_factor`, as its config gives them.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Normalise {
+    pub backend: Backend,
+    pub mean: [f64; CHANNELS],
+    pub std: [f64; CHANNELS],
+    pub rescale: f64,
+}
+
+impl Normalise {
+    /// Checked settings: finite, a positive rescale and standard deviations
+    /// that are not zero in `float32` (the processor divides by them).
+    pub fn new(backend: Backend, mean: [f64; 3], std: [f64; 3], rescale: f64) -> Result<Self> {
+        let finite = mean.iter().chain(&std).all(|v| v.is_finite());
+        let nonzero = std.iter().all(|&v| v as f32 != 0.0);
+        if !(finite && nonzero && rescale.is_finite() && rescale > 0.0) {
+            return Err(Error::InvalidArgument(format!(
+                "normalisation mean {mean:?}, std {std:?}, rescale {rescale} must be finite, with std non-zero \
+                 and rescale positive"
+            )));
+        }
+        Ok(Self {
+            backend,
+            mean,
+            std,
+            rescale,
+        })
+    }
+
+    /// The value of each byte in each channel, as the processor computes it.
+    pub fn table(&self) -> [[f32; 256]; CHANNELS] {
+        let mut table = [[0f32; 256]; CHANNELS];
+        for (c, values) in table.iter_mut().enumerate() {
+            let (mean, std) = (self.mean[c] as f32, self.std[c] as f32);
+            match self.backend {
+                Backend::Torchvision => {
+                    // torch.tensor(mean) * (1.0 / rescale_factor): a float32
+                    // tensor times a Python float, computed in float32.
+                    let scale = (1.0 / self.rescale) as f32;
+                    let (mean, std) = (mean * scale, std * scale);
+                    for (x, value) in values.iter_mut().enumerate() {
+                        *value = (x as f32 - mean) / std;
+                    }
+                }
+                Backend::Pil => {
+                    for (x, value) in values.iter_mut().enumerate() {
+                        let rescaled = (x as f64 * self.rescale) as f32;
+                        *value = (rescaled - mean) / std;
+                    }
+                }
+            }
+        }
+        table
+    }
 }
 
 /// RGB: the processors this layout serves take three channels.
@@ -41,7 +129,7 @@ pub fn check_mode(mode: Mode) -> Result<()> {
 
 impl PatchGrid {
     /// A grid of positive sides, small enough that a row's length cannot
-    /// overflow (a processor's are 14 or 16, 2 and 2).
+    /// overflow (a processor's are 14 or 16, 2 and 2), of `u8` rows.
     pub fn new(patch: usize, temporal: usize, merge: usize) -> Result<Self> {
         let ok = |v: usize| (1..=1024).contains(&v);
         if !(ok(patch) && ok(temporal) && ok(merge)) {
@@ -53,7 +141,21 @@ impl PatchGrid {
             patch,
             temporal,
             merge,
+            values: Values::U8,
         })
+    }
+
+    /// The grid with rows of `values`.
+    pub fn with_values(self, values: Values) -> Self {
+        Self { values, ..self }
+    }
+
+    /// Bytes a value takes: 1 (`u8`) or 4 (`f32`).
+    pub fn value_bytes(&self) -> usize {
+        match self.values {
+            Values::U8 => 1,
+            Values::F32(_) => 4,
+        }
     }
 
     /// Values in one row: `C * T * P * P`.
@@ -80,16 +182,40 @@ impl PatchGrid {
         Ok((rows, self.row_len()))
     }
 
-    /// Bytes of the `u8` rows of an `height x width` image.
+    /// Bytes of the rows of an `height x width` image.
     pub fn bytes(&self, height: usize, width: usize) -> Result<usize> {
         let (rows, len) = self.shape(height, width)?;
         rows.checked_mul(len)
+            .and_then(|n| n.checked_mul(self.value_bytes()))
             .ok_or_else(|| Error::InvalidArgument("patch bytes overflow".into()))
     }
 
-    /// Writes the `u8` rows of `rgb` (`height x width`, packed RGB) into
-    /// `out`, which must be exactly [`PatchGrid::bytes`] long.
-    pub fn write_u8(&self, rgb: &[u8], height: usize, width: usize, out: &mut [u8]) -> Result<()> {
+    /// Writes the rows of `rgb` (`height x width`, packed RGB) into `out`,
+    /// which must be exactly [`PatchGrid::bytes`] long: the bytes
+    /// themselves, or each byte's normalised `f32`, native-endian ([`Values`]).
+    pub fn write(&self, rgb: &[u8], height: usize, width: usize, out: &mut [u8]) -> Result<()> {
+        match self.values {
+            Values::U8 => self.lay_out(rgb, height, width, out, |value, byte, _| value[0] = byte),
+            Values::F32(normalise) => {
+                let table = normalise.table();
+                self.lay_out(rgb, height, width, out, |value, byte, c| {
+                    value.copy_from_slice(&table[c][byte as usize].to_ne_bytes())
+                })
+            }
+        }
+    }
+
+    /// The layout itself: `put(value, byte, channel)` writes the value of
+    /// each byte of the first temporal copy of each block (`value` is its
+    /// [`PatchGrid::value_bytes`]), and the other copies are copied from it.
+    fn lay_out(
+        &self,
+        rgb: &[u8],
+        height: usize,
+        width: usize,
+        out: &mut [u8],
+        put: impl Fn(&mut [u8], u8, usize),
+    ) -> Result<()> {
         let expected = self.bytes(height, width)?;
         if rgb.len() != height * width * CHANNELS || out.len() != expected {
             return Err(Error::InvalidArgument(format!(
@@ -99,10 +225,10 @@ impl PatchGrid {
                 height * width * CHANNELS
             )));
         }
-        let (p, m, t) = (self.patch, self.merge, self.temporal);
-        let block = p * p;
+        let (p, m, t, size) = (self.patch, self.merge, self.temporal, self.value_bytes());
+        let block = p * p * size;
         let stride = width * CHANNELS;
-        let mut rows = out.chunks_exact_mut(self.row_len());
+        let mut rows = out.chunks_exact_mut(self.row_len() * size);
         for window_y in 0..height / (p * m) {
             for window_x in 0..width / (p * m) {
                 for inner_y in 0..m {
@@ -115,8 +241,10 @@ impl PatchGrid {
                             for y in 0..p {
                                 let line =
                                     &rgb[(top + y) * stride + left * CHANNELS..][..p * CHANNELS];
-                                for (x, value) in first[y * p..][..p].iter_mut().enumerate() {
-                                    *value = line[x * CHANNELS + c];
+                                let values =
+                                    first[y * p * size..][..p * size].chunks_exact_mut(size);
+                                for (x, value) in values.enumerate() {
+                                    put(value, line[x * CHANNELS + c], c);
                                 }
                             }
                             // The temporal copies of the block: the same picture.
@@ -221,7 +349,7 @@ mod tests {
         ] {
             let rgb: Vec<u8> = (0..h * w * 3).map(|i| (i * 7 + i / 5) as u8).collect();
             let mut out = vec![0u8; g.bytes(h, w).unwrap()];
-            g.write_u8(&rgb, h, w, &mut out).unwrap();
+            g.write(&rgb, h, w, &mut out).unwrap();
             assert_eq!(out, reference(&rgb, h, w, g), "{h}x{w} {g:?}");
         }
     }
@@ -235,9 +363,9 @@ mod tests {
             PatchGrid::new(14, 2, 2).unwrap(),
         );
         let mut compact = vec![0u8; once.bytes(h, w).unwrap()];
-        once.write_u8(&rgb, h, w, &mut compact).unwrap();
+        once.write(&rgb, h, w, &mut compact).unwrap();
         let mut full = vec![0u8; twice.bytes(h, w).unwrap()];
-        twice.write_u8(&rgb, h, w, &mut full).unwrap();
+        twice.write(&rgb, h, w, &mut full).unwrap();
         // A compact part copied twice, then a full part as it is.
         let out = join_rows(&[(&compact, once.row_len(), 2), (&full, twice.row_len(), 1)]).unwrap();
         assert_eq!(out.len(), full.len() * 2);
@@ -251,12 +379,48 @@ mod tests {
     }
 
     #[test]
+    fn float_rows_are_the_u8_rows_through_the_processors_arithmetic() {
+        let (h, w) = (64, 32);
+        let rgb: Vec<u8> = (0..h * w * 3).map(|i| (i * 7 + i / 5) as u8).collect();
+        let grid = PatchGrid::new(16, 2, 2).unwrap();
+        let mut bytes = vec![0u8; grid.bytes(h, w).unwrap()];
+        grid.write(&rgb, h, w, &mut bytes).unwrap();
+        let (mean, std) = (
+            [0.48145466, 0.4578275, 0.40821073],
+            [0.26862954, 0.26130258, 0.27577711],
+        );
+        for backend in [Backend::Torchvision, Backend::Pil] {
+            let normalise = Normalise::new(backend, mean, std, 1.0 / 255.0).unwrap();
+            let floats = grid.with_values(Values::F32(normalise));
+            let mut out = vec![0u8; floats.bytes(h, w).unwrap()];
+            assert_eq!(out.len(), bytes.len() * 4);
+            floats.write(&rgb, h, w, &mut out).unwrap();
+            let row_len = grid.row_len();
+            for (i, (&x, value)) in bytes.iter().zip(out.chunks_exact(4)).enumerate() {
+                let c = i % row_len / (row_len / 3);
+                let (m, s) = (mean[c] as f32, std[c] as f32);
+                let want = match backend {
+                    Backend::Torchvision => (x as f32 - m * 255.0) / (s * 255.0),
+                    Backend::Pil => ((x as f64 / 255.0) as f32 - m) / s,
+                };
+                assert_eq!(
+                    f32::from_ne_bytes(value.try_into().unwrap()).to_bits(),
+                    want.to_bits()
+                );
+            }
+        }
+        assert!(Normalise::new(Backend::Pil, mean, [0.5, 0.0, 0.5], 1.0 / 255.0).is_err());
+        assert!(Normalise::new(Backend::Pil, mean, std, 0.0).is_err());
+        assert!(Normalise::new(Backend::Pil, [f64::NAN, 0.0, 0.0], std, 1.0).is_err());
+    }
+
+    #[test]
     fn refuses_sides_off_the_merge_grid_and_wrong_buffers() {
         let g = PatchGrid::new(14, 2, 2).unwrap();
         assert!(g.shape(28, 42).is_err());
         assert!(g.shape(0, 28).is_err());
         let rgb = vec![0u8; 28 * 28 * 3];
-        assert!(g.write_u8(&rgb, 28, 28, &mut [0u8; 10]).is_err());
+        assert!(g.write(&rgb, 28, 28, &mut [0u8; 10]).is_err());
         assert!(PatchGrid::new(0, 2, 2).is_err());
     }
 }

@@ -316,8 +316,9 @@ def test_a_covered_model_ships_processed_inputs_unless_told_not(
     qwen2_vl_folder: Callable[..., str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`pixelwire frontend --model` of a Qwen2-VL model ships its processor's
-    outputs by default, its resized pixels with --no-processed-inputs, and
-    nothing processed for a model it does not cover."""
+    outputs by default (uint8 rows; float32 with --no-mm-device-do-normalize),
+    its resized pixels with --no-processed-inputs, and nothing processed for
+    a model it does not cover."""
     from pixelwire import cli, frontend
 
     started: list[Any] = []
@@ -325,8 +326,11 @@ def test_a_covered_model_ships_processed_inputs_unless_told_not(
     upstream = ("frontend", "--upstream", "http://127.0.0.1:9")
     assert cli.main([*upstream, "--model", qwen2_vl_folder()]) == 0
     assert cli.main([*upstream, "--model", qwen2_vl_folder(), "--no-processed-inputs"]) == 0
-    assert cli.main([*upstream, "--model", qwen2_vl_folder("qwen3_vl")]) == 0
-    processed, pixels, other = started
+    assert cli.main([*upstream, "--model", qwen2_vl_folder("glm4v")]) == 0
+    assert cli.main([*upstream, "--model", qwen2_vl_folder(), "--no-mm-device-do-normalize"]) == 0
+    processed, pixels, other, floats = started
     assert processed.processed is not None and processed.processed.resize == processed.resize
+    assert processed.processed.dtype == "uint8"
+    assert floats.processed is not None and floats.processed.dtype == "float32"
     assert pixels.processed is None and pixels.resize is not None
     assert other.processed is None and other.resize is not None

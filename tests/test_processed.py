@@ -9,15 +9,17 @@ vLLM group's (tests/e2e/test_processed_inputs.py)."""
 from __future__ import annotations
 
 import asyncio
+import io
 from collections.abc import Callable
 
 import numpy as np
 import pytest
+from PIL import Image
 
 import pixelwire
 from pixelwire._native import join_patch_rows
 from pixelwire.descriptor import parse_descriptor
-from pixelwire.processed import PatchLayout, patch_layout, processed_identity
+from pixelwire.processed import Normalisation, PatchLayout, patch_layout, processed_identity
 from pixelwire.resize import image_resize_policy
 from pixelwire.resize.families.smart import SmartPolicy
 
@@ -57,9 +59,21 @@ def test_the_qwen2_vl_processors_get_a_patch_layout(qwen2_vl_folder: Callable[..
     assert patch_layout(model, {"patch_size": 16}, policy) is None, "the grid no longer fits the resize"
     assert patch_layout(model, None, None) is None
     assert patch_layout(qwen2_vl_folder("qwen2_5_vl"), None, policy) is not None
-    assert patch_layout(qwen2_vl_folder("qwen3_vl"), None, policy) is None, (
-        "Qwen3-VL's processor: not covered"
-    )
+    assert patch_layout(qwen2_vl_folder("glm4v"), None, policy) is None, "another processor: not covered"
+
+
+def test_qwen3_vl_gets_its_own_grid(qwen2_vl_folder: Callable[..., str]) -> None:
+    """Qwen3-VL (dense and MoE): Qwen2VLImageProcessor with patch 16, so a
+    factor of 32, and an identity of its own; its config's grid must fit
+    the resize."""
+    for model_type in ("qwen3_vl", "qwen3_vl_moe"):
+        model = qwen2_vl_folder(model_type, patch_size=16)
+        policy = image_resize_policy(model)
+        layout = patch_layout(model, None, policy)
+        assert layout is not None and layout.grid == (16, 2, 2) and layout.resize.factor == 32
+        assert "patch=16" in layout.identity and "factor=32" in layout.identity
+        assert layout.grid_thw(64, 96) == [1, 4, 6]
+        assert patch_layout(model, {"patch_size": 14}, policy) is None, "the grid no longer fits the resize"
 
 
 @pytest.mark.parametrize("name", IMAGES)
@@ -141,3 +155,104 @@ def test_joined_rows_are_each_parts_rows_with_their_copies() -> None:
         join_patch_rows([twice[:, ::2]], [1])
     with pytest.raises(ValueError, match="one each"):
         join_patch_rows([once], [2, 2])
+
+
+CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
+CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
+FLOATS = PatchLayout(14, 2, 2, POLICY, Normalisation("torchvision", CLIP_MEAN, CLIP_STD, 1 / 255))
+
+
+def torchvision_normalised(rgb: np.ndarray, mean: tuple[float, ...], std: tuple[float, ...]) -> np.ndarray:
+    """transformers 5.19's TorchvisionBackend.rescale_and_normalize of an
+    (H, W, 3) uint8 image, in numpy float32: the rescale fused into the
+    mean and std (``torch.tensor(mean) * (1.0 / rescale_factor)``, float32),
+    then torchvision's ``normalize``: ``(x - mean) / std``, float32."""
+    scale = np.float32(1.0 / (1 / 255))
+    fused_mean = np.array(mean, np.float32) * scale
+    fused_std = np.array(std, np.float32) * scale
+    return (rgb.astype(np.float32) - fused_mean) / fused_std
+
+
+def test_without_device_normalisation_the_layout_makes_float_rows(
+    qwen2_vl_folder: Callable[..., str],
+) -> None:
+    """With vLLM's device normalisation off, the layout's rows are the
+    processor's float32 values: its config's mean, std and rescale (the
+    class defaults where silent), named in the identity; a processor that
+    does not rescale or normalise, or the PIL backend, gets none."""
+    model = qwen2_vl_folder()
+    policy = image_resize_policy(model)
+    floats = patch_layout(model, None, policy, device_normalize=False)
+    assert floats is not None and floats.normalisation == Normalisation(
+        "torchvision", CLIP_MEAN, CLIP_STD, 1 / 255
+    )
+    assert floats.dtype == "float32" and floats.bytes_per_pixel == 12
+    assert "qwen2_vl_patches:float32:torchvision:mean=0.48145466,0.4578275,0.40821073:" in floats.identity
+    assert floats.identity != patch_layout(model, None, policy).identity  # type: ignore[union-attr]
+    half = patch_layout(
+        model, {"image_mean": [0.5] * 3, "image_std": [0.5] * 3}, policy, device_normalize=False
+    )
+    assert half is not None and half.normalisation == Normalisation(
+        "torchvision", (0.5,) * 3, (0.5,) * 3, 1 / 255
+    )
+    for off in (
+        {"do_normalize": False},
+        {"do_rescale": False},
+        {"image_std": [0.5, 0, 0.5]},
+        {"use_fast": False},
+    ):
+        assert patch_layout(model, off, policy, device_normalize=False) is None, off
+    assert patch_layout(qwen2_vl_folder(do_normalize=False), None, policy, device_normalize=False) is None
+
+
+@pytest.mark.parametrize("name", IMAGES)
+def test_float_rows_are_the_processors_values_bit_for_bit(name: str) -> None:
+    """decode_image(patches=, normalize=) gives the float32 rows the
+    torchvision backend makes of the resized image, bit for bit; every byte
+    value, in every channel, too."""
+    data = (CORPUS / name).read_bytes()
+    height, width = pixelwire.probe_image(data)["oriented_size"]
+    target = FLOATS.target(height, width)
+    resized = pixelwire.decode_image(data, resize=target)
+    rows = pixelwire.decode_image(data, resize=target, patches=FLOATS.grid, normalize=FLOATS.native_normalize)
+    assert rows.dtype == np.float32 and rows.shape == (target[0] * target[1] // 196, 1176, 1)
+    want = processor_rows(torchvision_normalised(resized, CLIP_MEAN, CLIP_STD), 14, 2, 2)
+    assert np.array_equal(rows[:, :, 0].view(np.uint32), want.view(np.uint32))
+    # Every byte value in every channel: a 16x16 image of 256 values a channel.
+    every = np.stack([np.roll(np.arange(256, dtype=np.uint8), 85 * c).reshape(16, 16) for c in range(3)], -1)
+    every = np.tile(every, (2, 2, 1))  # 32x32: one merge window of 16-pixel patches
+    encoded = io.BytesIO()
+    Image.fromarray(every).save(encoded, format="PNG")
+    png = encoded.getvalue()
+    imagenet = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
+    for mean, std in ((CLIP_MEAN, CLIP_STD), ((0.5,) * 3, (0.5,) * 3), imagenet):
+        got = pixelwire.decode_image(png, patches=(16, 2, 2), normalize=("torchvision", mean, std, 1 / 255))
+        want = processor_rows(torchvision_normalised(every, mean, std), 16, 2, 2)
+        assert np.array_equal(got[:, :, 0].view(np.uint32), want.view(np.uint32))
+
+
+def test_the_publisher_ships_float_rows_four_bytes_a_value() -> None:
+    """Published, float rows take four bytes a value (12 a pixel); the
+    descriptor says float32, a reader gets them back unchanged, and
+    join_patch_rows makes their temporal copies as bytes."""
+    data = (CORPUS / "flower2.jpg").read_bytes()
+
+    async def main() -> None:
+        async with pixelwire.Publisher() as publisher, pixelwire.Reader() as reader:
+            decoded = await publisher.decode_and_publish(data, layout="PATCHES", resize=FLOATS)
+            height, width = pixelwire.probe_image(data)["oriented_size"]
+            th, tw = FLOATS.target(height, width)
+            assert decoded.size == th * tw * 12
+            assert decoded.processed is not None and decoded.processed["dtype"] == "float32"
+            remote = parse_descriptor(decoded.to_dict())
+            assert remote.processed is not None and remote.processed.dtype == "float32"
+            got = await reader.read_decoded(decoded.to_dict(), output="numpy")
+            rows = got.reshape(got.shape[0], -1).view(np.float32)
+            resized = pixelwire.decode_image(data, resize=(th, tw))
+            normalised = torchvision_normalised(resized, CLIP_MEAN, CLIP_STD)
+            np.testing.assert_array_equal(rows, processor_rows(normalised, 14, 1, 2))
+            joined = join_patch_rows([rows.view(np.uint8)], [2])
+            joined_rows = joined.reshape(joined.shape[0], -1).view(np.float32)
+            np.testing.assert_array_equal(joined_rows, processor_rows(normalised, 14, 2, 2))
+
+    asyncio.run(main())

@@ -1,5 +1,5 @@
 from collections.abc import Callable, Sequence
-from typing import Literal, Protocol, TypedDict, final
+from typing import Any, Literal, Protocol, TypedDict, final
 
 import numpy as np
 import numpy.typing as npt
@@ -269,6 +269,8 @@ class ProbeResult(TypedDict):
 
 Buffer = bytes | bytearray | memoryview
 
+Normalize = tuple[str, tuple[float, float, float], tuple[float, float, float], float]
+
 def decode_image(
     data: Buffer,
     *,
@@ -280,7 +282,8 @@ def decode_image(
     resize_kernel: Literal["torchvision", "pillow"] = "torchvision",
     resize_filter: Literal["bicubic", "bilinear", "lanczos"] = "bicubic",
     patches: tuple[int, int, int] | None = None,
-) -> npt.NDArray[np.uint8]:
+    normalize: Normalize | None = None,
+) -> npt.NDArray[Any]:
     """Decodes an image to a C-contiguous ``uint8`` array of shape (H, W, C),
     as vLLM's loader would (EXIF orientation, Pillow's mode conversion,
     RGBA composited onto ``background`` for RGB); with ``resize=(height,
@@ -289,7 +292,10 @@ def decode_image(
     size, for a processor that resizes twice in a row). With
     ``patches=(patch_size, temporal_patch_size, merge_size)`` (RGB only), the
     (resized) image laid out as a Qwen2-VL processor's uint8 patch rows,
-    shape (rows, row length, 1). The GIL is released while it decodes."""
+    shape (rows, row length, 1); with ``normalize=(backend, image_mean,
+    image_std, rescale_factor)`` too, the processor's float32 normalised
+    rows instead, as its ``backend`` ("torchvision") computes them, bit for
+    bit (the array is then float32). The GIL is released while it decodes."""
 
 def join_patch_rows(parts: Sequence[npt.NDArray[np.uint8]], copies: Sequence[int]) -> npt.NDArray[np.uint8]:
     """``parts`` (2-D uint8 arrays of a processor's patch rows, C-contiguous)
@@ -432,6 +438,7 @@ class NativePublisher:
         background: tuple[int, int, int] = (255, 255, 255),
         rgbx: bool = False,
         patches: tuple[int, int, int] | None = None,
+        normalize: Normalize | None = None,
         resize: tuple[int, int] | Sequence[tuple[int, int]] | None = None,
         resize_kernel: Literal["torchvision", "pillow"] = "torchvision",
         resize_filter: Literal["bicubic", "bilinear", "lanczos"] = "bicubic",
@@ -439,7 +446,9 @@ class NativePublisher:
         """Decodes ``data`` into a pool slot and starts its lease (GIL released).
         ``patches=(patch_size, temporal_patch_size, merge_size)`` (RGB only,
         not with ``rgbx``) lays the resized image out as a Qwen2-VL
-        processor's uint8 patch rows: ``shape`` is then (rows, row length, 1)."""
+        processor's uint8 patch rows: ``shape`` is then (rows, row length, 1);
+        with ``normalize=`` (as :func:`decode_image`'s), its float32 rows,
+        four bytes a value: (rows, row length, 4)."""
     def publish_many(
         self,
         inputs: Sequence[Buffer],
@@ -448,6 +457,7 @@ class NativePublisher:
         background: tuple[int, int, int] = (255, 255, 255),
         rgbx: bool = False,
         patches: tuple[int, int, int] | None = None,
+        normalize: Normalize | None = None,
         resizes: Sequence[tuple[int, int] | Sequence[tuple[int, int]] | None] | None = None,
         resize_kernel: Literal["torchvision", "pillow"] = "torchvision",
         resize_filter: Literal["bicubic", "bilinear", "lanczos"] = "bicubic",

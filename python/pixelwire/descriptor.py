@@ -197,11 +197,13 @@ class ResizeRecord:
 class ProcessedRecord:
     """What a processed image's descriptor says of its patch rows: the
     processor's identity (:func:`pixelwire.processed.processed_identity`),
-    ``image_grid_thw`` and the patch grid (patch, temporal, merge)."""
+    ``image_grid_thw``, the patch grid (patch, temporal, merge) and the
+    rows' dtype (uint8, or float32: four bytes a value)."""
 
     processor: str
     grid_thw: tuple[int, int, int]
     patch: tuple[int, int, int]
+    dtype: str = "uint8"
 
     @property
     def pixels(self) -> int:
@@ -251,7 +253,8 @@ class RemoteImage:
     # packed), and how its frames were sampled; None for an image.
     frames: int | None = None
     video: VideoRecord | None = None
-    # A processed image's patch rows ("PATCHES": shape is rows x row length x 1).
+    # A processed image's patch rows ("PATCHES": shape is rows x row length x
+    # bytes a value, 1 for uint8 and 4 for float32).
     processed: ProcessedRecord | None = None
 
     @property
@@ -375,23 +378,31 @@ def _positive_triple(value: Any, what: str) -> tuple[int, int, int]:
     return value[0], value[1], value[2]
 
 
+# Bytes a value of processed rows takes (the descriptor's shape[2]).
+_PROCESSED_VALUE_BYTES = {"uint8": 1, "float32": 4}
+
+
 def _processed(value: Any, layout: Layout, shape: tuple[int, int, int]) -> ProcessedRecord | None:
     """A "PATCHES" descriptor's processed record, checked against its shape:
-    one row a patch of the grid, each ``3 * patch * patch`` bytes (the
-    temporal copies are made by the worker)."""
+    one row a patch of the grid, each ``3 * patch * patch`` values of its
+    dtype's bytes (the temporal copies are made by the worker)."""
     if layout != "PATCHES":
         if value is not None:
             raise DescriptorError("pixelwire.processed belongs to the PATCHES layout")
         return None
     if not isinstance(value, dict) or not isinstance(value.get("processor"), str):
         raise DescriptorError("a PATCHES descriptor needs its pixelwire.processed record")
+    dtype = value.get("dtype", "uint8")
+    if dtype not in _PROCESSED_VALUE_BYTES:
+        raise DescriptorError(f"pixelwire.processed.dtype must be uint8 or float32, not {_short(dtype)}")
     record = ProcessedRecord(
         value["processor"],
         _positive_triple(value.get("grid_thw"), "pixelwire.processed.grid_thw"),
         _positive_triple(value.get("patch"), "pixelwire.processed.patch"),
+        dtype,
     )
     (t, h, w), (patch, _, merge) = record.grid_thw, record.patch
-    if h % merge or w % merge or shape != (t * h * w, 3 * patch * patch, 1):
+    if h % merge or w % merge or shape != (t * h * w, 3 * patch * patch, _PROCESSED_VALUE_BYTES[dtype]):
         raise DescriptorError(f"shape {list(shape)} is not the patch rows of grid {list(record.grid_thw)}")
     return record
 

@@ -157,10 +157,18 @@ def add_arguments(front: argparse.ArgumentParser) -> None:
         "--processed-inputs",
         action=argparse.BooleanOptionalAction,
         default=config.PROCESSED_INPUTS,
-        help="with --model of a processor pixelwire makes the outputs of (Qwen2-VL, Qwen2.5-VL), RGB "
-        "images ship as that processor's output (its uint8 patch rows and grid), which vLLM's plug-in "
-        "hands the engine as they are: vLLM's API server makes no pass over their pixels "
+        help="with --model of a processor pixelwire makes the outputs of (Qwen2-VL, Qwen2.5-VL, "
+        "Qwen3-VL), RGB images ship as that processor's output (its patch rows and grid), which "
+        "vLLM's plug-in hands the engine as they are: vLLM's API server makes no pass over their pixels "
         "(default: on; --no-processed-inputs ships the resized pixels)",
+    )
+    front.add_argument(
+        "--mm-device-do-normalize",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="as vLLM's flag of that name, which the processed inputs follow: on (vLLM's default for the "
+        "covered models), the processor's uint8 patch rows; off, its float32 normalised rows, 4 bytes a "
+        "value across NIXL (default: on)",
     )
     front.add_argument(
         "--mm-processor-kwargs",
@@ -319,7 +327,12 @@ def run(args: argparse.Namespace) -> int:
             )
             video_resize = video_resize_policy(args.model, args.mm_processor_kwargs)
             if args.processed_inputs:
-                processed = patch_layout(args.model, args.mm_processor_kwargs, resize)
+                processed = patch_layout(
+                    args.model,
+                    args.mm_processor_kwargs,
+                    resize,
+                    device_normalize=args.mm_device_do_normalize,
+                )
             video_loader = model_video_loader(args.model)
         except (OSError, ValueError) as error:
             raise CommandError(f"--model {args.model}: {error}") from None

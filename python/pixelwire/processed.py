@@ -2,13 +2,17 @@
 its engine for it, so that vLLM's API server makes no pass over its pixels.
 
 Covered: the models vLLM serves with ``Qwen2VLMultiModalProcessor``
-(Qwen2-VL, and Qwen2.5-VL through its subclass), whose image processor is
+(Qwen2-VL, and Qwen2.5-VL through its subclass) or with
+``Qwen3VLMultiModalProcessor`` (Qwen3-VL, dense and MoE), whose image processor is
 transformers' ``Qwen2VLImageProcessor`` on its default torchvision backend,
 with vLLM's device-side normalisation (``mm_device_do_normalize``, on by
-default for them). The processor's output is then the resized image's own
-bytes, cut into patch rows (``pixel_values``, uint8, ``rows x 3*T*P*P``),
-with ``image_grid_thw`` ``[1, H/P, W/P]``: the frontend resizes exactly as
-the processor does (:mod:`pixelwire.resize`) and lays the rows out natively
+default for them) or without it. With it, the processor's output is the
+resized image's own bytes, cut into patch rows (``pixel_values``, uint8,
+``rows x 3*T*P*P``); without it, the same rows of the processor's float32
+normalised values (:class:`Normalisation`, computed natively with the
+torchvision backend's own arithmetic, bit for bit). With them
+``image_grid_thw`` ``[1, H/P, W/P]``: the frontend resizes exactly as the
+processor does (:mod:`pixelwire.resize`) and lays the rows out natively
 (``src/patches.rs``), each patch once; the worker makes the temporal copies
 as it hands them on (:mod:`pixelwire.vllm.processed_inputs`).
 
@@ -20,27 +24,99 @@ when the two are equal.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from pixelwire import model_files
 from pixelwire.resize import Filter, Kernel, ResizePolicy
 from pixelwire.resize.families.smart import SmartPolicy
 
 # config.json model_type of the models vLLM processes with
-# Qwen2VLMultiModalProcessor (Qwen2.5-VL's processor is its subclass).
-COVERED_MODEL_TYPES = ("qwen2_vl", "qwen2_5_vl")
+# Qwen2VLMultiModalProcessor (Qwen2.5-VL's processor is its subclass) or
+# Qwen3VLMultiModalProcessor (Qwen3-VL and Qwen3-VL-MoE): each has the
+# processor seam (pixelwire.vllm.processed_inputs) and an image processor
+# that is transformers' Qwen2VLImageProcessor (Qwen3-VL's with patch 16).
+COVERED_MODEL_TYPES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe")
 # transformers' Qwen2VLImageProcessor defaults for the patch grid.
 _DEFAULT_GRID = {"patch_size": 14, "temporal_patch_size": 2, "merge_size": 2}
+# ... and for its rescale and normalisation (OPENAI_CLIP_MEAN and _STD).
+_DEFAULT_VALUES = {
+    "do_rescale": True,
+    "rescale_factor": 1 / 255,
+    "do_normalize": True,
+    "image_mean": [0.48145466, 0.4578275, 0.40821073],
+    "image_std": [0.26862954, 0.26130258, 0.27577711],
+}
+NORMALISATION_SETTINGS = tuple(_DEFAULT_VALUES)
 CHANNELS = 3
 
+Backend = Literal["torchvision"]
+# The native ``normalize=``: (backend, image_mean, image_std, rescale_factor).
+NativeNormalize = tuple[str, tuple[float, float, float], tuple[float, float, float], float]
 
-def processed_identity(patch: int, temporal: int, merge: int, resize_identity: str) -> str:
-    """What names a processed image's form: uint8 patch rows of a
-    ``patch``-pixel grid, ``temporal`` copies, ``merge`` windows, of an
-    image resized by the policy ``resize_identity``."""
-    return f"qwen2_vl_patches:uint8:patch={patch}:temporal={temporal}:merge={merge}:{resize_identity}"
+
+@dataclass(frozen=True)
+class Normalisation:
+    """The processor's rescale and normalisation, both on, as its
+    ``backend`` computes them (transformers 5.19's torchvision backend:
+    ``mean * (1 / rescale_factor)`` and ``std * (1 / rescale_factor)`` in
+    float32, then ``(x - mean) / std`` in float32; ``src/patches.rs``):
+    the rows are then float32."""
+
+    backend: Backend
+    mean: tuple[float, float, float]
+    std: tuple[float, float, float]
+    rescale: float
+
+    @property
+    def identity(self) -> str:
+        """The values' part of the processed identity (every float as
+        Python writes it, so two sides agree only on the same bits)."""
+        floats = (",".join(repr(v) for v in values) for values in (self.mean, self.std))
+        mean, std = floats
+        return f"float32:{self.backend}:mean={mean}:std={std}:rescale={self.rescale!r}"
+
+    @property
+    def native(self) -> NativeNormalize:
+        """The native ``normalize=``."""
+        return self.backend, self.mean, self.std, self.rescale
+
+
+def normalisation(settings: Mapping[str, Any], backend: Backend) -> Normalisation | None:
+    """The normalisation of an image processor's ``settings`` (its config
+    with vLLM's kwargs over it; the class defaults where they are silent);
+    None where its float rows are not ones pixelwire makes (rescale or
+    normalisation off, a mean or std that is not three finite numbers)."""
+    values = {**_DEFAULT_VALUES, **{k: v for k, v in settings.items() if k in _DEFAULT_VALUES}}
+    if values["do_rescale"] is not True or values["do_normalize"] is not True:
+        return None
+    mean, std, rescale = values["image_mean"], values["image_std"], values["rescale_factor"]
+
+    def number(value: Any) -> bool:
+        return type(value) in (int, float) and math.isfinite(value)
+
+    if not (isinstance(mean, (list, tuple)) and isinstance(std, (list, tuple))):
+        return None
+    if len(mean) != CHANNELS or len(std) != CHANNELS or not all(map(number, [*mean, *std, rescale])):
+        return None
+    if rescale <= 0 or any(float(v) == 0 for v in std):
+        return None
+    m0, m1, m2 = (float(v) for v in mean)
+    s0, s1, s2 = (float(v) for v in std)
+    return Normalisation(backend, (m0, m1, m2), (s0, s1, s2), float(rescale))
+
+
+def processed_identity(
+    patch: int, temporal: int, merge: int, resize_identity: str, values: Normalisation | None = None
+) -> str:
+    """What names a processed image's form: patch rows of a ``patch``-pixel
+    grid, ``temporal`` copies, ``merge`` windows, of an image resized by the
+    policy ``resize_identity``; uint8 (the image's bytes) or the float32
+    values of ``values``."""
+    kind = "uint8" if values is None else values.identity
+    return f"qwen2_vl_patches:{kind}:patch={patch}:temporal={temporal}:merge={merge}:{resize_identity}"
 
 
 @dataclass(frozen=True)
@@ -51,6 +127,8 @@ class PatchLayout:
     temporal_patch_size: int
     merge_size: int
     resize: SmartPolicy
+    # None: uint8 rows (vLLM normalises on the device); else float32 rows.
+    normalisation: Normalisation | None = None
 
     @property
     def grid(self) -> tuple[int, int, int]:
@@ -67,12 +145,27 @@ class PatchLayout:
 
     @property
     def identity(self) -> str:
-        return processed_identity(*self.grid, self.resize.identity)
+        return processed_identity(*self.grid, self.resize.identity, self.normalisation)
+
+    @property
+    def dtype(self) -> str:
+        """The rows' numpy dtype."""
+        return "uint8" if self.normalisation is None else "float32"
+
+    @property
+    def value_bytes(self) -> int:
+        """Bytes a value of the rows takes."""
+        return 1 if self.normalisation is None else 4
 
     @property
     def bytes_per_pixel(self) -> int:
         """Bytes a pixel of the resized image takes in the rows as they travel."""
-        return CHANNELS
+        return CHANNELS * self.value_bytes
+
+    @property
+    def native_normalize(self) -> NativeNormalize | None:
+        """The native ``normalize=`` (None: uint8 rows)."""
+        return None if self.normalisation is None else self.normalisation.native
 
     @property
     def kernel(self) -> Kernel:
@@ -97,20 +190,29 @@ class PatchLayout:
 
     def record(self, height: int, width: int) -> dict[str, Any]:
         """The descriptor's ``pixelwire.processed`` for an image resized to (height, width)."""
-        return {
+        record: dict[str, Any] = {
             "processor": self.identity,
             "grid_thw": self.grid_thw(height, width),
             "patch": list(self.grid),
         }
+        if self.normalisation is not None:
+            record["dtype"] = self.dtype
+        return record
 
 
 def patch_layout(
-    model: str, mm_processor_kwargs: Mapping[str, Any] | None, resize: ResizePolicy | None
+    model: str,
+    mm_processor_kwargs: Mapping[str, Any] | None,
+    resize: ResizePolicy | None,
+    *,
+    device_normalize: bool = True,
 ) -> PatchLayout | None:
     """The patch layout of ``model`` served with ``mm_processor_kwargs``
-    (vLLM's ``--mm-processor-kwargs``), whose resize policy is ``resize``;
-    None where processed inputs are not made for it (another processor,
-    the PIL backend, a resize pixelwire does not reproduce)."""
+    (vLLM's ``--mm-processor-kwargs``), whose resize policy is ``resize``,
+    by a vLLM that normalises images on the device (``device_normalize``:
+    uint8 rows) or not (float32 rows); None where processed inputs are not
+    made for it (another processor, the PIL backend, a resize or a
+    normalisation pixelwire does not reproduce)."""
     # Qwen2VLImageProcessor's own smart resize (not GLM's, nor a video's).
     if not isinstance(resize, SmartPolicy) or resize.temporal_factor or resize.kernel != "torchvision":
         return None
@@ -128,4 +230,7 @@ def patch_layout(
     patch, temporal, merge = grid
     if patch * merge != resize.factor:
         return None
-    return PatchLayout(patch, temporal, merge, resize)
+    if device_normalize:
+        return PatchLayout(patch, temporal, merge, resize)
+    values = normalisation(settings, "torchvision")
+    return None if values is None else PatchLayout(patch, temporal, merge, resize, values)

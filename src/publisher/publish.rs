@@ -38,7 +38,7 @@ pub struct BatchImage<'a> {
 }
 
 /// How a published image's bytes are laid out in its slot.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Packing {
     /// Height x width x channels, as decoded.
     Hwc,
@@ -46,7 +46,7 @@ pub enum Packing {
     /// building a PIL image maps the pixels instead of copying them.
     Rgbx,
     /// The patch rows a processor makes of the (resized) image
-    /// ([`crate::patches`]): its processed inputs, `rows x row_len` bytes.
+    /// ([`crate::patches`]): its processed inputs, `rows x row_len` values.
     Patches(PatchGrid),
 }
 
@@ -118,10 +118,11 @@ impl Publisher {
             Packing::Rgbx => (shape.len() / 3 * 4, shape),
             Packing::Patches(grid) => {
                 let (rows, row_len) = grid.shape(shape.height, shape.width)?;
+                // A row of values, each `value_bytes` bytes (f32: 4).
                 let shipped = OutputShape {
                     height: rows,
                     width: row_len,
-                    channels: 1,
+                    channels: grid.value_bytes(),
                 };
                 (grid.bytes(shape.height, shape.width)?, shipped)
             }
@@ -146,7 +147,7 @@ impl Publisher {
                     // first, then laid out into the slot.
                     let mut rgb = vec![0u8; shape.len()];
                     decode::decode_resized_into(data, &info, opts, resize, &mut rgb)?;
-                    grid.write_u8(&rgb, shape.height, shape.width, &mut out[..len])?;
+                    grid.write(&rgb, shape.height, shape.width, &mut out[..len])?;
                 }
             }
             Ok(len)

@@ -12,7 +12,6 @@ use super::pixels;
 use crate::decode::{self, DecodeOptions, Mode, OutputShape};
 use crate::errors::Error;
 use crate::identify;
-use crate::patches::PatchGrid;
 use crate::resize::Target;
 
 /// Decoding limits, checked from the header before pixel memory is taken.
@@ -155,7 +154,7 @@ fn image_options(
 /// with `resize=(height, width)`, resized to that size right after
 /// decoding with the named processor arithmetic.
 #[pyfunction]
-#[pyo3(signature = (data, *, mode = "RGB", background = (255, 255, 255), limits = None, apply_exif_orientation = true, resize = None, resize_kernel = "torchvision", resize_filter = "bicubic", patches = None))]
+#[pyo3(signature = (data, *, mode = "RGB", background = (255, 255, 255), limits = None, apply_exif_orientation = true, resize = None, resize_kernel = "torchvision", resize_filter = "bicubic", patches = None, normalize = None))]
 #[allow(clippy::too_many_arguments)]
 fn decode_image<'py>(
     py: Python<'py>,
@@ -168,6 +167,7 @@ fn decode_image<'py>(
     resize_kernel: &str,
     resize_filter: &str,
     patches: Option<(usize, usize, usize)>,
+    normalize: Option<super::patches::NormalizeArg>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let (opts, target) = image_options(
         mode,
@@ -178,9 +178,8 @@ fn decode_image<'py>(
         resize_kernel,
         resize_filter,
     )?;
-    let grid = patches
-        .map(|(patch, temporal, merge)| PatchGrid::new(patch, temporal, merge))
-        .transpose()?;
+    let grid = super::patches::grid_arg(patches, normalize)?;
+    let floats = grid.is_some_and(|g| g.value_bytes() == 4);
     if grid.is_some() {
         crate::patches::check_mode(opts.mode)?;
     }
@@ -194,17 +193,22 @@ fn decode_image<'py>(
         };
         // The processor's patch rows of the decoded image (`crate::patches`).
         let (rows, row_len) = grid.shape(shape.height, shape.width)?;
-        let mut laid_out = vec![0u8; rows * row_len];
-        grid.write_u8(&out, shape.height, shape.width, &mut laid_out)?;
+        let mut laid_out = vec![0u8; grid.bytes(shape.height, shape.width)?];
+        grid.write(&out, shape.height, shape.width, &mut laid_out)?;
         decode::recycle::give_back(out);
         let shape = OutputShape {
             height: rows,
             width: row_len,
-            channels: 1,
+            channels: grid.value_bytes(),
         };
         Ok((shape, laid_out))
     })?;
-    pixels::array(py, pixels, shape)
+    let array = pixels::array(py, pixels, shape)?;
+    if !floats {
+        return Ok(array);
+    }
+    // Float rows: the bytes seen as native-endian float32, (rows, row length, 1).
+    array.call_method1("view", ("float32",))
 }
 
 /// Decodes every image of `inputs` with `decode_image`'s options on a pool

@@ -7,7 +7,49 @@ use pyo3::prelude::*;
 use super::pixels;
 use crate::decode::OutputShape;
 use crate::errors::Error;
-use crate::patches;
+use crate::patches::{self, Backend, Normalise, PatchGrid, Values};
+
+/// `normalize=(backend, image_mean, image_std, rescale_factor)`: the
+/// processor's float rows (`backend`: "torchvision" or "pil").
+pub type NormalizeArg = (String, (f64, f64, f64), (f64, f64, f64), f64);
+
+/// The patch grid of `patches=(patch_size, temporal_patch_size,
+/// merge_size)`, its rows `float32` normalised as `normalize` says (`u8`
+/// without); `normalize` needs `patches`.
+pub fn grid_arg(
+    patches: Option<(usize, usize, usize)>,
+    normalize: Option<NormalizeArg>,
+) -> PyResult<Option<PatchGrid>> {
+    let Some((patch, temporal, merge)) = patches else {
+        if normalize.is_some() {
+            return Err(
+                Error::InvalidArgument("normalize= is for patch rows (patches=)".into()).into(),
+            );
+        }
+        return Ok(None);
+    };
+    let grid = PatchGrid::new(patch, temporal, merge)?;
+    let Some((backend, mean, std, rescale)) = normalize else {
+        return Ok(Some(grid));
+    };
+    let backend = match backend.as_str() {
+        "torchvision" => Backend::Torchvision,
+        "pil" => Backend::Pil,
+        other => {
+            return Err(Error::InvalidArgument(format!(
+                "normalize backend must be 'torchvision' or 'pil', not {other:?}"
+            ))
+            .into())
+        }
+    };
+    let normalise = Normalise::new(
+        backend,
+        [mean.0, mean.1, mean.2],
+        [std.0, std.1, std.2],
+        rescale,
+    )?;
+    Ok(Some(grid.with_values(Values::F32(normalise))))
+}
 
 /// `parts` (2-D uint8 arrays of patch rows, C-contiguous) joined in order
 /// into one new array (rows, row length, 1), part `i`'s every block

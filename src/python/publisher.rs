@@ -13,7 +13,6 @@ use super::decode::{decode_options, limits_or_default, resize_target, PyLimits, 
 use crate::decode::DecodeOptions;
 use crate::errors::Error;
 use crate::fair::FairPool;
-use crate::patches::PatchGrid;
 use crate::publisher::{
     BatchControl, BatchImage, Packing, Published, PublishedSlot, Publisher, PublisherConfig,
 };
@@ -21,6 +20,7 @@ use crate::video;
 use crate::wire::notification_for;
 
 use super::control::NativeBatchControl;
+use super::patches::{grid_arg, NormalizeArg};
 use super::video::PyVideoCapture;
 
 #[pyclass(module = "pixelwire._native", frozen)]
@@ -55,13 +55,15 @@ impl NativePublisher {
 /// The layout a publish asks for: `rgbx` (Pillow's four bytes a pixel) or
 /// `patches=(patch_size, temporal_patch_size, merge_size)` (a processor's
 /// patch rows), not both.
-fn packing(rgbx: bool, patches: Option<(usize, usize, usize)>) -> PyResult<Packing> {
-    Ok(match (rgbx, patches) {
+fn packing(
+    rgbx: bool,
+    patches: Option<(usize, usize, usize)>,
+    normalize: Option<NormalizeArg>,
+) -> PyResult<Packing> {
+    Ok(match (rgbx, grid_arg(patches, normalize)?) {
         (false, None) => Packing::Hwc,
         (true, None) => Packing::Rgbx,
-        (false, Some((patch, temporal, merge))) => {
-            Packing::Patches(PatchGrid::new(patch, temporal, merge)?)
-        }
+        (false, Some(grid)) => Packing::Patches(grid),
         (true, Some(_)) => {
             return Err(
                 Error::InvalidArgument("rgbx and patches are two layouts: pick one".into()).into(),
@@ -140,7 +142,7 @@ impl NativePublisher {
 
     /// Decodes into a registered slot (resized to `resize=(height, width)`
     /// if given); returns the descriptor fields.
-    #[pyo3(signature = (data, *, mode = "RGB", background = (255, 255, 255), rgbx = false, patches = None, resize = None, resize_kernel = "torchvision", resize_filter = "bicubic"))]
+    #[pyo3(signature = (data, *, mode = "RGB", background = (255, 255, 255), rgbx = false, patches = None, normalize = None, resize = None, resize_kernel = "torchvision", resize_filter = "bicubic"))]
     #[allow(clippy::too_many_arguments)]
     fn publish<'py>(
         &self,
@@ -150,13 +152,14 @@ impl NativePublisher {
         background: (u8, u8, u8),
         rgbx: bool,
         patches: Option<(usize, usize, usize)>,
+        normalize: Option<NormalizeArg>,
         resize: Option<ResizeArg>,
         resize_kernel: &str,
         resize_filter: &str,
     ) -> PyResult<Bound<'py, PyDict>> {
         let target = resize_target(resize, resize_kernel, resize_filter)?;
         let opts = self.decode_options(mode, background)?;
-        let packing = packing(rgbx, patches)?;
+        let packing = packing(rgbx, patches, normalize)?;
         let bytes = data.as_slice();
         let published = py.detach(|| self.inner.publish(bytes, &opts, packing, target.as_ref()))?;
         self.owned_by_python(&[&published.slot], || published_fields(py, &published))
@@ -168,7 +171,7 @@ impl NativePublisher {
     /// released. One item per input, in order: its descriptor fields, or the
     /// exception that image failed with (returned, not raised: the others
     /// are published all the same).
-    #[pyo3(signature = (inputs, *, mode = "RGB", background = (255, 255, 255), rgbx = false, patches = None, resizes = None, resize_kernel = "torchvision", resize_filter = "bicubic", threads = None, control = None))]
+    #[pyo3(signature = (inputs, *, mode = "RGB", background = (255, 255, 255), rgbx = false, patches = None, normalize = None, resizes = None, resize_kernel = "torchvision", resize_filter = "bicubic", threads = None, control = None))]
     #[allow(clippy::too_many_arguments)]
     fn publish_many<'py>(
         &self,
@@ -178,6 +181,7 @@ impl NativePublisher {
         background: (u8, u8, u8),
         rgbx: bool,
         patches: Option<(usize, usize, usize)>,
+        normalize: Option<NormalizeArg>,
         resizes: Option<Vec<Option<ResizeArg>>>,
         resize_kernel: &str,
         resize_filter: &str,
@@ -185,7 +189,7 @@ impl NativePublisher {
         control: Option<&NativeBatchControl>,
     ) -> PyResult<Bound<'py, PyList>> {
         let opts = self.decode_options(mode, background)?;
-        let packing = packing(rgbx, patches)?;
+        let packing = packing(rgbx, patches, normalize)?;
         let resizes = resizes.unwrap_or_else(|| vec![None; inputs.len()]);
         if resizes.len() != inputs.len() {
             return Err(Error::InvalidArgument(format!(

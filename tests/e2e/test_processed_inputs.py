@@ -4,9 +4,13 @@ to vLLM 0.32's own multimodal processor, is exactly what that processor
 makes of vLLM's own loader's image: ``pixel_values`` and ``image_grid_thw``
 ``torch.equal``, the same prompt token ids, the same cache hashes across
 repeats, and the HF processor never called for it. Over the resize corpus
-(:mod:`resize_corpus`), at Qwen2-VL's default budget (12,845,056 pixels,
-where photos ship whole) and at a downsizing one, with vLLM's processor
-cache off, processor-only and LRU.
+(:mod:`resize_corpus`), for the tiny Qwen2-VL (``Qwen2VLMultiModalProcessor``,
+patch 14) and the tiny Qwen3-VL (``Qwen3VLMultiModalProcessor``, patch 16,
+mean and std 0.5), each at its processor's default budget (12,845,056 and
+16,777,216 pixels, where photos ship whole) and at a downsizing one, with
+vLLM's device normalisation on (uint8 rows) and off (the processor's
+float32 normalised rows, bit for bit), with vLLM's processor cache off,
+processor-only and LRU.
 
 And fail closed: a processed image reaches vLLM only when vLLM's processor
 would have made the same one; another setting is refused with the setting
@@ -33,9 +37,11 @@ import stack
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(1800)]
 
-DEFAULT_BUDGET = 12845056  # Qwen2-VL's processor default: 1080p and 4K photos ship whole
 DOWNSIZING_BUDGET = 1003520
-BUDGETS = [DEFAULT_BUDGET, DOWNSIZING_BUDGET]
+# Each family's processor default (Qwen2-VL's, Qwen3-VL's): 1080p and 4K photos ship whole.
+DEFAULT_BUDGETS = {"qwen2-vl": 12845056, "qwen3-vl": 16777216}
+FAMILIES = list(DEFAULT_BUDGETS)
+DEFAULT_BUDGET = DEFAULT_BUDGETS["qwen2-vl"]
 SECRET = "processed-inputs-test"
 PROMPT = "<|vision_start|><|image_pad|><|vision_end|>Describe it."
 
@@ -44,9 +50,14 @@ def _kwargs(budget: int) -> dict[str, Any]:
     return {"max_pixels": budget}
 
 
+@pytest.fixture(scope="module", params=FAMILIES)
+def family(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
 @pytest.fixture(scope="module")
-def model() -> str:
-    return str(stack.model_dir())
+def model(family: str) -> str:
+    return str(stack.model_dir(family))
 
 
 @pytest.fixture
@@ -74,7 +85,7 @@ def served_as(monkeypatch: pytest.MonkeyPatch, model: str) -> Iterator[Any]:
 
 
 def _processor(model: str, kwargs: dict[str, Any], **settings: Any) -> Any:
-    """vLLM's own multimodal processor for the tiny Qwen2-VL."""
+    """vLLM's own multimodal processor for the tiny model."""
     from vllm.config import ModelConfig
     from vllm.multimodal import MULTIMODAL_REGISTRY
 
@@ -84,8 +95,22 @@ def _processor(model: str, kwargs: dict[str, Any], **settings: Any) -> Any:
         return MULTIMODAL_REGISTRY.create_processor(config)
 
 
-def _layout(model: str, budget: int) -> PatchLayout:
-    layout = patch_layout(model, _kwargs(budget), image_resize_policy(model, _kwargs(budget)))
+# Where the rows are normalised: on vLLM's device (uint8 rows), or by the
+# processor (float32 rows: vLLM started with --no-mm-device-do-normalize).
+NORMALISED = ["on-device", "by-processor"]
+
+
+def _on_device(normalised: str) -> bool:
+    return normalised == "on-device"
+
+
+def _vllm_flags(normalised: str) -> tuple[str, ...]:
+    return () if _on_device(normalised) else ("--no-mm-device-do-normalize",)
+
+
+def _layout(model: str, budget: int, normalised: str = "on-device") -> PatchLayout:
+    policy = image_resize_policy(model, _kwargs(budget))
+    layout = patch_layout(model, _kwargs(budget), policy, device_normalize=_on_device(normalised))
     assert layout is not None
     return layout
 
@@ -117,18 +142,38 @@ async def _published_and_read(items: list[bytes], layout: PatchLayout) -> list[A
         return carriers
 
 
+@pytest.fixture(scope="module")
+def roomy_reader() -> Iterator[Any]:
+    """A reader with a receive pool of 1 GiB, for the float rows: those of a
+    photo kept whole at the default budget take up to 12 bytes a pixel
+    (201 MB at Qwen3-VL's 16,777,216), most of the default 256 MiB. One for
+    the module, closed at its end (the worker's cache, which may hold rows
+    it lent, is forgotten first)."""
+    import dataclasses
+
+    from pixelwire.config import ReaderSettings
+    from pixelwire.vllm.image_cache import reset_worker_image_cache
+
+    reader = pixelwire.Reader(dataclasses.replace(ReaderSettings.from_env(), pool_bytes=1 << 30))
+    yield reader
+    reset_worker_image_cache()
+    asyncio.run(reader.close())
+
+
 def _hf_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """A list that grows by the images of each call of the HF processor."""
-    from vllm.model_executor.models.qwen2_vl import Qwen2VLMultiModalProcessor
+    """A list that grows by the images of each call of the HF processor
+    with images (every processor calls it through vLLM's context)."""
+    from vllm.multimodal.processing.context import InputProcessingContext
 
     calls: list[int] = []
-    original = Qwen2VLMultiModalProcessor._call_hf_processor
+    original = InputProcessingContext.call_hf_processor
 
-    def counted(self: Any, hf_data: Any, *args: Any, **kwargs: Any) -> Any:
-        calls.append(len(hf_data.get("images", [])))
-        return original(self, hf_data, *args, **kwargs)
+    def counted(self: Any, hf_processor: Any, data: Any, *args: Any, **kwargs: Any) -> Any:
+        if data.get("images"):
+            calls.append(len(data["images"]))
+        return original(self, hf_processor, data, *args, **kwargs)
 
-    monkeypatch.setattr(Qwen2VLMultiModalProcessor, "_call_hf_processor", counted)
+    monkeypatch.setattr(InputProcessingContext, "call_hf_processor", counted)
     return calls
 
 
@@ -146,13 +191,17 @@ def _item(out: Any, index: int) -> tuple[Any, Any]:
 
 
 @pytest.mark.parametrize("where", ["frontend", "worker"])
-@pytest.mark.parametrize("budget", BUDGETS)
+@pytest.mark.parametrize("budget", ["default", "downsizing"])
+@pytest.mark.parametrize("normalised", NORMALISED)
 def test_processed_images_equal_vllms_processor_output(
     resize_corpus: tuple[list[Case], dict[str, int]],
     served_as: Any,
+    family: str,
     model: str,
-    budget: int,
+    normalised: str,
+    budget: str,
     where: str,
+    roomy_reader: Any,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Every corpus image: the rows and grid made at the frontend (read over
@@ -162,48 +211,66 @@ def test_processed_images_equal_vllms_processor_output(
     import torch
 
     cases, _ = resize_corpus
-    served_as(_kwargs(budget))
-    processor = _processor(model, _kwargs(budget))
-    layout = _layout(model, budget)
+    pixels = DEFAULT_BUDGETS[family] if budget == "default" else DOWNSIZING_BUDGET
+    if not _on_device(normalised):
+        from pixelwire import transfer
+        from pixelwire.vllm.image_cache import reset_worker_image_cache
+
+        monkeypatch.setattr(transfer, "_default_reader", roomy_reader)
+        # Float rows are four times the pixels: the worker's cache starts empty for each run.
+        reset_worker_image_cache()
+    served_as(_kwargs(pixels), *_vllm_flags(normalised))
+    processor = _processor(model, _kwargs(pixels), mm_device_do_normalize=_on_device(normalised))
+    layout = _layout(model, pixels, normalised)
     calls = _hf_calls(monkeypatch)
     failures: list[str] = []
     whole = 0
     # The processor's smart_resize raises for aspect ratios over 200: nothing to compare.
     sizes = [pixelwire.probe_image(case.data)["oriented_size"] for case in cases]
     cases = [case for case, (h, w) in zip(cases, sizes, strict=True) if max(h, w) / min(h, w) <= 200]
-    sources = [case.data for case in cases]
-    if where == "frontend":
-        carriers = asyncio.run(_published_and_read(sources, layout))
-    else:
-        carriers = asyncio.run(_loaded_in_worker_mode(sources))
-    for case, carrier in zip(cases, carriers, strict=True):
+
+    def load(data: bytes) -> Any:
+        # One at a time: float rows of a 4K photo take 99 MB (the reader's
+        # receive memory, while lent).
+        if where == "frontend":
+            return asyncio.run(_published_and_read([data], layout))[0]
+        return asyncio.run(_loaded_in_worker_mode([data]))[0]
+
+    for case in cases:
+        carrier = load(case.data)
         height, width = pixelwire.probe_image(case.data)["oriented_size"]
         expected = _apply(processor, [case.image])
         calls.clear()
         got = _apply(processor, [carrier])
-        # Kept its size, but for the rounding to the 28-pixel merge grid.
-        target = layout.target(height, width)
-        whole += abs(target[0] - height) <= 14 and abs(target[1] - width) <= 14
+        # Kept its size, but for the rounding to the merge grid.
+        target, half = layout.target(height, width), layout.resize.factor // 2
+        whole += abs(target[0] - height) <= half and abs(target[1] - width) <= half
         rows, grid = _item(got, 0)
         want_rows, want_grid = _item(expected, 0)
         if calls:
             failures.append(f"{case.name}: the HF processor was called for {calls}")
-        if not (torch.equal(grid, want_grid) and torch.equal(rows, want_rows)):
+        same = rows.dtype == want_rows.dtype and torch.equal(rows, want_rows)
+        if not (torch.equal(grid, want_grid) and same):
             failures.append(f"{case.name}: rows {tuple(rows.shape)} {rows.dtype}, grid {grid.tolist()}")
         if got["prompt_token_ids"] != expected["prompt_token_ids"]:
             failures.append(f"{case.name}: prompt token ids differ")
-    print(f"\nbudget {budget}: {len(cases)} images, {whole} kept their size (on the merge grid)")
+        del carrier, got, expected, rows, want_rows
+    dtype = "uint8" if _on_device(normalised) else "float32"
+    print(f"\n{family}, {dtype}, budget {pixels}: {len(cases)} images, {whole} kept their size (on the grid)")
     assert not failures, failures
-    if budget == DEFAULT_BUDGET:
+    if budget == "default":
         assert whole > len(cases) // 2, "at the default budget most images keep their size"
 
 
 @pytest.mark.parametrize("cache_kind", ["none", "processor_only", "lru"])
+@pytest.mark.parametrize("normalised", NORMALISED)
 def test_a_request_mixing_processed_and_other_images_is_vllms_own(
     resize_corpus: tuple[list[Case], dict[str, int]],
     served_as: Any,
     model: str,
     cache_kind: str,
+    normalised: str,
+    family: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Several images in one request, processed and not, in any order, twice
@@ -218,15 +285,16 @@ def test_a_request_mixing_processed_and_other_images_is_vllms_own(
     cases, _ = resize_corpus
     by_name = {case.name: case for case in cases}
     chosen = [by_name["exif_gps_typeerror@1920x1080.jpg"], by_name["hopper.png"], by_name["flower2.jpg"]]
-    served_as(_kwargs(DEFAULT_BUDGET))
-    processor = _processor(model, _kwargs(DEFAULT_BUDGET))
+    budget = DEFAULT_BUDGETS[family]
+    served_as(_kwargs(budget), *_vllm_flags(normalised))
+    processor = _processor(model, _kwargs(budget), mm_device_do_normalize=_on_device(normalised))
     config = processor.info.ctx.model_config
     cache = {
         "none": None,
         "processor_only": MultiModalProcessorOnlyCache(config),
         "lru": LruKeyReplicatedSenderCache(config),
     }[cache_kind]
-    layout = _layout(model, DEFAULT_BUDGET)
+    layout = _layout(model, budget, normalised)
     carriers = asyncio.run(_published_and_read([chosen[0].data, chosen[2].data], layout))
     mixed = [carriers[0], chosen[1].image, carriers[1]]
     expected = _apply(processor, [case.image for case in chosen])
@@ -251,46 +319,75 @@ def test_a_request_mixing_processed_and_other_images_is_vllms_own(
 
 
 def test_a_processor_setting_unlike_the_frontends_is_refused(
-    resize_corpus: tuple[list[Case], dict[str, int]], served_as: Any, model: str
+    resize_corpus: tuple[list[Case], dict[str, int]], served_as: Any, family: str, model: str
 ) -> None:
-    """Rows made for another budget (or with device normalisation off at
-    vLLM, or a request's own mm_processor_kwargs) are refused with the
-    setting named: the comparison would catch a wrong setting."""
+    """Rows made for another budget or another model's grid (or with
+    device normalisation off at vLLM, or a request's own
+    mm_processor_kwargs) are refused with the setting named: the
+    comparison would catch a wrong setting."""
     from pixelwire.vllm.connector import PixelwireMediaConnector  # noqa: F401 - registered below
+    from pixelwire.vllm.processed_inputs import processed_image
 
     cases, _ = resize_corpus
     photo = next(case for case in cases if case.name == "exif_gps_typeerror@1920x1080.png")
-    served_as(_kwargs(DEFAULT_BUDGET))
-    (carrier,) = asyncio.run(_published_and_read([photo.data], _layout(model, DEFAULT_BUDGET)))
+    budget = DEFAULT_BUDGETS[family]
+    served_as(_kwargs(budget))
+    (carrier,) = asyncio.run(_published_and_read([photo.data], _layout(model, budget)))
     other_budget = _processor(model, _kwargs(DOWNSIZING_BUDGET))
-    with pytest.raises(ValueError, match=r"processed this image for .*max=12845056.*--no-processed-inputs"):
+    with pytest.raises(ValueError, match=rf"processed this image for .*max={budget}.*--no-processed-inputs"):
         _apply(other_budget, [carrier])
-    not_on_device = _processor(model, _kwargs(DEFAULT_BUDGET), mm_device_do_normalize=False)
-    with pytest.raises(ValueError, match="device normalisation off"):
+    # uint8 rows where vLLM's processor normalises (float32 rows), and the other way.
+    not_on_device = _processor(model, _kwargs(budget), mm_device_do_normalize=False)
+    with pytest.raises(ValueError, match=r"for qwen2_vl_patches:uint8.*makes qwen2_vl_patches:float32"):
         _apply(not_on_device, [carrier])
-    same = _processor(model, _kwargs(DEFAULT_BUDGET))
+    served_as(_kwargs(budget), "--no-mm-device-do-normalize")
+    (floats,) = asyncio.run(_published_and_read([photo.data], _layout(model, budget, "by-processor")))
+    served_as(_kwargs(budget))
+    with pytest.raises(ValueError, match=r"for qwen2_vl_patches:float32.*makes qwen2_vl_patches:uint8"):
+        _apply(_processor(model, _kwargs(budget)), [floats])
+    # Float rows of another mean (the processor's config or kwargs say otherwise).
+    other_mean = {**_kwargs(budget), "image_mean": [0.5, 0.5, 0.25]}
+    with pytest.raises(ValueError, match=r"for .*float32:torchvision:mean=.*but this vLLM's processor makes"):
+        _apply(_processor(model, other_mean, mm_device_do_normalize=False), [floats])
+    same = _processor(model, _kwargs(budget))
     tokenizer = same.info.get_tokenizer()
     with pytest.raises(ValueError, match="its own mm_processor_kwargs"):
         same(
             tokenizer.encode(PROMPT),
             same.info.parse_mm_data({"image": [carrier]}),
-            hf_processor_mm_kwargs={"max_pixels": DEFAULT_BUDGET},
+            hf_processor_mm_kwargs={"max_pixels": budget},
         )
+    # Rows of the other family's grid (patch 14 against 16) at the same
+    # budget: refused by the connector, and by the seam if they got there.
+    other = _layout(str(stack.model_dir(next(name for name in FAMILIES if name != family))), budget)
+    refused = rf"processed this image for .*patch={other.patch_size}.*this vLLM takes"
+    with pytest.raises(ValueError, match=refused):
+        asyncio.run(_published_and_read([photo.data], other))
+    grid = carrier.image_grid_thw[0].tolist()
+    forged = processed_image(b"forged", carrier.rows, grid, other.identity, copies=carrier.copies)
+    with pytest.raises(ValueError, match=rf"for .*patch={other.patch_size}.*but this vLLM's processor makes"):
+        _apply(same, [forged])
     # The connector refuses rows made for another setting before any READ.
     served_as(_kwargs(DOWNSIZING_BUDGET))
     with pytest.raises(ValueError, match=r"this vLLM takes qwen2_vl_patches.*max=1003520"):
-        asyncio.run(_published_and_read([photo.data], _layout(model, DEFAULT_BUDGET)))
-    served_as(_kwargs(DEFAULT_BUDGET), "--no-mm-device-do-normalize")
+        asyncio.run(_published_and_read([photo.data], _layout(model, budget)))
+    served_as(_kwargs(budget), "--no-mm-device-do-normalize")
+    with pytest.raises(ValueError, match=r"this vLLM takes qwen2_vl_patches:float32:torchvision"):
+        asyncio.run(_published_and_read([photo.data], _layout(model, budget)))
+    served_as({**_kwargs(budget), "do_normalize": False}, "--no-mm-device-do-normalize")
     with pytest.raises(ValueError, match="this vLLM takes no processed inputs"):
-        asyncio.run(_published_and_read([photo.data], _layout(model, DEFAULT_BUDGET)))
+        asyncio.run(_published_and_read([photo.data], _layout(model, budget)))
 
 
 def test_only_the_covered_processors_get_a_patch_layout(model: str) -> None:
-    """The PIL backend (use_fast false) makes float rows, and a request
-    that does not resize is not a Qwen2-VL processor's: no patch layout."""
+    """The PIL backend (use_fast false), a processor that does not
+    normalise without vLLM's device normalisation, and a request that does
+    not resize: no patch layout."""
     policy = image_resize_policy(model)
     assert patch_layout(model, {}, policy) is not None
     assert patch_layout(model, {"use_fast": False}, policy) is None
+    assert patch_layout(model, {"use_fast": False}, policy, device_normalize=False) is None
+    assert patch_layout(model, {"do_normalize": False}, policy, device_normalize=False) is None
     assert patch_layout(model, {}, None) is None
     glm = str(stack.model_dir("glm4v"))
     assert patch_layout(glm, {}, image_resize_policy(glm)) is None

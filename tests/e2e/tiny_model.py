@@ -1,12 +1,15 @@
 """Builds tiny, randomly initialised vision-language model directories,
-offline: Qwen2-VL (the default), and Gemma 3, GLM-4.1V, Mistral 3,
+offline: Qwen2-VL (the default), Qwen3-VL (processed inputs), and Gemma 3, GLM-4.1V, Mistral 3,
 Idefics3 and LLaVA-OneVision for the model-aware resize's other families.
 
 The weights are drawn under a fixed seed (initializer_range 0.02), so the
 same image gives the same logprobs on every start and different images give
 different ones; vLLM's ``load_format="dummy"`` would not (its logits are flat).
 
-    python tests/e2e/tiny_model.py OUTPUT_DIR [qwen2-vl|gemma3|glm4v|mistral3|idefics3|llava-onevision]
+    python tests/e2e/tiny_model.py OUTPUT_DIR [FAMILY]
+
+FAMILY: qwen2-vl (the default), qwen3-vl, gemma3, glm4v, mistral3, idefics3
+or llava-onevision.
 """
 
 from __future__ import annotations
@@ -604,9 +607,90 @@ def build_llava_onevision(out: Path) -> None:
     _rename_weights(out, "vision_tower.", "vision_tower.vision_model.")
 
 
+# Qwen3-VL's grid: patch 16, merged 2x2 (factor 32); at most 16 image tokens.
+QWEN3_VL_MIN_PIXELS = 64 * 64
+QWEN3_VL_MAX_PIXELS = 32 * 32 * 16
+
+
+def build_qwen3_vl(out: Path) -> None:
+    """A tiny Qwen3-VL: its vision tower (patch 16, spatial merge 2, one
+    deepstack layer) into a Qwen3 text model; Qwen2VLImageProcessor with
+    Qwen3-VL's grid and normalisation (mean and std 0.5)."""
+    import torch
+    from transformers import (
+        Qwen2VLImageProcessor,
+        Qwen3VLConfig,
+        Qwen3VLForConditionalGeneration,
+        Qwen3VLProcessor,
+        Qwen3VLVideoProcessor,
+    )
+
+    out.mkdir(parents=True, exist_ok=True)
+    tokenizer = _tokenizer(
+        SPECIAL_TOKENS,
+        CHAT_TEMPLATE,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        additional_special_tokens=SPECIAL_TOKENS[1:],
+    )
+    ids = {t: tokenizer.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS}
+    config = Qwen3VLConfig(
+        text_config={
+            **TEXT,
+            "vocab_size": len(tokenizer),
+            "head_dim": 64,
+            "rope_parameters": {
+                "rope_type": "default",
+                "rope_theta": 10000.0,
+                "mrope_section": [8, 12, 12],
+                "mrope_interleaved": True,
+            },
+            "bos_token_id": ids["<|endoftext|>"],
+            "eos_token_id": ids["<|im_end|>"],
+            "pad_token_id": ids["<|endoftext|>"],
+        },
+        vision_config={
+            "depth": 2,
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_heads": 1,
+            "out_hidden_size": TEXT["hidden_size"],
+            "patch_size": 16,
+            "spatial_merge_size": 2,
+            "temporal_patch_size": 2,
+            "num_position_embeddings": 64,
+            "deepstack_visual_indexes": [0],
+            "initializer_range": 0.02,
+        },
+        image_token_id=ids["<|image_pad|>"],
+        video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"],
+        vision_end_token_id=ids["<|vision_end|>"],
+        tie_word_embeddings=False,
+    )
+    config.architectures = ["Qwen3VLForConditionalGeneration"]
+    torch.manual_seed(1234)
+    model = Qwen3VLForConditionalGeneration(config).to(torch.float32).eval()
+    size = {"shortest_edge": QWEN3_VL_MIN_PIXELS, "longest_edge": QWEN3_VL_MAX_PIXELS}
+    image_processor = Qwen2VLImageProcessor(
+        size=size, patch_size=16, merge_size=2, image_mean=[0.5] * 3, image_std=[0.5] * 3
+    )
+    video_processor = Qwen3VLVideoProcessor(
+        size={"shortest_edge": QWEN3_VL_MIN_PIXELS * 2, "longest_edge": QWEN3_VL_MAX_PIXELS * 2}
+    )
+    processor = Qwen3VLProcessor(
+        image_processor=image_processor,
+        tokenizer=tokenizer,
+        video_processor=video_processor,
+        chat_template=CHAT_TEMPLATE,
+    )
+    _save(out, model, processor, tokenizer, ids["<|im_end|>"], ids["<|endoftext|>"])
+
+
 BUILDERS: dict[str, Callable[[Path], None]] = {
     "mistral3": build_mistral3,
     "qwen2-vl": build,
+    "qwen3-vl": build_qwen3_vl,
     "gemma3": build_gemma3,
     "glm4v": build_glm4v,
     "idefics3": build_idefics3,

@@ -282,6 +282,10 @@ class PixelwireMediaConnector(MediaConnector):
                 "why): give the frontend vLLM's --model and --mm-processor-kwargs, or start it with "
                 "--no-processed-inputs"
             )
+        if processed.dtype != layout.dtype:
+            raise DescriptorError(
+                f"the processed image's rows are {processed.dtype}, its processor's {layout.dtype}"
+            )
         if resize is None or processed.grid_thw != tuple(layout.grid_thw(*layout.target(*resize.source))):
             raise DescriptorError("the processed image's grid is not its processor's for its source size")
         identity = cache_identity(
@@ -301,7 +305,8 @@ class PixelwireMediaConnector(MediaConnector):
                 read = await reader.read_remote(remote, output="numpy")
             # Still in the reader's receive pool: the seam copies the rows out
             # as it hands them to vLLM (processed_inputs).
-            rows = read.reshape(remote.shape[0], remote.shape[1])
+            # Float rows travel as four bytes a value: seen as float32 here.
+            rows = read.reshape(remote.shape[0], -1).view(layout.dtype)
             if cache.enabled and remote.content_hash:
                 cache.put(key, rows, remote.size)
         metrics.handled("nixl", remote.size, resize.source[0] * resize.source[1] * 3)

@@ -77,5 +77,6 @@ def decode_processed(
         resize_kernel=layout.kernel,
         resize_filter=layout.filter,
         patches=layout.grid,
+        normalize=layout.native_normalize,
     )
     return rows.reshape(rows.shape[0], rows.shape[1]), layout.grid_thw(*target), height * width * 3

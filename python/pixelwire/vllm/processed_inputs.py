@@ -4,7 +4,9 @@ over their pixels (:mod:`pixelwire.processed` says what they are).
 
 The seam (docs/architecture.md, "Processed inputs"): vLLM 0.32's
 ``BaseMultiModalProcessor._apply_hf_processor_main``, on
-``Qwen2VLMultiModalProcessor`` (Qwen2.5-VL's processor inherits it). Every
+``Qwen2VLMultiModalProcessor`` (Qwen2.5-VL's processor inherits it), and
+``Qwen3VLMultiModalProcessor``'s own override of it (which calls the HF
+processor for the images and each video apart). Every
 path of vLLM's processing goes through it, with its processor cache on or
 off (lru, shm): it turns a request's media items into the processor's
 ``BatchFeature``, from which vLLM builds the items, their prompt updates
@@ -35,7 +37,14 @@ from typing import Any
 import numpy as np
 
 from pixelwire._native import join_patch_rows
-from pixelwire.processed import PatchLayout, patch_layout, processed_identity
+from pixelwire.processed import (
+    COVERED_MODEL_TYPES,
+    NORMALISATION_SETTINGS,
+    PatchLayout,
+    normalisation,
+    patch_layout,
+    processed_identity,
+)
 from pixelwire.resize import ResizePolicy, image_policy_from_config
 from pixelwire.vllm.served_model import served_model
 
@@ -47,7 +56,7 @@ _installed = False
 
 class ProcessedImage(np.ndarray):
     """A processed image on its way to the seam: the array is its keyed
-    identity (what vLLM's caches key it on); ``rows`` (a 2-D uint8 numpy
+    identity (what vLLM's caches key it on); ``rows`` (a 2-D uint8 or float32 numpy
     array of patch rows), ``copies`` (how many times each block of a row
     lands in the processor's own rows: its temporal patch for rows as they
     travel, 1 for rows made here), ``lent`` (the rows are the reader's
@@ -84,7 +93,8 @@ def processed_image(
 def device_normalises(argv: list[str]) -> bool:
     """Whether vLLM started with ``argv`` normalises images on the device
     (``--mm-device-do-normalize``, on by default for the covered models;
-    VLLM_USE_RUST_FRONTEND turns it off): the patch rows are then uint8.
+    VLLM_USE_RUST_FRONTEND turns it off): the patch rows are then uint8,
+    else the processor's float32 values.
     The seam checks vLLM's resolved setting itself; this is what the
     worker declares at start-up."""
     if os.environ.get("VLLM_USE_RUST_FRONTEND", "").strip().lower() in ("1", "true"):
@@ -103,10 +113,12 @@ def worker_patch_layout(policy: ResizePolicy | None) -> PatchLayout | None:
     """The patch layout of the model this vLLM serves (its resize policy:
     ``policy``), or None where it takes no processed inputs."""
     served = served_model(sys.argv)
-    if served.model is None or not device_normalises(sys.argv) or served.trusts_request_kwargs:
+    if served.model is None or served.trusts_request_kwargs:
         return None
     try:
-        return patch_layout(served.model, served.mm_processor_kwargs, policy)
+        return patch_layout(
+            served.model, served.mm_processor_kwargs, policy, device_normalize=device_normalises(sys.argv)
+        )
     except (OSError, ValueError):
         return None
 
@@ -114,10 +126,13 @@ def worker_patch_layout(policy: ResizePolicy | None) -> PatchLayout | None:
 def live_identity(processor: Any) -> str | None:
     """The identity of the output the processor ``processor`` (vLLM's
     multimodal processor) would make of an image, from its live HF image
-    processor and vLLM's resolved settings; None where it would not make
-    uint8 patch rows."""
+    processor and vLLM's resolved settings: uint8 patch rows with vLLM's
+    device normalisation, the float32 rows of its rescale and
+    normalisation without; None where pixelwire makes neither."""
     model_config = processor.info.ctx.model_config
-    if not model_config.multimodal_config.mm_device_do_normalize:
+    # The seam's classes also process models pixelwire does not cover
+    # (their subclasses: Qwen3.5, InternS1-Pro, ...).
+    if getattr(model_config.hf_config, "model_type", None) not in COVERED_MODEL_TYPES:
         return None
     image_processor = processor.info.get_hf_processor().image_processor
     if type(image_processor).__name__ != "Qwen2VLImageProcessor":
@@ -125,8 +140,20 @@ def live_identity(processor: Any) -> str | None:
     policy = image_policy_from_config(image_processor.to_dict())
     if policy is None:
         return None
+    values = None
+    if not model_config.multimodal_config.mm_device_do_normalize:
+        # vLLM passes its --mm-processor-kwargs to every call of the HF
+        # processor too (image_mean, say, is not one its constructor takes).
+        merged = processor.info.ctx.get_merged_mm_kwargs({})
+        called = {**merged, **(merged.get("images_kwargs") or {})}
+        settings = {
+            name: called.get(name, getattr(image_processor, name, None)) for name in NORMALISATION_SETTINGS
+        }
+        values = normalisation(settings, "torchvision")
+        if values is None:
+            return None
     grid = (image_processor.patch_size, image_processor.temporal_patch_size, image_processor.merge_size)
-    return processed_identity(*grid, policy.identity)
+    return processed_identity(*grid, policy.identity, values)
 
 
 def _checked(processor: Any, items: list[ProcessedImage], hf_kwargs: Mapping[str, object]) -> None:
@@ -141,9 +168,39 @@ def _checked(processor: Any, items: list[ProcessedImage], hf_kwargs: Mapping[str
         if item.processor != ours:
             raise ValueError(
                 f"the frontend processed this image for {item.processor}, but this vLLM's processor makes "
-                f"{ours or 'no uint8 patch rows (device normalisation off, or the PIL backend)'}: give the "
-                "frontend vLLM's --model and --mm-processor-kwargs, or start it with --no-processed-inputs"
+                f"{ours or 'no rows pixelwire makes (the PIL backend, or a normalisation it does not)'}: "
+                "give the frontend vLLM's --model, --mm-processor-kwargs and --[no-]mm-device-do-normalize, "
+                "or start it with --no-processed-inputs"
             )
+
+
+def _float_rows(
+    processor: Any, everything: list[Any], processed: list[bool], parts: list[Any], copies: list[int]
+) -> Any:
+    """The float rows of a request's images as vLLM's engine gets them:
+    each processed image's float32 rows with their temporal copies made (one
+    native pass, as bytes), then cast to the model's dtype as vLLM casts
+    its HF processor's float outputs (``InputProcessingContext.
+    _postprocess_output``: ``tensor.to(dtype=model_config.dtype)``, a copy
+    only where that is not float32); the other images' rows as vLLM made
+    them."""
+    import torch
+
+    dtype = processor.info.ctx.model_config.dtype
+    tensors = []
+    for item, p, part, n in zip(everything, processed, parts, copies, strict=True):
+        if not p:
+            tensors.append(part)
+            continue
+        if part.dtype != np.float32:
+            raise ValueError(f"a request's processed rows are {part.dtype} beside float rows")
+        if n == 1 and not item.lent:
+            rows = part
+        else:
+            joined = join_patch_rows([part.view(np.uint8)], [n])
+            rows = joined.reshape(joined.shape[0], -1).view(np.float32)
+        tensors.append(torch.from_numpy(rows).to(dtype=dtype))
+    return tensors[0] if len(tensors) == 1 else torch.cat(tensors)
 
 
 def _apply_with_processed(original: Any) -> Any:
@@ -177,7 +234,7 @@ def _apply_with_processed(original: Any) -> Any:
                 grids.append(item.image_grid_thw)
             else:
                 rows, grid = next(made)
-                parts.append(rows.numpy())
+                parts.append(rows)  # a tensor (vLLM's, float ones in the model's dtype)
                 copies.append(1)
                 grids.append(grid)
         # The engine gets one tensor of every image's rows, made here in one
@@ -191,8 +248,12 @@ def _apply_with_processed(original: Any) -> Any:
             and copies[0] == 1
             and not any(item.lent for item, p in zip(everything, processed, strict=True) if p)
         )
-        joined = parts[0] if alone else join_patch_rows(parts, copies)
-        out["pixel_values"] = torch.from_numpy(joined.reshape(joined.shape[0], joined.shape[1]))
+        if all(part.dtype == (torch.uint8 if isinstance(part, torch.Tensor) else np.uint8) for part in parts):
+            arrays = [part.numpy() if isinstance(part, torch.Tensor) else part for part in parts]
+            joined = arrays[0] if alone else join_patch_rows(arrays, copies)
+            out["pixel_values"] = torch.from_numpy(joined.reshape(joined.shape[0], joined.shape[1]))
+        else:
+            out["pixel_values"] = _float_rows(self, everything, processed, parts, copies)
         out["image_grid_thw"] = grids[0] if len(grids) == 1 else torch.cat(grids)
         return out
 
@@ -201,7 +262,8 @@ def _apply_with_processed(original: Any) -> Any:
 
 
 def install_processor_seam() -> None:
-    """Wraps the covered processors' ``_apply_hf_processor_main`` (once)."""
+    """Wraps the covered processors' ``_apply_hf_processor_main`` (once):
+    Qwen2-VL's (inherited from vLLM's base processor) and Qwen3-VL's own."""
     global _installed
     with _install_lock:
         if _installed:
@@ -211,8 +273,8 @@ def install_processor_seam() -> None:
             # import: Python hides them by default, and so does this.
             warnings.simplefilter("ignore", DeprecationWarning)
             from vllm.model_executor.models.qwen2_vl import Qwen2VLMultiModalProcessor
+            from vllm.model_executor.models.qwen3_vl import Qwen3VLMultiModalProcessor
 
-        Qwen2VLMultiModalProcessor._apply_hf_processor_main = _apply_with_processed(
-            Qwen2VLMultiModalProcessor._apply_hf_processor_main
-        )
+        for covered in (Qwen2VLMultiModalProcessor, Qwen3VLMultiModalProcessor):
+            covered._apply_hf_processor_main = _apply_with_processed(covered._apply_hf_processor_main)
         _installed = True

@@ -101,8 +101,9 @@ def check_resize_setting(argv: list[str]) -> None:
         log.info("pixelwire processed inputs: %s", layout.identity)
     else:
         log.info(
-            "pixelwire processed inputs: off (a processor pixelwire makes the outputs of needs Qwen2-VL or "
-            "Qwen2.5-VL, vLLM's device normalisation and no --trust-request-mm-kwargs); frontends ship pixels"
+            "pixelwire processed inputs: off (a processor pixelwire makes the outputs of needs Qwen2-VL, "
+            "Qwen2.5-VL or Qwen3-VL, the torchvision backend and no --trust-request-mm-kwargs); "
+            "frontends ship pixels"
         )
 
 
