@@ -151,8 +151,8 @@ def roomy_reader() -> Iterator[Any]:
     it lent, is forgotten first)."""
     import dataclasses
 
+    from pixelwire.caches.worker_images import reset_worker_image_cache
     from pixelwire.config import ReaderSettings
-    from pixelwire.vllm.image_cache import reset_worker_image_cache
 
     reader = pixelwire.Reader(dataclasses.replace(ReaderSettings.from_env(), pool_bytes=1 << 30))
     yield reader
@@ -214,7 +214,7 @@ def test_processed_images_equal_vllms_processor_output(
     pixels = DEFAULT_BUDGETS[family] if budget == "default" else DOWNSIZING_BUDGET
     if not _on_device(normalised):
         from pixelwire import transfer
-        from pixelwire.vllm.image_cache import reset_worker_image_cache
+        from pixelwire.caches.worker_images import reset_worker_image_cache
 
         monkeypatch.setattr(transfer, "_default_reader", roomy_reader)
         # Float rows are four times the pixels: the worker's cache starts empty for each run.
