@@ -8,6 +8,9 @@ For each size, kinds interleaved one read each a round (the first 3 rounds
 warm up), medians in microseconds:
 
 * ``parse``: ``parse_descriptor`` alone (both reads start with it);
+* ``torch_calls``: the PyTorch calls a CUDA ``read_decoded`` makes beside
+  its READ (the device tensor in the slot's shape, the caller's current
+  stream), alone;
 * ``cpu``, ``cuda``: ``Reader.read_decoded`` to numpy, and to a CUDA tensor
   timed until the caller's stream has it (the bench's two columns);
 * ``host_native``: the native host read on this thread (READ, hash, slot
@@ -19,6 +22,14 @@ warm up), medians in microseconds:
   queued, when the call returned (hash and slot header checked), when the
   copies had ended on the device (CUDA events) and when a synchronise
   returned.
+
+Each row also names the differences between kinds that are a step of the
+read: ``await_us`` (``cpu`` over ``host_started_spin``: the event loop's
+await and the Python around it), ``device_us`` (``cuda_started`` over
+``host_started``, both waited by ``wait()``: what the device copies, their
+wait and the driver calls add to the native read) and ``cuda_python_us``
+(``cuda`` over ``cuda_started``: the Python of a CUDA ``read_decoded``, its
+await included).
 
     python benches/cuda_read_steps.py [--sizes 0.0625,0.25,1,4,24] [--repeats 20] [--json PATH]
 """
@@ -116,6 +127,7 @@ async def by_size(sizes: list[int], repeats: int) -> list[dict[str, Any]]:
                 dev = torch.empty(size, dtype=torch.uint8, device="cuda")
                 kinds = [
                     "parse",
+                    "torch_calls",
                     "cpu",
                     "cuda",
                     "host_native",
@@ -137,6 +149,13 @@ async def by_size(sizes: list[int], repeats: int) -> list[dict[str, Any]]:
                         x: Any = None
                         if kind == "parse":
                             x = parse_descriptor(desc)
+                        elif kind == "torch_calls":
+                            image = parse_descriptor(desc)
+                            t = time.perf_counter()
+                            h, w, _ = image.shape
+                            cuda0 = torch.device("cuda", 0)
+                            x = torch.empty((h, w, image.pixel_bytes), dtype=torch.uint8, device=cuda0)
+                            x = (x, torch.cuda.current_stream(0).cuda_stream)
                         elif kind == "cpu":
                             x = await reader.read_decoded(desc, output="numpy")
                         elif kind == "cuda":
@@ -218,6 +237,9 @@ async def by_size(sizes: list[int], repeats: int) -> list[dict[str, Any]]:
                     "steps_us": {k: round(med_us(v), 1) for k, v in steps.items()},
                 }
                 row["cuda_vs_cpu"] = row["cpu_us"] / row["cuda_us"]
+                row["await_us"] = row["cpu_us"] - row["host_started_spin_us"]
+                row["device_us"] = row["cuda_started_us"] - row["host_started_us"]
+                row["cuda_python_us"] = row["cuda_us"] - row["cuda_started_us"]
                 shown = {k: round(v, 1) if isinstance(v, float) else v for k, v in row.items()}
                 print(json.dumps(shown), flush=True)
                 rows.append(row)

@@ -3,7 +3,10 @@ besides the decode: minor page faults, CPU time, context switches and how
 busy its threads were.
 
 ``4 * threads`` images a call of one real photo, JPEG q90 at 1080p and 4K,
-on each of ``--threads`` thread counts (2 by default): ``threads`` drops
+on each of ``--threads`` thread counts (2 by default); with ``--mixed``
+also a ``mixed`` batch, one image in four at 4K and the rest at 1080p in a
+fixed shuffled order (where the order images start in decides how long
+the last one keeps the others waiting): ``threads`` drops
 each array as it comes, ``kept`` keeps the batch until the end, ``many`` is
 one ``pixelwire.decode_many`` call, which must return the batch whole.
 Rounds interleave the three; the ratio is each one's images/s over
@@ -15,7 +18,8 @@ ticks where the kernel gives no ``schedstat``); ``steal`` the share of the
 machine's CPU time the hypervisor gave to others meanwhile. Run it once per build to
 compare builds (``PYTHONPATH=DIR`` for another one), alternating them.
 
-    python benches/decode_many_faults.py [--threads 2,4,16] [--rounds N] [--json PATH] [--source PHOTO]
+    python benches/decode_many_faults.py [--threads 2,4,16] [--rounds N] [--mixed] \
+        [--json PATH] [--source PHOTO]
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import ctypes
 import io
 import json
 import os
+import random
 import resource
 import statistics
 import threading
@@ -96,11 +101,23 @@ def _name_thread() -> None:
     ctypes.CDLL(None).prctl(15, b"pw-bench-decode", 0, 0, 0)  # PR_SET_NAME
 
 
-def measure(source: Image.Image, threads: int, rounds: int) -> list[dict[str, Any]]:
+def batches(source: Image.Image, threads: int, mixed: bool) -> list[tuple[str, list[bytes]]]:
+    """The batches of one thread count, by name: each size's, and the mixed one."""
+    count = 4 * threads
+    encoded = {size: _jpeg(source, size) for size in SIZES}
+    named = [(f"{w}x{h}", [encoded[(w, h)]] * count) for (w, h) in SIZES]
+    if mixed:
+        large, small = (encoded[size] for size in reversed(SIZES))
+        images = [large if i % 4 == 0 else small for i in range(count)]
+        random.Random(49).shuffle(images)
+        named.append(("mixed", images))
+    return named
+
+
+def measure(source: Image.Image, threads: int, rounds: int, mixed: bool = False) -> list[dict[str, Any]]:
     pool = ThreadPoolExecutor(threads, initializer=_name_thread)
     rows = []
-    for size in SIZES:
-        batch = [_jpeg(source, size)] * (4 * threads)
+    for name, batch in batches(source, threads, mixed):
 
         def per_image(batch: list[bytes] = batch) -> None:
             for array in pool.map(pixelwire.decode_image, batch):
@@ -153,7 +170,7 @@ def measure(source: Image.Image, threads: int, rounds: int) -> list[dict[str, An
             median = statistics.median(times)
             t = totals[kind]
             row = {
-                "size": f"{size[0]}x{size[1]}",
+                "size": name,
                 "threads": threads,
                 "kind": kind,
                 "images": len(batch),
@@ -175,7 +192,7 @@ def measure(source: Image.Image, threads: int, rounds: int) -> list[dict[str, An
                 f"{row['faults_per_image']:.0f} faults, cpu {row['user_ms_per_image']:.1f}+"
                 f"{row['system_ms_per_image']:.1f} ms, busy {row['busy']:.2f}, steal {row['steal']:.0%})"
             )
-        print(f"{size[0]}x{size[1]}, {threads} threads: " + "; ".join(cells), flush=True)
+        print(f"{name}, {threads} threads: " + "; ".join(cells), flush=True)
     pool.shutdown()
     return rows
 
@@ -184,6 +201,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", default="2", help="thread counts, comma-separated (default: 2)")
     parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--mixed", action="store_true", help="also a batch of mixed 1080p and 4K images")
     parser.add_argument("--source", type=Path, default=DEFAULT_SOURCE, help="photo the inputs are made from")
     parser.add_argument("--json", type=Path, help="write the rows as JSON")
     args = parser.parse_args()
@@ -195,7 +213,7 @@ def main() -> None:
     )
     rows = []
     for threads in (int(n) for n in args.threads.split(",")):
-        rows += measure(source, threads, args.rounds)
+        rows += measure(source, threads, args.rounds, args.mixed)
     if args.json is not None:
         args.json.write_text(json.dumps({"cpus": os.cpu_count(), "rows": rows}, indent=1) + "\n")
 

@@ -318,7 +318,9 @@ def decode_many(
 ) -> list[npt.NDArray[np.uint8]]:
     """Decodes every image of ``inputs`` as :func:`decode_image` would with
     the same options, on a pool of ``threads`` native threads (every core
-    when None; pools are kept for the next call) with the GIL released
+    when None; pools are kept for the next call), each taking the next
+    image as it finishes one, the largest encoded inputs first (a batch of
+    one image is decoded on the calling thread), with the GIL released
     throughout. Returns the arrays in input order. The first input (lowest
     index) that fails raises its error (:class:`DecodeError` or a subclass)
     with ``index`` set to its position and the message prefixed with

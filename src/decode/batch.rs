@@ -2,9 +2,7 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-
-use rayon::prelude::*;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use super::{decode_resized, probe, resized_shape, DecodeOptions, OutputShape};
 use crate::errors::{Error, Result};
@@ -62,6 +60,15 @@ pub type Decoded = (OutputShape, Vec<u8>);
 /// [`Error::Batch`]; once one input has failed, inputs after it are skipped
 /// (those before it are still decoded, so the one reported is the first
 /// failure whatever the scheduling).
+///
+/// Scheduling: one worker per image up to the pool's size is started at
+/// once, and each takes the next image from one shared cursor until none
+/// is left, as threads pulling from one queue do; the images go largest
+/// (in encoded bytes) first, so that a large one is not the last to start
+/// while the other threads have finished. An image range is never parked
+/// in one busy worker's deque (rayon's recursive split, where a range
+/// waits there until another thread steals it or the owner has finished
+/// its image). A batch of one image is decoded on the calling thread.
 pub fn decode_many(
     pool: &rayon::ThreadPool,
     inputs: &[&[u8]],
@@ -69,43 +76,66 @@ pub fn decode_many(
     resize: Option<&crate::resize::Target>,
 ) -> Result<Vec<Decoded>> {
     let first_failure = AtomicUsize::new(usize::MAX);
-    let outcomes: Vec<Option<Result<Decoded>>> = pool.install(|| {
-        inputs
-            .par_iter()
-            .enumerate()
-            // One image per task: images take milliseconds each, and
-            // splitting no coarser keeps a large one from holding others back.
-            .with_max_len(1)
-            .map(|(index, data)| {
-                if index > first_failure.load(Ordering::Relaxed) {
-                    return None;
-                }
-                let outcome = probe(data, &opts.limits).and_then(|info| {
-                    let shape = resized_shape(info.output_shape(opts), resize);
-                    decode_resized(data, &info, opts, resize).map(|pixels| (shape, pixels))
-                });
-                if outcome.is_err() {
-                    first_failure.fetch_min(index, Ordering::Relaxed);
-                }
-                Some(outcome)
-            })
-            .collect()
-    });
+    let decode_one = |index: usize| -> Option<Result<Decoded>> {
+        if index > first_failure.load(Ordering::Relaxed) {
+            return None;
+        }
+        let data = inputs[index];
+        let outcome = probe(data, &opts.limits).and_then(|info| {
+            let shape = resized_shape(info.output_shape(opts), resize);
+            decode_resized(data, &info, opts, resize).map(|pixels| (shape, pixels))
+        });
+        if outcome.is_err() {
+            first_failure.fetch_min(index, Ordering::Relaxed);
+        }
+        Some(outcome)
+    };
+    let slots: Vec<OnceLock<Option<Result<Decoded>>>> =
+        inputs.iter().map(|_| OnceLock::new()).collect();
+    if inputs.len() == 1 {
+        // No thread hop for one image: this thread waits for it anyway.
+        let _ = slots[0].set(decode_one(0));
+    } else {
+        let order = largest_first(inputs);
+        let next = AtomicUsize::new(0);
+        let work = || {
+            while let Some(&index) = order.get(next.fetch_add(1, Ordering::Relaxed)) {
+                let _ = slots[index].set(decode_one(index));
+            }
+        };
+        let workers = inputs.len().min(pool.current_num_threads());
+        pool.in_place_scope(|scope| {
+            for _ in 0..workers {
+                scope.spawn(|_| work());
+            }
+        });
+    }
     let mut decoded = Vec::with_capacity(inputs.len());
-    for (index, outcome) in outcomes.into_iter().enumerate() {
-        match outcome {
-            Some(Ok(image)) => decoded.push(image),
-            Some(Err(error)) => {
+    for (index, slot) in slots.into_iter().enumerate() {
+        match slot.into_inner() {
+            Some(Some(Ok(image))) => decoded.push(image),
+            Some(Some(Err(error))) => {
                 return Err(Error::Batch {
                     index,
                     error: Box::new(error),
                 })
             }
-            // Skipped inputs come after a failed one, which returned above.
-            None => unreachable!("an input is skipped only after an earlier one failed"),
+            // Skipped inputs come after a failed one, which returned above;
+            // every input is taken by a worker before the scope ends.
+            Some(None) | None => {
+                unreachable!("an input is skipped only after an earlier one failed")
+            }
         }
     }
     Ok(decoded)
+}
+
+/// Input indices, the longest input first (ties in input order): encoded
+/// size is the decode cost known without reading a header.
+fn largest_first(inputs: &[&[u8]]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..inputs.len()).collect();
+    order.sort_by_key(|&index| std::cmp::Reverse(inputs[index].len()));
+    order
 }
 
 #[cfg(test)]
@@ -137,6 +167,39 @@ mod tests {
                 }
                 other => panic!("expected a batch error, got {other:?}"),
             }
+        }
+    }
+
+    #[test]
+    fn largest_inputs_go_first_ties_in_input_order() {
+        let inputs: Vec<&[u8]> = vec![b"ab", b"abcd", b"a", b"abcd", b"abc"];
+        assert_eq!(largest_first(&inputs), [1, 3, 4, 0, 2]);
+    }
+
+    #[test]
+    fn batches_smaller_and_larger_than_the_pool() {
+        let pool = thread_pool(Some(4)).unwrap();
+        let opts = DecodeOptions::default();
+        let wide = b"P5 3 1 255\n\x01\x02\x03";
+        // One image (decoded on this thread), fewer images than threads, and
+        // many more: each comes back in its place with its own pixels.
+        for count in [1, 2, 3, 4, 5, 37] {
+            let inputs: Vec<&[u8]> = (0..count)
+                .map(|i| if i % 3 == 1 { &wide[..] } else { TINY })
+                .collect();
+            let out = decode_many(&pool, &inputs, &opts, None).unwrap();
+            assert_eq!(out.len(), count);
+            for (data, (shape, pixels)) in inputs.iter().zip(&out) {
+                let info = probe(data, &opts.limits).unwrap();
+                let alone = decode_resized(data, &info, &opts, None).unwrap();
+                assert_eq!(shape.width, info.width as usize);
+                assert_eq!(pixels, &alone);
+            }
+        }
+        // A failing single image is named as the batch's image 0.
+        match decode_many(&pool, &[b"junk"], &opts, None) {
+            Err(Error::Batch { index: 0, .. }) => {}
+            other => panic!("expected a batch error for image 0, got {other:?}"),
         }
     }
 

@@ -212,8 +212,9 @@ fn decode_image<'py>(
 }
 
 /// Decodes every image of `inputs` with `decode_image`'s options on a pool
-/// of `threads` native threads (all cores by default) with the GIL
-/// released; the arrays come back in input order. The first input that
+/// of `threads` native threads (all cores by default), each taking the
+/// next image, largest encoded input first (one image: on this thread),
+/// with the GIL released; the arrays come back in input order. The first input that
 /// fails raises its error with `index` set to its position.
 #[pyfunction]
 #[pyo3(signature = (inputs, *, mode = "RGB", background = (255, 255, 255), limits = None, apply_exif_orientation = true, resize = None, resize_kernel = "torchvision", resize_filter = "bicubic", threads = None))]
