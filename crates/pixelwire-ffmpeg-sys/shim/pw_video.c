@@ -499,8 +499,44 @@ static int convert(pw_video *v, struct SwsContext **sws, AVFrame *out, enum AVPi
     return sws_scale_frame(*sws, out, pic) >= 0;
 }
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <tmmintrin.h>
+/* The first bytes of a row of `row` bytes (3 a pixel) with each pixel's
+ * first and third bytes swapped, 5 pixels a shuffle: how many were done.
+ * Each step reads and writes 16 bytes and keeps 15; the 16th, the next
+ * pixel's first byte, is written again by the next step or the caller. */
+__attribute__((target("ssse3"))) static size_t swap_pixels_ssse3(const uint8_t *s, uint8_t *d,
+                                                                 size_t row) {
+    const __m128i order = _mm_setr_epi8(2, 1, 0, 5, 4, 3, 8, 7, 6, 11, 10, 9, 14, 13, 12, 15);
+    size_t x = 0;
+    for (; x + 16 <= row; x += 15) {
+        __m128i v = _mm_loadu_si128((const __m128i *)(s + x));
+        _mm_storeu_si128((__m128i *)(d + x), _mm_shuffle_epi8(v, order));
+    }
+    return x;
+}
+
+static int have_ssse3(void) {
+    return __builtin_cpu_supports("ssse3");
+}
+#else
+static size_t swap_pixels_ssse3(const uint8_t *s, uint8_t *d, size_t row) {
+    (void)s;
+    (void)d;
+    (void)row;
+    return 0;
+}
+
+static int have_ssse3(void) {
+    return 0;
+}
+#endif
+
+/* The frame's rows, packed, into `dst`; with `swap`, BGR to RGB (what
+ * cv2.cvtColor(BGR2RGB) does: each pixel's first and third bytes swapped). */
 static void copy_rows(const AVFrame *from, uint8_t *dst, int swap) {
     size_t row = (size_t)from->width * 3;
+    int simd = swap && have_ssse3();
     for (int y = 0; y < from->height; y++) {
         const uint8_t *s = from->data[0] + (ptrdiff_t)y * from->linesize[0];
         uint8_t *d = dst + (size_t)y * row;
@@ -508,7 +544,8 @@ static void copy_rows(const AVFrame *from, uint8_t *dst, int swap) {
             memcpy(d, s, row);
             continue;
         }
-        for (size_t x = 0; x < row; x += 3) {
+        size_t x = simd ? swap_pixels_ssse3(s, d, row) : 0;
+        for (; x < row; x += 3) {
             d[x] = s[x + 2];
             d[x + 1] = s[x + 1];
             d[x + 2] = s[x];
