@@ -681,8 +681,12 @@ static int config_nal_length_size(const pw_video *v) {
 
 /* 1 when an access unit starts an H.264 or HEVC coded video sequence with
  * an IDR picture (no picture after it refers to one before it, none is
- * shown before it); 0 also for a stream without avcC or hvcC. */
+ * shown before it), or a VP9 packet with a shown key frame (which resets
+ * every reference slot and probability context); 0 also for an H.264 or
+ * HEVC stream without avcC or hvcC. */
 static int starts_with_idr(const pw_video *v, const AVPacket *pkt) {
+    if (v->codec->id == AV_CODEC_ID_VP9)
+        return pw_vp9_shown_key_frame(pkt->data, (size_t)pkt->size);
     int nal_length_size = config_nal_length_size(v);
     if (!nal_length_size)
         return 0;
@@ -737,7 +741,8 @@ int pw_video_presentable_frames_deferred(pw_video *v, pw_video_end *end) {
     int64_t total = total_frames(v);
     end->frame_count = total;
     if (total <= 1 || v->ic->duration == AV_NOPTS_VALUE ||
-        (v->codec->id != AV_CODEC_ID_H264 && v->codec->id != AV_CODEC_ID_HEVC)) {
+        (v->codec->id != AV_CODEC_ID_H264 && v->codec->id != AV_CODEC_ID_HEVC &&
+         v->codec->id != AV_CODEC_ID_VP9)) {
         end->frame_count = pw_video_presentable_frames(v);
         return 0;
     }
