@@ -46,10 +46,13 @@ child also compares every decoder's frames with OpenCV's (pixelwire's when
 OpenCV is missing): the same indices, max |d| and mean |d|.
 
 Inputs come from ``--inputs DIR``: ``h264_1080p_30s.mp4``,
-``h264_720p_2min_gop2s.mp4`` and ``hevc_4k_10s.mp4``; missing ones are
-made there with the ``ffmpeg`` CLI (libx264/libx265; ``--make-inputs``
-makes them and stops), about 49 MB together, so a folder can be carried
-to a machine without the CLI.
+``h264_720p_2min_gop2s.mp4`` and ``hevc_4k_10s.mp4``, and with ``--only``
+``vp9_720p_10s.webm``, ``mpeg4_720p_10s.mp4`` and ``h264_vfr_720p.mp4``
+(10 s of 720p in the codecs pixelwire cannot skip frames of, and 12 s of
+variable frame rate H.264); missing ones are made there with the
+``ffmpeg`` CLI (libx264, libx265, libvpx-vp9, mpeg4; ``--make-inputs``
+makes them and stops), about 49 MB for the first three and 14 MB for the
+others, so a folder can be carried to a machine without the CLI.
 
 Usage::
 
@@ -111,7 +114,26 @@ INPUTS: dict[str, list[str]] = {
         *["-c:v", "libx265", "-preset", "ultrafast", "-pix_fmt", "yuv420p", "-tag:v", "hvc1"],
         *["-x265-params", "log-level=none:keyint=250:bframes=4", "-b:v", "12M"],
     ],
+    # The codecs that pixelwire cannot skip frames of (VP9, MPEG-4 Part 2)
+    # and a variable frame rate H.264, measured with --only.
+    "vp9_720p_10s.webm": [
+        *["-f", "lavfi", "-i", SOURCE.format(size="1280x720", rate=25), "-t", "10"],
+        *["-c:v", "libvpx-vp9", "-deadline", "good", "-cpu-used", "5", "-row-mt", "1"],
+        *["-b:v", "1500k", "-g", "125"],
+    ],
+    "mpeg4_720p_10s.mp4": [
+        *["-f", "lavfi", "-i", SOURCE.format(size="1280x720", rate=25), "-t", "10"],
+        *["-c:v", "mpeg4", "-q:v", "5", "-bf", "2", "-g", "125"],
+    ],
+    # 6 of every 10 frames kept, and every 7th: 197 frames over 11.84 s.
+    "h264_vfr_720p.mp4": [
+        *["-f", "lavfi", "-i", SOURCE.format(size="1280x720", rate=25), "-t", "12"],
+        *["-vf", "select='lt(mod(n\\,10)\\,6)+eq(mod(n\\,7)\\,0)'", "-fps_mode", "vfr"],
+        *["-c:v", "libx264", "-preset", "fast", "-g", "250", "-bf", "3", "-b:v", "1500k"],
+    ],
 }
+# Measured unless --only names others.
+DEFAULT_INPUTS = ["h264_1080p_30s.mp4", "h264_720p_2min_gop2s.mp4", "hevc_4k_10s.mp4"]
 
 
 def make_inputs(folder: Path, names: list[str]) -> None:
@@ -414,8 +436,8 @@ def main() -> None:
     parser.add_argument(
         "--only",
         type=lambda s: [name for name in s.split(",") if name],
-        default=list(INPUTS),
-        help="the inputs to measure (all of them)",
+        default=DEFAULT_INPUTS,
+        help=f"the inputs to measure (default: {', '.join(DEFAULT_INPUTS)}; known: {', '.join(INPUTS)})",
     )
     parser.add_argument(
         "--video", type=Path, action="append", default=[], help="a video file to measure too (repeatable)"

@@ -123,7 +123,9 @@ def test_a_read_decodes_only_the_gops_of_its_frames_up_to_the_last_of_each(video
     assert first.packets_decoded() - before < gop // 2
 
 
-@pytest.mark.parametrize("name", [*SHORT_GOPS, "h264_unreadable_tail.mp4", "h264_high_bframes.mp4"])
+@pytest.mark.parametrize(
+    "name", [*SHORT_GOPS, "h264_unreadable_tail.mp4", "h264_high_bframes.mp4", "vp9_short_gops.webm"]
+)
 def test_any_frames_read_are_those_of_decoding_everything(video_clips, name):
     """Random sets of frames, with the count settled at open and shared
     with the read: each read gives the frames of decoding every frame."""
@@ -298,17 +300,27 @@ def _sampled(capture: VideoCapture, **kwargs: Any) -> list[int]:
     return sample_video(capture, "opencv", 32, None, kwargs)[1]
 
 
-def test_h264_and_hevc_mp4s_leave_the_frame_count_to_the_read_unless_settled(video_clips):
+def test_h264_hevc_and_vp9_leave_the_frame_count_to_the_read_unless_settled(video_clips):
     """The end-of-stream count is shared with the read for an H.264 or HEVC
-    stream whose seek to the end lands on an IDR picture: provisional at
-    open (the header's); other codecs, and settle_count, settle it at open."""
-    for name in ("h264_high_bframes.mp4", "hevc.mp4", "h264_unreadable_tail.mp4"):
+    stream whose seek to the end lands on an IDR picture, and a VP9 stream
+    whose seek lands on a shown key frame: provisional at open (the
+    header's); other codecs, and settle_count, settle it at open."""
+    shared_names = ("h264_high_bframes.mp4", "hevc.mp4", "h264_unreadable_tail.mp4")
+    for name in (*shared_names, "vp9.webm", "vp9_short_gops.webm", "vp9_10bit.mkv"):
         shared = VideoCapture(video_clips[name]).info()
         assert not shared["frame_count_settled"], name
         assert shared["frame_count"] == shared["header_frame_count"], name
         assert VideoCapture(video_clips[name], settle_count=True).info()["frame_count_settled"], name
-    for name in ("vp9.webm", "av1.mkv", "mpeg4.mp4"):
+    for name in ("av1.mkv", "mpeg4.mp4", "vp8.webm"):
         assert VideoCapture(video_clips[name]).info()["frame_count_settled"], name
+    # The VP9 clip's last GOP is decoded once, by the read, not also at open.
+    data = video_clips["vp9_short_gops.webm"]
+    decoded = {}
+    for settle_count in (False, True):
+        capture = VideoCapture(data, settle_count=settle_count)
+        capture.read([0, capture.info()["frame_count"] - 1])
+        decoded[settle_count] = capture.packets_decoded()
+    assert decoded[False] + video_clips_module.SHORT_GOP <= decoded[True], decoded
 
 
 def test_a_count_shared_with_the_read_gives_the_frames_of_the_count_settled_at_open(

@@ -83,6 +83,13 @@ CLIPS: dict[str, list[str]] = {
     "vp9.webm": [*PATTERN, "-frames:v", "12", *VP9],
     "vp9_10bit.mkv": [*PATTERN, "-frames:v", "12", *VP9, "-pix_fmt", "yuv420p10le", "-profile:v", "2"],
     "vp9_odd_853x480.webm": [*PATTERN, *ODD_SIZE, *VP9],
+    # A key frame every 10 frames and hidden alternate reference frames
+    # (superframes): the seek to the end lands on a key frame 10 frames
+    # before the end.
+    "vp9_short_gops.webm": [
+        *[*PATTERN, "-frames:v", "60", "-c:v", "libvpx-vp9", "-deadline", "good", "-cpu-used", "8"],
+        *["-g", str(SHORT_GOP), "-auto-alt-ref", "1", "-lag-in-frames", "8"],
+    ],
     "av1.mkv": [*PATTERN, "-frames:v", "12", *SVTAV1],
     "av1_10bit.mp4": [*PATTERN, "-frames:v", "12", *SVTAV1, "-pix_fmt", "yuv420p10le"],
     "mpeg4_bframes.avi": [*PATTERN, "-frames:v", "12", "-c:v", "mpeg4", "-bf", "2", "-q:v", "4"],

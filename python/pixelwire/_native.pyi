@@ -227,7 +227,8 @@ class VideoCapture:
         frame count is settled here, decoding the end of the stream as
         OpenCV's seek to the end does; without it that decoding is shared
         with ``read`` where it can be (an H.264 or HEVC stream whose end is
-        behind an IDR picture), ``frame_count`` is then the header's,
+        behind an IDR picture, a VP9 stream whose end is behind a shown key
+        frame), ``frame_count`` is then the header's,
         provisionally, and ``read`` raises ``VideoFrameCountChanged`` if
         OpenCV would have counted otherwise. Once ``control`` is cancelled,
         the open and the read stop within a frame and raise

@@ -71,8 +71,10 @@ pub struct Frames {
 /// which decodes from the last keyframe to the end) is done. `AtOpen`
 /// decodes the end there, as OpenCV does. `SharedWithRead` does so only
 /// where it cannot be shared: for an H.264 or HEVC stream whose seek to the
-/// end lands on an IDR picture with enough packets after it for the
-/// header's count, the count is the header's, provisionally, and the read
+/// end lands on an IDR picture, or a VP9 stream whose seek lands on a shown
+/// key frame (which resets every reference slot and probability context),
+/// with enough packets after it for the header's count, the count is the
+/// header's, provisionally, and the read
 /// (which decodes those frames from the start anyway) confirms it. A read
 /// that cannot settles it then, as `AtOpen` would have, and fails with
 /// [`Error::VideoFrameCountChanged`] if the count was wrong.
@@ -972,5 +974,34 @@ mod tests {
         // Cut short: unreadable.
         assert_eq!(read(&[0x44, 0x01]), -1);
         assert_eq!(read(&[0x44, 0x01, 0b1000_0000]), -1);
+    }
+
+    /// The shim's reading of a VP9 frame header, which decides whether the
+    /// end-of-stream count may be shared with the read: only a shown key
+    /// frame resets everything a later frame could refer to.
+    #[test]
+    fn vp9_shown_key_frames_are_read_in_every_profile_and_nothing_else() {
+        let read = |p: &[u8]| unsafe { ffi::pw_vp9_shown_key_frame(p.as_ptr(), p.len()) };
+        let sync = [0x49, 0x83, 0x42, 0x00];
+        // Profile 0: frame_marker 2, profile bits 0 0, show_existing_frame
+        // 0, frame_type 0 (key), show_frame 1, error_resilient_mode 0.
+        assert_eq!(read(&[&[0b1000_0010][..], &sync].concat()), 1);
+        // Profile 1 (low bit set) and 2 (high bit set).
+        assert_eq!(read(&[&[0b1010_0010][..], &sync].concat()), 1);
+        assert_eq!(read(&[&[0b1001_0010][..], &sync].concat()), 1);
+        // An inter frame, a hidden key frame, a shown existing frame.
+        assert_eq!(read(&[&[0b1000_0110][..], &sync].concat()), 0);
+        assert_eq!(read(&[&[0b1000_0000][..], &sync].concat()), 0);
+        assert_eq!(read(&[&[0b1000_1010][..], &sync].concat()), 0);
+        // A wrong frame marker, a wrong sync code, too short.
+        assert_eq!(read(&[&[0b0100_0010][..], &sync].concat()), 0);
+        assert_eq!(read(&[0b1000_0010, 0x49, 0x83, 0x43, 0x00]), 0);
+        assert_eq!(read(&[0b1000_0010, 0x49, 0x83, 0x42]), 0);
+        // Profile 3: a reserved zero bit moves the rest one bit on, so
+        // error_resilient_mode is the second byte's first bit and the sync
+        // code starts at its second.
+        assert_eq!(read(&[0b1011_0001, 0x24, 0xc1, 0xa1, 0x00]), 1);
+        assert_eq!(read(&[0b1011_1001, 0x24, 0xc1, 0xa1, 0x00]), 0);
+        assert_eq!(read(&[0b1011_0011, 0x24, 0xc1, 0xa1, 0x00]), 0);
     }
 }

@@ -409,3 +409,26 @@ int pw_access_unit_is_idr(enum AVCodecID codec, int nal_length_size, const uint8
     }
     return more == 0 && idr;
 }
+
+int pw_vp9_shown_key_frame(const uint8_t *p, size_t size) {
+    /* uncompressed_header(): frame_marker f(2), profile_low_bit,
+     * profile_high_bit, reserved_zero when the profile is 3,
+     * show_existing_frame, frame_type (0: KEY_FRAME), show_frame,
+     * error_resilient_mode, then a key frame's sync code 0x49 0x83 0x42. */
+    if (size < 5 || (p[0] >> 6) != 2)
+        return 0;
+    int profile = ((p[0] >> 5) & 1) | (((p[0] >> 4) & 1) << 1);
+    int at = 4; /* bits read so far */
+    if (profile == 3 && ((p[0] >> 3) & 1))
+        return 0;
+    at += profile == 3;
+    int show_existing = (p[0] >> (7 - at)) & 1;
+    int key = !((p[0] >> (6 - at)) & 1);
+    int shown = (p[0] >> (5 - at)) & 1;
+    if (show_existing || !key || !shown)
+        return 0;
+    at += 4; /* past error_resilient_mode: 8 bits, or 9 for profile 3 */
+    uint32_t bits = ((uint32_t)p[1] << 24) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 8) | p[4];
+    uint32_t sync = (bits << (at - 8)) >> 8;
+    return sync == 0x498342;
+}

@@ -81,5 +81,8 @@ void skip_after_grab(struct skipper *k, const AVFrame *frame, int finished);
 /* 1 when every slice of an H.264 or HEVC access unit belongs to an IDR
  * picture (and there is one), 0 otherwise or when it is malformed. */
 int pw_access_unit_is_idr(enum AVCodecID codec, int nal_length_size, const uint8_t *p, size_t size);
+/* 1 when a VP9 packet's first frame (a superframe's too) is a key frame
+ * that is shown, with the key frame's sync code; 0 otherwise. */
+int pw_vp9_shown_key_frame(const uint8_t *p, size_t size);
 
 #endif

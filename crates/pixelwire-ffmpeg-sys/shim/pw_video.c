@@ -499,8 +499,44 @@ static int convert(pw_video *v, struct SwsContext **sws, AVFrame *out, enum AVPi
     return sws_scale_frame(*sws, out, pic) >= 0;
 }
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <tmmintrin.h>
+/* The first bytes of a row of `row` bytes (3 a pixel) with each pixel's
+ * first and third bytes swapped, 5 pixels a shuffle: how many were done.
+ * Each step reads and writes 16 bytes and keeps 15; the 16th, the next
+ * pixel's first byte, is written again by the next step or the caller. */
+__attribute__((target("ssse3"))) static size_t swap_pixels_ssse3(const uint8_t *s, uint8_t *d,
+                                                                 size_t row) {
+    const __m128i order = _mm_setr_epi8(2, 1, 0, 5, 4, 3, 8, 7, 6, 11, 10, 9, 14, 13, 12, 15);
+    size_t x = 0;
+    for (; x + 16 <= row; x += 15) {
+        __m128i v = _mm_loadu_si128((const __m128i *)(s + x));
+        _mm_storeu_si128((__m128i *)(d + x), _mm_shuffle_epi8(v, order));
+    }
+    return x;
+}
+
+static int have_ssse3(void) {
+    return __builtin_cpu_supports("ssse3");
+}
+#else
+static size_t swap_pixels_ssse3(const uint8_t *s, uint8_t *d, size_t row) {
+    (void)s;
+    (void)d;
+    (void)row;
+    return 0;
+}
+
+static int have_ssse3(void) {
+    return 0;
+}
+#endif
+
+/* The frame's rows, packed, into `dst`; with `swap`, BGR to RGB (what
+ * cv2.cvtColor(BGR2RGB) does: each pixel's first and third bytes swapped). */
 static void copy_rows(const AVFrame *from, uint8_t *dst, int swap) {
     size_t row = (size_t)from->width * 3;
+    int simd = swap && have_ssse3();
     for (int y = 0; y < from->height; y++) {
         const uint8_t *s = from->data[0] + (ptrdiff_t)y * from->linesize[0];
         uint8_t *d = dst + (size_t)y * row;
@@ -508,7 +544,8 @@ static void copy_rows(const AVFrame *from, uint8_t *dst, int swap) {
             memcpy(d, s, row);
             continue;
         }
-        for (size_t x = 0; x < row; x += 3) {
+        size_t x = simd ? swap_pixels_ssse3(s, d, row) : 0;
+        for (; x < row; x += 3) {
             d[x] = s[x + 2];
             d[x + 1] = s[x + 1];
             d[x + 2] = s[x];
@@ -644,8 +681,12 @@ static int config_nal_length_size(const pw_video *v) {
 
 /* 1 when an access unit starts an H.264 or HEVC coded video sequence with
  * an IDR picture (no picture after it refers to one before it, none is
- * shown before it); 0 also for a stream without avcC or hvcC. */
+ * shown before it), or a VP9 packet with a shown key frame (which resets
+ * every reference slot and probability context); 0 also for an H.264 or
+ * HEVC stream without avcC or hvcC. */
 static int starts_with_idr(const pw_video *v, const AVPacket *pkt) {
+    if (v->codec->id == AV_CODEC_ID_VP9)
+        return pw_vp9_shown_key_frame(pkt->data, (size_t)pkt->size);
     int nal_length_size = config_nal_length_size(v);
     if (!nal_length_size)
         return 0;
@@ -700,7 +741,8 @@ int pw_video_presentable_frames_deferred(pw_video *v, pw_video_end *end) {
     int64_t total = total_frames(v);
     end->frame_count = total;
     if (total <= 1 || v->ic->duration == AV_NOPTS_VALUE ||
-        (v->codec->id != AV_CODEC_ID_H264 && v->codec->id != AV_CODEC_ID_HEVC)) {
+        (v->codec->id != AV_CODEC_ID_H264 && v->codec->id != AV_CODEC_ID_HEVC &&
+         v->codec->id != AV_CODEC_ID_VP9)) {
         end->frame_count = pw_video_presentable_frames(v);
         return 0;
     }

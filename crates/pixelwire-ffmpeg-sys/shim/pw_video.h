@@ -57,8 +57,9 @@ void pw_video_get_info(const pw_video *v, pw_video_info *info);
 int64_t pw_video_presentable_frames(pw_video *v);
 /* The same count with the decoding shared with the read, where that can
  * give OpenCV's answer: an H.264 or HEVC stream whose seek to the end lands
- * on an IDR picture with at least as many packets after it as the header's
- * count leaves there. Then it returns 1 with `frame_count` the header's
+ * on an IDR picture, or a VP9 stream whose seek lands on a shown key frame,
+ * with at least as many packets after it as the header's count leaves
+ * there. Then it returns 1 with `frame_count` the header's
  * count, provisional: it holds when a read from the start finds the frame
  * shown at `landing_pts` numbered at most `landing_number` + 1 and every
  * frame from there to `frame_count` - 1 decoding (frames the check would

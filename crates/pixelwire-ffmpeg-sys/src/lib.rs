@@ -81,5 +81,6 @@ extern "C" {
     pub fn pw_video_skip_failed(v: *const pw_video) -> i32;
     pub fn pw_video_close(v: *mut pw_video);
     pub fn pw_hevc_pps_output_flag_present(nal: *const u8, len: usize) -> i32;
+    pub fn pw_vp9_shown_key_frame(p: *const u8, size: usize) -> i32;
     pub fn pw_component_name(kind: i32, index: usize) -> *const c_char;
 }
