@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import itertools
+import hashlib
 import json
 import sys
 import time
@@ -32,9 +32,6 @@ from pixelwire.video.decode import video_decode_executor
 from pixelwire.video.sampling import NotReproduced, VideoSampling
 from pixelwire.vllm.identity import keyed_identity
 from pixelwire.vllm.served_model import served_model
-
-# Numbers the videos this process decodes, each its own client of the turns.
-_videos = itertools.count()
 
 
 def vllm_video_settings(
@@ -163,19 +160,19 @@ async def decode_video_bytes(
     except NotReproduced:
         return await _vllm_load(data, vllm_io, metrics)
     control = BatchControl()
-    decode = functools.partial(
-        decode_video,
-        data,
-        loader=sampling.loader,
-        num_frames=sampling.num_frames,
-        fps=sampling.fps,
-        resize=resize,
-        control=control,
-        # vLLM does not tell its media loaders whose request this is: each
-        # video takes its turns as a client of its own.
-        client=f"video-{next(_videos)}",
-        **sampling.loader_kwargs,
-    )
+
+    def decode() -> tuple[Any, dict[str, Any]]:
+        return decode_video(
+            data,
+            loader=sampling.loader,
+            num_frames=sampling.num_frames,
+            fps=sampling.fps,
+            resize=resize,
+            control=control,
+            client=video_client(data),
+            **sampling.loader_kwargs,
+        )
+
     try:
         with metrics.timed("url"):
             # The videos' own bounded pool (never the event loop's default
@@ -192,6 +189,18 @@ async def decode_video_bytes(
         return await _vllm_load(data, vllm_io, metrics)
     metrics.handled_video("url", int(frames.nbytes))
     return MediaWithBytes((frames, metadata), data)
+
+
+def video_client(data: bytes) -> str:
+    """Whose decoding a worker-mode video is, for the decode turns: its
+    bytes' digest. vLLM does not tell a media loader whose request it is
+    (and behind a frontend every request comes from the frontend's
+    address), so the video stands for its client: the same bytes sent
+    again, at once or after a hang-up, count as one client, and the turns
+    remember the decoding time of a client whose decode ended early past
+    its last decode, so a video resent after a hang-up resumes where its
+    last attempt stopped. Bytes varied per attempt are new clients each."""
+    return f"video-sha256:{hashlib.sha256(data).hexdigest()}"
 
 
 async def _vllm_load(data: bytes, vllm_io: VideoMediaIO, metrics: ImageMetrics) -> MediaWithBytes:
