@@ -969,6 +969,37 @@ def test_a_frame_list_of_huge_jpegs_is_refused_from_their_headers(served: Served
         assert stack.peak_rss(service) - peak < 100 << 20, service.name
 
 
+def _pillow_only(format: str) -> bytes:
+    """A 16x16 image in a format only Pillow reads (pixelwire neither
+    decodes nor vouches for it)."""
+    import io
+
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.new("RGB", (16, 16), (200, 30, 30)).save(buffer, format=format)
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize("path", ["frontend", "worker-mode", "vllm-direct"])
+@pytest.mark.parametrize("format", ["PCX", "SGI"])
+def test_an_image_only_pillow_reads_never_reaches_vllms_loader(
+    served: Served, path: str, format: str
+) -> None:
+    """An image whose format pixelwire does not decode goes on to vLLM's
+    loader (Pillow, with every plug-in) only once it is identified
+    natively as one image format: a PCX or an SGI image is a 400 naming
+    that, from the frontend or the plug-in, while a CCITT TIFF (one such
+    format) is still answered."""
+    url = hostile_media.data_url(_pillow_only(format), "image/png")
+    status, _, raw = _send(_paths(served)[path], "/v1/chat/completions", _chat([url]))
+    error = _error(status, raw)
+    assert "not one media container" in error["message"], error
+    tiff = hostile_media.data_url(TIFF_BYTES, "image/tiff")
+    status, _, raw = _send(_paths(served)[path], "/v1/chat/completions", _chat([tiff]))
+    assert status == 200, raw[:2000]
+
+
 @pytest.mark.parametrize("attacker", ["waits", "leaves"])
 def test_video_bombs_in_worker_mode_do_not_queue_another_video(
     served: Served, video_bomb: dict[str, bytes], attacker: str
