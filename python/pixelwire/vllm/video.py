@@ -12,6 +12,7 @@ import hashlib
 import json
 import sys
 import time
+import weakref
 from typing import Any
 
 import vllm.envs as envs
@@ -19,6 +20,7 @@ from vllm.multimodal.media import MediaWithBytes
 from vllm.multimodal.media.video import VideoMediaIO
 from vllm.multimodal.video import get_video_loader_backend_for_processor
 
+from pixelwire import config
 from pixelwire._native import BatchControl, DescriptorError, UnsupportedVideo
 from pixelwire.descriptor import RemoteImage, is_video_descriptor, parse_descriptor
 from pixelwire.loader_input import checked_container
@@ -30,8 +32,14 @@ from pixelwire.transfer import default_reader
 from pixelwire.video import decode_video
 from pixelwire.video.decode import video_decode_executor
 from pixelwire.video.sampling import NotReproduced, VideoSampling
+from pixelwire.video.shares import ClientShares
 from pixelwire.vllm.identity import keyed_identity
 from pixelwire.vllm.served_model import served_model
+
+# The video threads one worker-mode client (one video's bytes) may hold at
+# once, per event loop (a share's waiters are that loop's futures): the same
+# bomb sent many times cannot take every thread.
+_shares: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, ClientShares] = weakref.WeakKeyDictionary()
 
 
 def vllm_video_settings(
@@ -160,6 +168,7 @@ async def decode_video_bytes(
     except NotReproduced:
         return await _vllm_load(data, vllm_io, metrics)
     control = BatchControl()
+    client = await asyncio.to_thread(video_client, data)
 
     def decode() -> tuple[Any, dict[str, Any]]:
         return decode_video(
@@ -169,21 +178,25 @@ async def decode_video_bytes(
             fps=sampling.fps,
             resize=resize,
             control=control,
-            client=video_client(data),
+            client=client,
             **sampling.loader_kwargs,
         )
 
     try:
         with metrics.timed("url"):
             # The videos' own bounded pool (never the event loop's default
-            # executor, which vLLM's other work uses); a request that goes
-            # away stops its decode within a frame.
-            work = asyncio.get_running_loop().run_in_executor(video_decode_executor(), decode)
-            try:
-                frames, metadata = await work
-            except asyncio.CancelledError:
-                control.cancel()
-                raise
+            # executor, which vLLM's other work uses), of which one client's
+            # videos hold at most their share; a request that goes away stops
+            # its decode within a frame.
+            loop = asyncio.get_running_loop()
+            shares = _shares.setdefault(loop, ClientShares(config.VIDEO_DECODES_PER_CLIENT))
+            async with shares.held(client):
+                work = loop.run_in_executor(video_decode_executor(), decode)
+                try:
+                    frames, metadata = await work
+                except asyncio.CancelledError:
+                    control.cancel()
+                    raise
     except UnsupportedVideo:
         # A codec or container pixelwire does not decode.
         return await _vllm_load(data, vllm_io, metrics)
