@@ -17,6 +17,12 @@
 //!   line beginning `c=IN IP` (SDP, anywhere in the probe buffer) and a
 //!   `<MPD` before the first NUL byte (DASH manifests).
 //!
+//! Images go to vLLM's Pillow, which tries every image plugin it has
+//! (EPS through Ghostscript, PSD, SGI, TGA with no signature at all, ...):
+//! an image is identified from the signature at its offset 0 as one of the
+//! formats pixelwire's own decoders tell by a signature (TGA, which has
+//! none, is left out), as Pillow names them.
+//!
 //! The set is small on purpose: formats that a loader gets from clients in
 //! practice. Anything else is refused with [`Error::UnidentifiedMedia`].
 
@@ -27,6 +33,7 @@ use crate::errors::{Error, Result};
 pub enum Medium {
     Video,
     Audio,
+    Image,
 }
 
 impl Medium {
@@ -34,6 +41,7 @@ impl Medium {
         match self {
             Medium::Video => "video",
             Medium::Audio => "audio",
+            Medium::Image => "image",
         }
     }
 
@@ -41,6 +49,7 @@ impl Medium {
         match self {
             Medium::Video => "MP4/MOV, Matroska/WebM or AVI",
             Medium::Audio => "WAV, FLAC, Ogg, MP3 or ADTS AAC, AIFF, MP4/M4A or Matroska/WebM",
+            Medium::Image => "JPEG, PNG, GIF, WebP, BMP, TIFF, ICO, PNM or QOI",
         }
     }
 }
@@ -56,6 +65,15 @@ pub enum Container {
     Ogg,
     Mp3,
     Aiff,
+    Jpeg,
+    Png,
+    Gif,
+    Webp,
+    Bmp,
+    Tiff,
+    Ico,
+    Pnm,
+    Qoi,
 }
 
 impl Container {
@@ -69,6 +87,16 @@ impl Container {
             Container::Ogg => "ogg",
             Container::Mp3 => "mpeg-audio",
             Container::Aiff => "aiff",
+            // Images: the format names Pillow gives them.
+            Container::Jpeg => "JPEG",
+            Container::Png => "PNG",
+            Container::Gif => "GIF",
+            Container::Webp => "WEBP",
+            Container::Bmp => "BMP",
+            Container::Tiff => "TIFF",
+            Container::Ico => "ICO",
+            Container::Pnm => "PPM",
+            Container::Qoi => "QOI",
         }
     }
 
@@ -81,6 +109,15 @@ impl Container {
             | Container::Ogg
             | Container::Mp3
             | Container::Aiff => medium == Medium::Audio,
+            Container::Jpeg
+            | Container::Png
+            | Container::Gif
+            | Container::Webp
+            | Container::Bmp
+            | Container::Tiff
+            | Container::Ico
+            | Container::Pnm
+            | Container::Qoi => medium == Medium::Image,
         }
     }
 }
@@ -94,7 +131,12 @@ pub fn identify(data: &[u8], medium: Medium) -> Result<Container> {
             medium.accepted()
         ))
     };
-    let Some(container) = signature(data) else {
+    let found = if medium == Medium::Image {
+        image_signature(data)
+    } else {
+        signature(data)
+    };
+    let Some(container) = found else {
         let head: String = data.iter().take(8).map(|b| format!("{b:02x}")).collect();
         return Err(refuse(format!("first bytes {head}")));
     };
@@ -104,6 +146,9 @@ pub fn identify(data: &[u8], medium: Medium) -> Result<Container> {
             container.name(),
             medium.name()
         )));
+    }
+    if medium == Medium::Image {
+        return Ok(container);
     }
     if let Some(found) = text_probe_match(data) {
         return Err(refuse(format!(
@@ -132,6 +177,33 @@ fn signature(data: &[u8]) -> Option<Container> {
         Some(Container::Aiff)
     } else if mpeg_audio_frame(data.get(id3v2_len(data)..).unwrap_or(&[])) {
         Some(Container::Mp3)
+    } else {
+        None
+    }
+}
+
+/// The image format whose signature starts `data`, as Pillow's plugins
+/// accept it.
+fn image_signature(data: &[u8]) -> Option<Container> {
+    let at = |offset: usize, magic: &[u8]| data.get(offset..offset + magic.len()) == Some(magic);
+    if at(0, b"\xFF\xD8\xFF") {
+        Some(Container::Jpeg)
+    } else if at(0, b"\x89PNG\r\n\x1a\n") {
+        Some(Container::Png)
+    } else if at(0, b"GIF87a") || at(0, b"GIF89a") {
+        Some(Container::Gif)
+    } else if at(0, b"RIFF") && at(8, b"WEBP") {
+        Some(Container::Webp)
+    } else if at(0, b"BM") {
+        Some(Container::Bmp)
+    } else if at(0, b"II*\0") || at(0, b"MM\0*") || at(0, b"II+\0") || at(0, b"MM\0+") {
+        Some(Container::Tiff)
+    } else if at(0, &[0, 0, 1, 0]) {
+        Some(Container::Ico)
+    } else if at(0, b"qoif") {
+        Some(Container::Qoi)
+    } else if data.len() >= 2 && data[0] == b'P' && (b'1'..=b'6').contains(&data[1]) {
+        Some(Container::Pnm)
     } else {
         None
     }
@@ -255,6 +327,45 @@ mod tests {
         assert_eq!(identify(mkv, Medium::Video), Ok(Container::Matroska));
         let mp3 = b"ID3\x03\0\0\0\0\0\x02ab\xff\xfb\x90\x44";
         assert_eq!(identify(mp3, Medium::Audio), Ok(Container::Mp3));
+    }
+
+    #[test]
+    fn images_are_named_as_pillow_names_them_and_only_as_images() {
+        let cases: [(&[u8], Container); 6] = [
+            (b"\xff\xd8\xff\xe0\0\x10JFIF\0", Container::Jpeg),
+            (b"\x89PNG\r\n\x1a\n\0\0\0\x0dIHDR", Container::Png),
+            (b"GIF89a\x01\0\x01\0", Container::Gif),
+            (b"RIFF\x24\0\0\0WEBPVP8 ", Container::Webp),
+            (b"BM\x36\0\0\0\0\0\0\0\x36\0\0\0", Container::Bmp),
+            (b"II*\0\x08\0\0\0", Container::Tiff),
+        ];
+        for (data, container) in cases {
+            assert_eq!(identify(data, Medium::Image), Ok(container));
+            assert!(identify(data, Medium::Video).is_err());
+        }
+        assert_eq!(
+            identify(b"MM\0*\0\0\0\x08", Medium::Image),
+            Ok(Container::Tiff)
+        );
+        assert_eq!(
+            identify(b"P6\n1 1\n255\n\0\0\0", Medium::Image),
+            Ok(Container::Pnm)
+        );
+        // Formats Pillow decodes that are not vouched for, and videos.
+        for data in [
+            &b"%!PS-Adobe-3.0 EPSF-3.0\n"[..],
+            b"8BPS\0\x01\0\0\0\0\0\0",
+            b"\x01\xda\x01\x01\0\x03",
+            b"\0\0\x02\0\0\0\0\0\0\0\0\0\x10\0\x10\0\x18\0",
+            b"\0\0\0\x14ftypjp2 \0\0\0\0jp2 ",
+            b"",
+        ] {
+            assert!(matches!(
+                identify(data, Medium::Image),
+                Err(Error::UnidentifiedMedia(_))
+            ));
+        }
+        assert!(identify(&mp4(), Medium::Image).is_err());
     }
 
     #[test]

@@ -15,11 +15,13 @@ import ctypes
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, TypeVar
 
 # Every external command is bounded.
@@ -197,3 +199,34 @@ class Bridged:
         for ns in reversed(self._created):
             sh("ip", "netns", "del", ns, check=False)
         self._created.clear()
+
+
+def listeners_of(pid: int) -> set[tuple[str, int]]:
+    """(address, port) of every TCP socket ``pid`` listens on (addresses as
+    /proc/net/tcp writes them: ``0100007F`` is 127.0.0.1)."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    found = set()
+    for table in ("tcp", "tcp6"):
+        for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and fields[9] in inodes:  # LISTEN
+                address, port = fields[1].rsplit(":", 1)
+                found.add((address, int(port, 16)))
+    return found
+
+
+def reachable(address: str, port: int) -> bool:
+    """Whether a TCP connection to ``address``:``port`` opens (from the
+    calling thread's namespace: :func:`call_in`)."""
+    try:
+        with socket.create_connection((address, port), timeout=2):
+            return True
+    except OSError:
+        return False

@@ -1,8 +1,9 @@
 """What goes to vLLM's own loaders (``pixelwire.loader_input``): data:
 URLs split with vLLM's grammar, the JPEG-frame form recognised only as vLLM
 recognises it, frame lists checked from their headers, and video and audio
-bytes identified as one real container before any of vLLM's loaders (FFmpeg
-with every demuxer) may have them."""
+bytes identified as one real container, and image bytes as one image
+format, before any of vLLM's loaders (FFmpeg with every demuxer, Pillow with
+every plug-in) may have them."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from pixelwire.loader_input import (
     checked_container,
     data_url_parts,
     frame_list_frames,
+    image_format,
     is_frame_list,
 )
 
@@ -130,6 +132,36 @@ def test_an_sdp_session_behind_a_matroska_signature_is_refused(video_clips: dict
         checked_container(clip[:200] + b"\n" + hostile_media.sdp(5004) + clip[200:], "video")
 
 
-def test_a_medium_other_than_video_or_audio_is_a_value_error() -> None:
+def test_a_medium_other_than_video_audio_or_image_is_a_value_error() -> None:
     with pytest.raises(ValueError, match="medium must be"):
-        pixelwire._native.identify_container(wav(), "image")  # type: ignore[arg-type]
+        pixelwire._native.identify_container(wav(), "text")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("name", "format"),
+    [
+        ("hopper.png", "PNG"),
+        ("flower2.jpg", "JPEG"),
+        ("g4_orientation_6.tif", "TIFF"),
+        ("transparent.png", "PNG"),
+    ],
+)
+def test_images_are_identified_by_their_signature_as_pillow_names_them(name: str, format: str) -> None:
+    assert image_format((CORPUS / name).read_bytes()) == format
+
+
+def test_images_of_other_formats_and_other_media_are_refused(video_clips: dict[str, bytes]) -> None:
+    """Formats only Pillow reads (EPS, which it hands to Ghostscript, PSD,
+    SGI), TGA (no signature: Pillow tries it on anything), a video and a
+    description are not images pixelwire vouches for."""
+    for data in [
+        b"%!PS-Adobe-3.0 EPSF-3.0\n%%BoundingBox: 0 0 1 1\n",
+        b"8BPS\x00\x01" + bytes(20),
+        b"\x01\xda\x01\x01\x00\x03" + bytes(20),
+        b"\x00\x00\x02\x00\x00\x00\x00\x00\x00\x00\x00\x00\x01\x00\x01\x00\x18\x00\x00\x00\x00",
+        video_clips["vp9.webm"],
+        hostile_media.ffconcat("a.png"),
+        b"",
+    ]:
+        with pytest.raises(pixelwire.UnidentifiedMedia, match="not one media container"):
+            image_format(data)

@@ -347,10 +347,13 @@ def configure_video_turns(calls: int) -> int:
 def ffmpeg_components() -> dict[str, list[str]]:
     """The bundled FFmpeg's ``demuxers``, input ``protocols`` and ``decoders``."""
 
-def identify_container(data: Buffer, medium: Literal["video", "audio"]) -> str:
+def identify_container(data: Buffer, medium: Literal["video", "audio", "image"]) -> str:
     """The container ``data`` is (``mp4``, ``matroska``, ``avi``, ``wav``,
-    ``flac``, ``ogg``, ``mpeg-audio``, ``aiff``), identified from its own bytes
-    before another party's loader of ``medium`` is handed them; raises
+    ``flac``, ``ogg``, ``mpeg-audio``, ``aiff``; for an image, the format
+    as Pillow names it: ``JPEG``, ``PNG``, ``GIF``, ``WEBP``, ``BMP``,
+    ``TIFF``, ``ICO``, ``PPM``, ``QOI``), identified from the signature its
+    own bytes start with before another party's loader of ``medium`` is
+    handed them; raises
     :class:`UnidentifiedMedia` for anything else, and for bytes that a
     demuxer opening other resources (SDP, DASH) would match."""
 

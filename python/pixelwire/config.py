@@ -390,6 +390,14 @@ def nixl_library_from_env() -> str | None:
     return os.environ.get("PIXELWIRE_NIXL_LIB") or None
 
 
+def worker_nixl_interface_from_env() -> str | None:
+    """``PIXELWIRE_NIXL_INTERFACE``: the network devices the plug-in's NIXL
+    reader agent listens on, as ``UCX_NET_DEVICES`` names them (``all``:
+    every one); None when unset or empty (derived from vLLM's ``--host``:
+    :mod:`pixelwire.vllm.nixl_interfaces`)."""
+    return os.environ.get("PIXELWIRE_NIXL_INTERFACE") or None
+
+
 def worker_model_from_env() -> tuple[str | None, dict[str, Any] | None]:
     """The plug-in's overrides of vLLM's ``--model`` and
     ``--mm-processor-kwargs``: ``PIXELWIRE_MODEL`` and

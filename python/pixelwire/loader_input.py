@@ -13,7 +13,8 @@ So:
   and the JPEG-frame form is recognised exactly as vLLM recognises it (the
   media type compared whole, case folded, parameters dropped), never by a
   prefix (:func:`is_frame_list`);
-- video and audio bytes are identified natively as one real container
+- video and audio bytes are identified natively as one real container,
+  and image bytes as one image format, from their signature
   (:func:`pixelwire._native.identify_container`) before any loader of
   vLLM's gets them (:func:`checked_container`);
 - a frame list's frames are decoded from base64 as vLLM decodes them and
@@ -157,6 +158,16 @@ def checked_container(data: bytes, medium: Literal["video", "audio"]) -> bytes:
     return data
 
 
+def image_format(data: bytes) -> str:
+    """The one image format ``data`` is, as Pillow names it (``JPEG``,
+    ``PNG``, ``GIF``, ``WEBP``, ``BMP``, ``TIFF``, ``ICO``, ``PPM``,
+    ``QOI``), from the signature it starts with; raises
+    :class:`pixelwire.UnidentifiedMedia` for anything else (TGA, which has
+    no signature, among them). Image bytes pixelwire does not decode go to vLLM's loader only
+    once they are identified so."""
+    return identify_container(data, "image")
+
+
 __all__ = [
     "FRAME_LIST_TYPE",
     "FrameListRefused",
@@ -165,5 +176,6 @@ __all__ = [
     "checked_container",
     "data_url_parts",
     "frame_list_frames",
+    "image_format",
     "is_frame_list",
 ]

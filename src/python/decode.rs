@@ -277,16 +277,18 @@ fn probe_image<'py>(
     Ok(d)
 }
 
-/// The container `data` is, identified from its own bytes before it goes
-/// to another party's loader of `medium` (`identify::identify`).
+/// The container (or, for an image, the format as Pillow names it) `data`
+/// is, identified from its own bytes before it goes to another party's
+/// loader of `medium` (`identify::identify`).
 #[pyfunction]
 fn identify_container(py: Python<'_>, data: Encoded<'_>, medium: &str) -> PyResult<&'static str> {
     let medium = match medium {
         "video" => identify::Medium::Video,
         "audio" => identify::Medium::Audio,
+        "image" => identify::Medium::Image,
         other => {
             return Err(pyo3::exceptions::PyValueError::new_err(format!(
-                "medium must be 'video' or 'audio', not {other:?}"
+                "medium must be 'video', 'audio' or 'image', not {other:?}"
             )))
         }
     };

@@ -114,6 +114,19 @@ impl Pace {
     }
 }
 
+impl Drop for Pace {
+    fn drop(&mut self) {
+        // A decode that ended early (its caller went away, or its budget ran
+        // out) leaves its client's decoding time remembered: the same bytes
+        // sent again resume it.
+        if self.stop_asked() || self.over_budget() {
+            if let Some(ticket) = self.ticket.get_mut().as_mut() {
+                ticket.ended_early();
+            }
+        }
+    }
+}
+
 /// A capture's turn at decoding, ended when dropped.
 pub(super) struct Turn(Arc<Pace>);
 

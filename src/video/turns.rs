@@ -10,6 +10,14 @@
 //! video waits at most one quantum for a long one, and a client's several
 //! videos count together, so sending more of them buys no larger share.
 //! A decode that waits keeps its decoder; nothing is decoded twice.
+//!
+//! A client whose decodes ended early (its caller went away, or the
+//! decoding budget ran out) keeps its decoding time for a while after its
+//! last one ([`REMEMBER_FOR`], at most [`REMEMBERED_CLIENTS`] clients): a
+//! client that hangs up and sends again resumes where it stopped, rather
+//! than starting afresh level with every newcomer. A client whose decodes
+//! all finished is forgotten with its last one, so sending the same video
+//! again (a conversation's next turn) starts afresh.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI32, Ordering};
@@ -27,6 +35,12 @@ const QUANTUM: Duration = Duration::from_millis(20);
 const ACCOUNT_EVERY: Duration = Duration::from_millis(2);
 /// How often a waiting decode looks at its stop flag.
 const STOP_POLL: Duration = Duration::from_millis(50);
+/// How long the decoding time of a client whose decodes ended early is
+/// kept after its last one.
+const REMEMBER_FOR: Duration = Duration::from_secs(600);
+/// The most clients whose decoding time is kept with no decode of theirs
+/// registered (the oldest is forgotten first).
+const REMEMBERED_CLIENTS: usize = 4096;
 
 struct Waiting {
     ticket: u64,
@@ -47,13 +61,25 @@ struct State {
     /// Decoding time per client with a decode registered, dropped with the
     /// client's last decode (so the map holds only clients decoding now).
     clients: HashMap<Arc<str>, ClientTime>,
+    /// Decoding time of clients with no decode registered, and when their
+    /// last one ended.
+    remembered: HashMap<Arc<str>, Remembered>,
     next_ticket: u64,
+}
+
+struct Remembered {
+    attained: Duration,
+    ended: Instant,
+    /// Order of the ends (the oldest is forgotten first).
+    seq: u64,
 }
 
 #[derive(Default)]
 struct ClientTime {
     attained: Duration,
     decodes: usize,
+    /// Whether one of its decodes ended early.
+    ended_early: bool,
 }
 
 impl State {
@@ -80,6 +106,43 @@ impl State {
             any = true;
         }
         any
+    }
+
+    /// Keeps a client's decoding time once its last decode ends, within
+    /// the table's bound.
+    fn remember(&mut self, client: Arc<str>, attained: Duration) {
+        let now = Instant::now();
+        self.remembered
+            .retain(|_, r| now.duration_since(r.ended) < REMEMBER_FOR);
+        if self.remembered.len() >= REMEMBERED_CLIENTS {
+            let oldest = self
+                .remembered
+                .iter()
+                .min_by_key(|(_, r)| r.seq)
+                .map(|(key, _)| key.clone());
+            if let Some(oldest) = oldest {
+                self.remembered.remove(&oldest);
+            }
+        }
+        let seq = self.next_ticket;
+        self.next_ticket += 1;
+        self.remembered.insert(
+            client,
+            Remembered {
+                attained,
+                ended: now,
+                seq,
+            },
+        );
+    }
+
+    /// The decoding time a client with no decode registered had, when its
+    /// last one ended less than [`REMEMBER_FOR`] ago.
+    fn recall(&mut self, client: &str) -> Duration {
+        match self.remembered.remove(client) {
+            Some(r) if r.ended.elapsed() < REMEMBER_FOR => r.attained,
+            _ => Duration::ZERO,
+        }
     }
 
     fn least_waiting(&self) -> Option<Duration> {
@@ -133,7 +196,19 @@ impl DecodeTurns {
         state.next_ticket += 1;
         let client: Arc<str> = match state.clients.get_key_value(client) {
             Some((key, _)) => key.clone(),
-            None => Arc::from(client),
+            None => {
+                let attained = state.recall(client);
+                let key: Arc<str> = Arc::from(client);
+                state.clients.insert(
+                    key.clone(),
+                    ClientTime {
+                        attained,
+                        decodes: 0,
+                        ended_early: false,
+                    },
+                );
+                key
+            }
         };
         state.clients.entry(client.clone()).or_default().decodes += 1;
         Ticket {
@@ -142,6 +217,7 @@ impl DecodeTurns {
             client,
             attained: Duration::ZERO,
             running_since: None,
+            ended_early: false,
         }
     }
 }
@@ -155,6 +231,7 @@ pub struct Ticket {
     attained: Duration,
     /// When the time since was last added to the client's.
     running_since: Option<Instant>,
+    ended_early: bool,
 }
 
 impl Ticket {
@@ -240,6 +317,13 @@ impl Ticket {
         true
     }
 
+    /// Marks the decode as ended early (its caller went away, or its budget
+    /// ran out): its client's decoding time is remembered past its last
+    /// decode.
+    pub fn ended_early(&mut self) {
+        self.ended_early = true;
+    }
+
     /// Ends a turn (the decode is between steps or done); the next step
     /// [`Ticket::start`]s again.
     pub fn stop(&mut self) {
@@ -263,10 +347,18 @@ impl Drop for Ticket {
         self.stop();
         let mut state = self.turns.state.lock();
         state.waiting.retain(|w| w.ticket != self.ticket);
-        if let Some(client) = state.clients.get_mut(&self.client) {
+        let last = state.clients.get_mut(&self.client).is_some_and(|client| {
             client.decodes -= 1;
-            if client.decodes == 0 {
-                state.clients.remove(&self.client);
+            client.decodes == 0
+        });
+        if let Some(client) = state.clients.get_mut(&self.client) {
+            client.ended_early |= self.ended_early;
+        }
+        if last {
+            if let Some((key, time)) = state.clients.remove_entry(&self.client) {
+                if time.ended_early {
+                    state.remember(key, time.attained);
+                }
             }
         }
     }
@@ -342,6 +434,70 @@ mod tests {
             state.clients.len(),
             1,
             "only the registered first client is known"
+        );
+    }
+
+    #[test]
+    fn a_client_that_comes_back_resumes_its_decoding_time() {
+        // "bomb" decodes for a while and hangs up; its next decode and a
+        // newcomer's both wait behind a third client's: the newcomer, with
+        // less decoding time, goes first although it asked second.
+        assert_eq!(comes_back(true), vec!["newcomer", "bomb"]);
+        // Had its decode finished, it would start afresh, level with the
+        // newcomer: first come, first served between them.
+        assert_eq!(comes_back(false), vec!["bomb", "newcomer"]);
+    }
+
+    fn comes_back(ended_early: bool) -> Vec<&'static str> {
+        let turns = turns(1);
+        let mut first = turns.register("bomb");
+        assert!(first.start(None));
+        thread::sleep(QUANTUM * 3);
+        if ended_early {
+            first.ended_early();
+        }
+        drop(first);
+        let mut holder = turns.register("holder");
+        assert!(holder.start(None));
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let spawn = |client: &'static str| {
+            let order = order.clone();
+            thread::spawn(move || {
+                let mut ticket = turns.register(client);
+                assert!(ticket.start(None));
+                order.lock().push(client);
+                ticket.stop();
+            })
+        };
+        let bomb = spawn("bomb");
+        while turns.state.lock().waiting.is_empty() {
+            thread::sleep(Duration::from_millis(1));
+        }
+        let newcomer = spawn("newcomer");
+        while turns.state.lock().waiting.len() < 2 {
+            thread::sleep(Duration::from_millis(1));
+        }
+        holder.stop();
+        bomb.join().unwrap();
+        newcomer.join().unwrap();
+        let order = order.lock().clone();
+        order
+    }
+
+    #[test]
+    fn remembered_clients_are_bounded() {
+        let turns = turns(1);
+        for i in 0..REMEMBERED_CLIENTS + 10 {
+            let mut ticket = turns.register(&format!("client-{i}"));
+            assert!(ticket.start(None));
+            ticket.ended_early();
+        }
+        let state = turns.state.lock();
+        assert_eq!(state.remembered.len(), REMEMBERED_CLIENTS);
+        assert!(state.clients.is_empty());
+        assert!(
+            !state.remembered.contains_key("client-0"),
+            "the oldest goes first"
         );
     }
 

@@ -9,7 +9,6 @@ leaked."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -17,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from netns import Bridged, Unavailable, call_in, why_namespaces_unavailable
+from netns import Bridged, Unavailable, call_in, listeners_of, reachable, why_namespaces_unavailable
 
 from pixelwire.frontend.nixl_interfaces import listen_devices
 
@@ -42,34 +41,6 @@ def hosts() -> Iterator[Bridged]:
     bridged.close()
 
 
-def _listeners(pid: int) -> set[tuple[str, int]]:
-    """(address, port) of every TCP socket ``pid`` listens on."""
-    inodes = set()
-    for fd in os.listdir(f"/proc/{pid}/fd"):
-        try:
-            target = os.readlink(f"/proc/{pid}/fd/{fd}")
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            inodes.add(target[8:-1])
-    found = set()
-    for table in ("tcp", "tcp6"):
-        for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
-            fields = line.split()
-            if fields[3] == "0A" and fields[9] in inodes:  # LISTEN
-                address, port = fields[1].rsplit(":", 1)
-                found.add((address, int(port, 16)))
-    return found
-
-
-def _reachable(address: str, port: int) -> bool:
-    try:
-        with socket.create_connection((address, port), timeout=2):
-            return True
-    except OSError:
-        return False
-
-
 def _frontend_listeners(hosts: Bridged, tmp_path: Path, *args: str) -> tuple[set[tuple[str, int]], list[int]]:
     """Starts a frontend with ``--host 127.0.0.1`` on host "frontend", its
     upstream on that host's loopback; returns its listeners and the ports
@@ -87,7 +58,7 @@ def _frontend_listeners(hosts: Bridged, tmp_path: Path, *args: str) -> tuple[set
         listeners: set[tuple[str, int]] = set()
         while time.monotonic() < deadline:
             assert process.poll() is None, (tmp_path / "frontend.log").read_text()
-            listeners = _listeners(process.pid)
+            listeners = listeners_of(process.pid)
             if any(port == 8080 for _, port in listeners) and len(listeners) > 1:
                 break
             time.sleep(0.1)
@@ -95,7 +66,7 @@ def _frontend_listeners(hosts: Bridged, tmp_path: Path, *args: str) -> tuple[set
             raise AssertionError(f"no NIXL listener: {listeners} {(tmp_path / 'frontend.log').read_text()}")
         address = hosts.address("frontend")
         reached = [
-            port for _, port in sorted(listeners) if call_in(hosts.ns("outsider"), _reachable, address, port)
+            port for _, port in sorted(listeners) if call_in(hosts.ns("outsider"), reachable, address, port)
         ]
         return listeners, reached
     finally:

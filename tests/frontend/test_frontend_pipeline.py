@@ -135,6 +135,24 @@ def test_formats_pixelwire_does_not_decode_pass_through_to_the_worker(frontend: 
     assert stack.metric(frontend.get("/metrics"), "pixelwire_frontend_images_total", path="passthrough") >= 1
 
 
+def test_a_format_pixelwire_cannot_vouch_for_is_refused_not_passed_on(
+    frontend: stack.Service, upstream: Upstream
+) -> None:
+    """A PCX image (Pillow reads it, pixelwire neither decodes it nor tells
+    it by a signature) is a 400 naming the formats accepted, and nothing is
+    forwarded: vLLM's loader would try every Pillow plug-in on it."""
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.new("RGB", (16, 16)).save(buffer, format="PCX")
+    url = "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+    calls = upstream.calls
+    status, body = post(frontend, chat(url))
+    assert status == 400, body
+    assert "not one media container" in body["error"]["message"], body
+    assert upstream.calls == calls
+
+
 def _counts(service: stack.Service) -> dict[str, float]:
     text = service.get("/metrics")
     return {

@@ -21,6 +21,7 @@ from pixelwire._native import (
     Limits,
     PixelwireError,
     PoolExhausted,
+    UnidentifiedMedia,
     UnsupportedFormat,
     UnsupportedVideo,
     VideoTooLarge,
@@ -39,6 +40,7 @@ from pixelwire.loader_input import (
     check_frames,
     checked_container,
     frame_list_frames,
+    image_format,
     is_frame_list,
 )
 from pixelwire.media_parts import MediaPart, data_url_bytes
@@ -290,7 +292,9 @@ class MediaPipeline:
         if not self.native:
             # A mode pixelwire does not decode: fetched here, through this
             # guard, and handed on as the bytes, never as a URL the worker
-            # would fetch again (its answer could differ).
+            # would fetch again (its answer could differ); only once they
+            # are one image format.
+            image_format(data)
             self.metrics.handled("passthrough", 0)
             return _bytes_url(data)
         return _Fetched(data, started)
@@ -399,7 +403,13 @@ class MediaPipeline:
             assert not isinstance(outcome, PassThrough), "images are fetched only to be decoded here"
             if isinstance(outcome, UnsupportedFormat):
                 # Not a format pixelwire decodes: the bytes already fetched go
-                # on to the worker, whose plug-in hands them to vLLM's loader.
+                # on to the worker, whose plug-in hands them to vLLM's loader,
+                # once they are one image format.
+                try:
+                    image_format(item.data)
+                except UnidentifiedMedia as error:
+                    self.results[index] = error
+                    continue
                 self.metrics.handled("passthrough", 0)
                 self.results[index] = _bytes_url(item.data)
             elif isinstance(outcome, Exception):

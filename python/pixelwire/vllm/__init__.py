@@ -44,7 +44,9 @@ def register() -> None:
         import sys
 
         from pixelwire.nixl import ensure_nixl
+        from pixelwire.vllm.nixl_interfaces import apply_reader_interfaces
 
+        apply_reader_interfaces(sys.argv)
         ensure_nixl()
         worker_settings.check_signing_setting()
         worker_settings.check_media_cache_setting()

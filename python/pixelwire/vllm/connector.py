@@ -39,6 +39,7 @@ from pixelwire.vllm.data_urls import decode_data_url_async
 from pixelwire.vllm.errors import as_vllm_error, local_files_refused
 from pixelwire.vllm.fetching import media_fetcher
 from pixelwire.vllm.identity import cache_identity
+from pixelwire.vllm.image_info import checked_for_vllm_loader
 from pixelwire.vllm.media_settings import VllmMediaSettings
 from pixelwire.vllm.native_decode import check_frame_list, decode_for_model, decode_processed
 from pixelwire.vllm.processed_inputs import ProcessedImage, processed_image, worker_patch_layout
@@ -439,7 +440,9 @@ class PixelwireMediaConnector(MediaConnector):
     async def _vllm_load(self, data: bytes, mode: str | None, metrics: ImageMetrics) -> MediaWithBytes:
         """vLLM's own loader on bytes pixelwire's Fetcher already fetched
         (never on the URL: vLLM's fetch has no address guard), so the result
-        is exactly vLLM's."""
+        is exactly vLLM's; only once they are one image format (Pillow tries
+        every plug-in it has)."""
+        await asyncio.to_thread(checked_for_vllm_loader, data)
         metrics.handled("vllm", 0)
         io = ImageMediaIO(**({"image_mode": mode} | self.media_io_kwargs.get("image", {})))
         return await asyncio.to_thread(io.load_bytes, data)

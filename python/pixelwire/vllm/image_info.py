@@ -9,6 +9,9 @@ composited onto the background (RGB from anything with transparency) is a
 new image with an empty ``info``; any other conversion keeps ``info``. Both
 are read here from the image's header alone (Pillow's ``open`` decodes no
 pixels).
+
+Bytes pixelwire does not decode go to that loader only once they are one
+image format (:func:`checked_for_vllm_loader`).
 """
 
 from __future__ import annotations
@@ -17,6 +20,9 @@ import io
 from typing import Any
 
 from PIL import Image
+
+from pixelwire._native import UnidentifiedMedia
+from pixelwire.loader_input import image_format
 
 _WITH_ALPHA = frozenset({"RGBA", "LA", "PA"})
 
@@ -39,3 +45,24 @@ def vllm_image_metadata(
     if mode == "RGB" and (source_mode in _WITH_ALPHA or "transparency" in info):
         return {}, io_config
     return info, io_config
+
+
+def checked_for_vllm_loader(data: bytes) -> bytes:
+    """``data``, once identified natively as one image format (its
+    signature: :func:`pixelwire.loader_input.image_format`) and opened
+    by Pillow, as vLLM's loader opens it (every plug-in, header only), as
+    that same format (or not at all: then vLLM's loader fails as that open
+    did); raises :class:`pixelwire.UnidentifiedMedia` otherwise. What may
+    be handed to vLLM's image loader."""
+    identified = image_format(data)
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            opened = image.format
+    except Exception:  # noqa: BLE001 (whatever Pillow's open raises, vLLM's raises too)
+        # vLLM's loader opens the bytes just so and fails the same way,
+        # before any plug-in decodes them: its answer, whichever it is.
+        return data
+    if opened != identified and (identified, opened) != ("JPEG", "MPO"):
+        # (Pillow names a JPEG with more pictures in it, from a camera, MPO.)
+        raise UnidentifiedMedia(f"the image starts as {identified} but Pillow opens it as {opened}")
+    return data

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import itertools
+import hashlib
 import json
 import sys
 import time
+import weakref
 from typing import Any
 
 import vllm.envs as envs
@@ -19,6 +20,7 @@ from vllm.multimodal.media import MediaWithBytes
 from vllm.multimodal.media.video import VideoMediaIO
 from vllm.multimodal.video import get_video_loader_backend_for_processor
 
+from pixelwire import config
 from pixelwire._native import BatchControl, DescriptorError, UnsupportedVideo
 from pixelwire.descriptor import RemoteImage, is_video_descriptor, parse_descriptor
 from pixelwire.loader_input import checked_container
@@ -30,11 +32,14 @@ from pixelwire.transfer import default_reader
 from pixelwire.video import decode_video
 from pixelwire.video.decode import video_decode_executor
 from pixelwire.video.sampling import NotReproduced, VideoSampling
+from pixelwire.video.shares import ClientShares
 from pixelwire.vllm.identity import keyed_identity
 from pixelwire.vllm.served_model import served_model
 
-# Numbers the videos this process decodes, each its own client of the turns.
-_videos = itertools.count()
+# The video threads one worker-mode client (one video's bytes) may hold at
+# once, per event loop (a share's waiters are that loop's futures): the same
+# bomb sent many times cannot take every thread.
+_shares: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, ClientShares] = weakref.WeakKeyDictionary()
 
 
 def vllm_video_settings(
@@ -163,35 +168,52 @@ async def decode_video_bytes(
     except NotReproduced:
         return await _vllm_load(data, vllm_io, metrics)
     control = BatchControl()
-    decode = functools.partial(
-        decode_video,
-        data,
-        loader=sampling.loader,
-        num_frames=sampling.num_frames,
-        fps=sampling.fps,
-        resize=resize,
-        control=control,
-        # vLLM does not tell its media loaders whose request this is: each
-        # video takes its turns as a client of its own.
-        client=f"video-{next(_videos)}",
-        **sampling.loader_kwargs,
-    )
+    client = await asyncio.to_thread(video_client, data)
+
+    def decode() -> tuple[Any, dict[str, Any]]:
+        return decode_video(
+            data,
+            loader=sampling.loader,
+            num_frames=sampling.num_frames,
+            fps=sampling.fps,
+            resize=resize,
+            control=control,
+            client=client,
+            **sampling.loader_kwargs,
+        )
+
     try:
         with metrics.timed("url"):
             # The videos' own bounded pool (never the event loop's default
-            # executor, which vLLM's other work uses); a request that goes
-            # away stops its decode within a frame.
-            work = asyncio.get_running_loop().run_in_executor(video_decode_executor(), decode)
-            try:
-                frames, metadata = await work
-            except asyncio.CancelledError:
-                control.cancel()
-                raise
+            # executor, which vLLM's other work uses), of which one client's
+            # videos hold at most their share; a request that goes away stops
+            # its decode within a frame.
+            loop = asyncio.get_running_loop()
+            shares = _shares.setdefault(loop, ClientShares(config.VIDEO_DECODES_PER_CLIENT))
+            async with shares.held(client):
+                work = loop.run_in_executor(video_decode_executor(), decode)
+                try:
+                    frames, metadata = await work
+                except asyncio.CancelledError:
+                    control.cancel()
+                    raise
     except UnsupportedVideo:
         # A codec or container pixelwire does not decode.
         return await _vllm_load(data, vllm_io, metrics)
     metrics.handled_video("url", int(frames.nbytes))
     return MediaWithBytes((frames, metadata), data)
+
+
+def video_client(data: bytes) -> str:
+    """Whose decoding a worker-mode video is, for the decode turns: its
+    bytes' digest. vLLM does not tell a media loader whose request it is
+    (and behind a frontend every request comes from the frontend's
+    address), so the video stands for its client: the same bytes sent
+    again, at once or after a hang-up, count as one client, and the turns
+    remember the decoding time of a client whose decode ended early past
+    its last decode, so a video resent after a hang-up resumes where its
+    last attempt stopped. Bytes varied per attempt are new clients each."""
+    return f"video-sha256:{hashlib.sha256(data).hexdigest()}"
 
 
 async def _vllm_load(data: bytes, vllm_io: VideoMediaIO, metrics: ImageMetrics) -> MediaWithBytes:
