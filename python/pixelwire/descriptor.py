@@ -39,25 +39,28 @@ def source_digest_ok(value: Any) -> bool:
     return isinstance(value, str) and SOURCE_SHA256.fullmatch(value) is not None
 
 
-@dataclass(frozen=True)
-class Decoded:
-    """One published image; `to_dict()` is the JSON-able descriptor."""
+@dataclass(frozen=True, kw_only=True)
+class PublishedSlot:
+    """What every published medium's descriptor says of its slot: where its
+    bytes are, their content hash, the hand-out it is, and the source
+    behind it. Each medium adds its own shape and record
+    (:class:`Decoded`, :class:`DecodedVideo`, or a registered medium's own)
+    and says what goes in dynamo's ``metadata`` and its own ``pixelwire``
+    keys; `to_dict()` is the JSON-able descriptor."""
 
     nixl_metadata: str
     addr: int
     size: int
-    shape: tuple[int, int, int]
-    format: str
-    color_type: str
     content_hash: str
     agent: str
     slot: int
     generation: int
     expires_at: float
     notification: str
+    # Its shape as the descriptor says it (each medium narrows it).
+    shape: tuple[int, ...]
     mem_type: str = "Dram"
     device_id: int = 0
-    background: tuple[int, int, int] = BACKGROUND
     published_at: float = 0.0
     # SHA-256 of the encoded bytes: a collision-resistant identity the
     # worker can key caches on without hashing the pixels again.
@@ -71,38 +74,55 @@ class Decoded:
     metadata_pruned: int = 0
     # The model-aware resize applied: {"policy": identity, "source": [H, W]}.
     resize: dict[str, Any] | None = None
+
+    def medium_metadata(self) -> dict[str, Any]:
+        """Dynamo's ``metadata`` for this medium."""
+        return {}
+
+    def medium_keys(self) -> dict[str, Any]:
+        """The medium's own keys of the ``pixelwire`` object."""
+        return {}
+
+    def to_dict(self) -> dict[str, Any]:
+        """Dynamo's decoded-media field names, plus pixelwire's own keys."""
+        desc = _slot_dict(self, self.medium_metadata())
+        desc["pixelwire"].update(self.medium_keys())
+        if self.resize is not None:
+            desc["pixelwire"]["resize"] = self.resize
+        return desc
+
+
+@dataclass(frozen=True)
+class Decoded(PublishedSlot):
+    """One published image; `to_dict()` is the JSON-able descriptor."""
+
+    shape: tuple[int, int, int]
+    format: str
+    color_type: str
+    background: tuple[int, int, int] = BACKGROUND
     layout: Layout = "HWC"
     # A "PATCHES" image's processed form (pixelwire.processed.PatchLayout.record):
     # the processor's identity, image_grid_thw and the patch grid.
     processed: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, Any]:
-        """Dynamo's decoded-media field names, plus pixelwire's own keys."""
-        desc = _slot_dict(self, {"format": self.format, "color_type": self.color_type, "layout": self.layout})
-        desc["pixelwire"]["background"] = list(self.background)
-        if self.resize is not None:
-            desc["pixelwire"]["resize"] = self.resize
+    def medium_metadata(self) -> dict[str, Any]:
+        return {"format": self.format, "color_type": self.color_type, "layout": self.layout}
+
+    def medium_keys(self) -> dict[str, Any]:
+        keys: dict[str, Any] = {"background": list(self.background)}
         if self.processed is not None:
-            desc["pixelwire"]["processed"] = self.processed
-        return desc
+            keys["processed"] = self.processed
+        return keys
 
 
 @dataclass(frozen=True)
-class DecodedVideo:
+class DecodedVideo(PublishedSlot):
     """One published video: the frames a vLLM video loader samples, packed
-    (T, H, W, 3) RGB; `to_dict()` is the JSON-able descriptor."""
+    (T, H, W, 3) RGB; `to_dict()` is the JSON-able descriptor. Its
+    ``resize`` is the per-frame one."""
 
-    nixl_metadata: str
-    addr: int
-    size: int
     shape: tuple[int, int, int, int]
-    content_hash: str
-    agent: str
-    slot: int
-    generation: int
-    expires_at: float
-    notification: str
     # vLLM's metadata dict for the frames (total_num_frames, fps, duration,
     # video_backend, frames_indices, do_sample_frames).
     loader_metadata: dict[str, Any]
@@ -111,41 +131,26 @@ class DecodedVideo:
     # otherwise refuses the frames.
     sampling: dict[str, Any]
     codec: str = ""
-    mem_type: str = "Dram"
-    device_id: int = 0
-    published_at: float = 0.0
-    source_sha256: str = ""
-    metadata_version: int = 0
-    metadata_pruned: int = 0
-    # The per-frame model-aware resize applied: {"policy": identity, "source": [H, W]}.
-    resize: dict[str, Any] | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        """Dynamo's decoded-media fields with its ``Video`` metadata (source
-        fps and duration, each sampled frame's time), plus pixelwire's keys."""
+    def medium_metadata(self) -> dict[str, Any]:
+        """Dynamo's ``Video`` metadata: source fps and duration, each sampled frame's time."""
         fps = float(self.loader_metadata["fps"])
         timestamps = [index / fps if fps > 0 else 0.0 for index in self.loader_metadata["frames_indices"]]
-        desc = _slot_dict(
-            self,
-            {
-                "Video": {
-                    "source_fps": fps,
-                    "source_duration": float(self.loader_metadata["duration"]),
-                    "sampled_timestamps": timestamps,
-                }
-            },
-        )
-        desc["pixelwire"]["video"] = {
-            "loader_metadata": self.loader_metadata,
-            "sampling": self.sampling,
-            "codec": self.codec,
+        return {
+            "Video": {
+                "source_fps": fps,
+                "source_duration": float(self.loader_metadata["duration"]),
+                "sampled_timestamps": timestamps,
+            }
         }
-        if self.resize is not None:
-            desc["pixelwire"]["resize"] = self.resize
-        return desc
+
+    def medium_keys(self) -> dict[str, Any]:
+        return {
+            "video": {"loader_metadata": self.loader_metadata, "sampling": self.sampling, "codec": self.codec}
+        }
 
 
-def _slot_dict(published: Decoded | DecodedVideo, metadata: dict[str, Any]) -> dict[str, Any]:
+def _slot_dict(published: PublishedSlot, metadata: dict[str, Any]) -> dict[str, Any]:
     """The fields every descriptor has: where the pixels are, their shape,
     ``metadata`` (dynamo's), and the slot they live in."""
     return {

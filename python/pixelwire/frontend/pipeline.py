@@ -28,7 +28,7 @@ from pixelwire._native import (
 )
 from pixelwire.caches.data_urls import DataUrlMemo
 from pixelwire.config import DECODED_MODES, Layout, Mode
-from pixelwire.descriptor import Decoded, DecodedVideo, PassThrough
+from pixelwire.descriptor import Decoded, DecodedVideo, PassThrough, PublishedSlot
 from pixelwire.fetch import Fetcher
 from pixelwire.frontend.errors import OpenAIError
 from pixelwire.frontend.inspect import image_settings, video_sampling
@@ -167,7 +167,7 @@ class MediaPipeline:
         self.video = video_sampling(config, body) if config.decode_at == "frontend" else None
         self.video_resize = config.video_resize if "mm_processor_kwargs" not in body else None
         # Every image and video published for the request, to be released at its end.
-        self.published: list[Decoded | DecodedVideo] = []
+        self.published: list[PublishedSlot] = []
         # vLLM's tenant salt: requests with different salts (or one with
         # and one without) never share a cached image.
         self.cache_salt = body.get("cache_salt")

@@ -20,7 +20,7 @@ from pixelwire.caches.interface import counts
 from pixelwire.caches.published_images import PublishCache
 from pixelwire.config import BACKGROUND, DecodeAt, Layout, Mode, PublisherSettings, data_url_memo_bytes
 from pixelwire.default_fetcher import default_fetcher
-from pixelwire.descriptor import Decoded, DecodedVideo, PassThrough
+from pixelwire.descriptor import Decoded, DecodedVideo, PassThrough, PublishedSlot
 from pixelwire.nixl import ensure_nixl
 from pixelwire.publisher.cached import publish_through_cache
 from pixelwire.publisher.images import (
@@ -324,7 +324,7 @@ class Publisher:
             published = await off_loop(native, video_decode_executor(), call, control, release)
         return video_descriptor(native.agent_name, published, sampling, resize, time.time())
 
-    def release(self, decoded: Decoded | DecodedVideo) -> bool:
+    def release(self, decoded: PublishedSlot) -> bool:
         """Ends a descriptor's hand-out of its slot before its reader's
         notification or its lease (its request is over): the slot is freed
         unless the cache keeps it or another hand-out is outstanding. False
