@@ -27,7 +27,8 @@ from pixelwire.config import (
 )
 from pixelwire.descriptor import RemoteImage, decoded_as, is_video_descriptor, parse_descriptor
 from pixelwire.loader_input import checked_container, is_frame_list
-from pixelwire.metrics import ImageMetrics
+from pixelwire.media import PROCESSED_IMAGE
+from pixelwire.metrics import MediaMetrics
 from pixelwire.outputs import as_output
 from pixelwire.processed import PatchLayout
 from pixelwire.reader import Reader
@@ -133,7 +134,7 @@ class PixelwireMediaConnector(MediaConnector):
         )
         return await fetcher.fetch(url)
 
-    def _raise_as_vllms(self, error: PixelwireError, url: str, metrics: ImageMetrics) -> NoReturn:
+    def _raise_as_vllms(self, error: PixelwireError, url: str, metrics: MediaMetrics) -> NoReturn:
         """Counts a fault on ``url`` and raises vLLM's own exception for it,
         so vLLM's server answers with the status it gives its own loader's
         (the error itself where that is vLLM's answer too)."""
@@ -210,7 +211,7 @@ class PixelwireMediaConnector(MediaConnector):
         return run_sync(self.fetch_image_async(image_url, image_mode=image_mode))
 
     async def _read_reference(
-        self, reference: str, mode: str | None, background: tuple[int, int, int], metrics: ImageMetrics
+        self, reference: str, mode: str | None, background: tuple[int, int, int], metrics: MediaMetrics
     ) -> Image.Image | MediaWithBytes | ProcessedImage:
         # The signature is checked before anything reaches NIXL; without
         # PIXELWIRE_SECRET every reference is refused unless
@@ -266,7 +267,7 @@ class PixelwireMediaConnector(MediaConnector):
         metrics.handled_image("nixl", remote.shape, remote.source_size)
         return image if identity is None else MediaWithBytes(image, identity)
 
-    async def _read_processed(self, remote: RemoteImage, metrics: ImageMetrics) -> ProcessedImage:
+    async def _read_processed(self, remote: RemoteImage, metrics: MediaMetrics) -> ProcessedImage:
         """A processed image's patch rows, read over NIXL (or served from the
         worker's cache) and carried to vLLM's processor
         (:mod:`pixelwire.vllm.processed_inputs`), which hands them on only
@@ -309,13 +310,15 @@ class PixelwireMediaConnector(MediaConnector):
             rows = read.reshape(remote.shape[0], -1).view(layout.dtype)
             if cache.enabled and remote.content_hash:
                 cache.put(key, rows, remote.size)
-        metrics.handled("nixl", remote.size, resize.source[0] * resize.source[1] * 3)
+        metrics.handled(
+            "nixl", remote.size, resize.source[0] * resize.source[1] * 3, medium=PROCESSED_IMAGE.metrics_label
+        )
         grid, copies = list(processed.grid_thw), processed.patch[1]
         lent = kept is None
         return processed_image(identity, rows, grid, processed.processor, copies=copies, lent=lent)
 
     async def _load_url(
-        self, url: str, mode: str | None, background: tuple[int, int, int], metrics: ImageMetrics
+        self, url: str, mode: str | None, background: tuple[int, int, int], metrics: MediaMetrics
     ) -> Image.Image | MediaWithBytes:
         cache = worker_image_cache()
         digest: str | None = None
@@ -334,7 +337,7 @@ class PixelwireMediaConnector(MediaConnector):
         return await self._load_bytes(data, digest, mode, background, metrics)
 
     async def _load_resent(
-        self, resent: ResentImage, mode: str | None, background: tuple[int, int, int], metrics: ImageMetrics
+        self, resent: ResentImage, mode: str | None, background: tuple[int, int, int], metrics: MediaMetrics
     ) -> Image.Image | MediaWithBytes:
         """A resent image's reference: the bytes remembered under its digest,
         loaded as the ``data:`` URL they came in would be; when they are no
@@ -352,7 +355,7 @@ class PixelwireMediaConnector(MediaConnector):
         digest: str | None,
         mode: str | None,
         background: tuple[int, int, int],
-        metrics: ImageMetrics,
+        metrics: MediaMetrics,
     ) -> Image.Image | MediaWithBytes:
         """An image's encoded bytes (``digest``: their SHA-256 when known),
         decoded here or by vLLM's loader."""
@@ -405,7 +408,7 @@ class PixelwireMediaConnector(MediaConnector):
         digest: str | None,
         background: tuple[int, int, int],
         layout: PatchLayout,
-        metrics: ImageMetrics,
+        metrics: MediaMetrics,
     ) -> ProcessedImage | None:
         """An image's encoded bytes made into its processor's patch rows
         here, natively (worker mode's processed inputs), or taken from the
@@ -431,12 +434,12 @@ class PixelwireMediaConnector(MediaConnector):
                 raise
             except DecodeError:
                 return None
-            metrics.handled("url", int(rows.nbytes), source_bytes)
+            metrics.handled("url", int(rows.nbytes), source_bytes, medium=PROCESSED_IMAGE.metrics_label)
             if cache.enabled:
                 cache.put(key, rows, int(rows.nbytes), grid)
         return processed_image(identity, rows, grid, layout.identity)
 
-    async def _vllm_load(self, data: bytes, mode: str | None, metrics: ImageMetrics) -> MediaWithBytes:
+    async def _vllm_load(self, data: bytes, mode: str | None, metrics: MediaMetrics) -> MediaWithBytes:
         """vLLM's own loader on bytes pixelwire's Fetcher already fetched
         (never on the URL: vLLM's fetch has no address guard), so the result
         is exactly vLLM's."""

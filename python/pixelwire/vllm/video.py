@@ -22,7 +22,7 @@ from vllm.multimodal.video import get_video_loader_backend_for_processor
 from pixelwire._native import BatchControl, DescriptorError, UnsupportedVideo
 from pixelwire.descriptor import RemoteImage, is_video_descriptor, parse_descriptor
 from pixelwire.loader_input import checked_container
-from pixelwire.metrics import ImageMetrics
+from pixelwire.metrics import MediaMetrics
 from pixelwire.reader import Reader
 from pixelwire.resize import ResizePolicy, video_resize_policy
 from pixelwire.signing import decode_reference, reference_secret
@@ -61,7 +61,7 @@ def video_identity(source_sha256: str, sampling: dict[str, Any], policy: str) ->
 
 
 async def read_video_reference(
-    reference: str, video_kwargs: dict[str, Any], loader: str, metrics: ImageMetrics
+    reference: str, video_kwargs: dict[str, Any], loader: str, metrics: MediaMetrics
 ) -> MediaWithBytes:
     """The frames and metadata a signed video reference names, read over
     NIXL, once its sampling is checked against this vLLM's."""
@@ -150,7 +150,7 @@ async def decode_video_bytes(
     video_kwargs: dict[str, Any],
     loader: str,
     vllm_io: VideoMediaIO,
-    metrics: ImageMetrics,
+    metrics: MediaMetrics,
     resize: ResizePolicy | None = None,
 ) -> MediaWithBytes:
     """A fetched video as vLLM's loader would return it: decoded natively
@@ -194,7 +194,7 @@ async def decode_video_bytes(
     return MediaWithBytes((frames, metadata), data)
 
 
-async def _vllm_load(data: bytes, vllm_io: VideoMediaIO, metrics: ImageMetrics) -> MediaWithBytes:
+async def _vllm_load(data: bytes, vllm_io: VideoMediaIO, metrics: MediaMetrics) -> MediaWithBytes:
     """vLLM's loader (FFmpeg with every demuxer) on bytes identified first
     as one real video container."""
     checked_container(data, "video")
