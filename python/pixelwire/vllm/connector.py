@@ -25,16 +25,16 @@ from pixelwire.config import (
     BACKGROUND,
     DECODED_MODES,
 )
-from pixelwire.descriptor import RemoteImage, decoded_as, is_video_descriptor, parse_descriptor
+from pixelwire.descriptor import RemoteMedia, decoded_as, parse_descriptor
 from pixelwire.loader_input import checked_container, is_frame_list
-from pixelwire.media import PROCESSED_IMAGE
+from pixelwire.media import IMAGE, PROCESSED_IMAGE, VIDEO
 from pixelwire.metrics import MediaMetrics
 from pixelwire.outputs import as_output
 from pixelwire.processed import PatchLayout
 from pixelwire.reader import Reader
 from pixelwire.resend import NOT_HELD
 from pixelwire.resent_reference import ResentImage, resent_image
-from pixelwire.signing import decode_reference, is_reference, reference_secret
+from pixelwire.signing import is_reference
 from pixelwire.transfer import default_reader
 from pixelwire.vllm.data_urls import decode_data_url_async
 from pixelwire.vllm.errors import as_vllm_error, local_files_refused
@@ -43,10 +43,11 @@ from pixelwire.vllm.identity import cache_identity
 from pixelwire.vllm.media_settings import VllmMediaSettings
 from pixelwire.vllm.native_decode import check_frame_list, decode_for_model, decode_processed
 from pixelwire.vllm.processed_inputs import ProcessedImage, processed_image, worker_patch_layout
+from pixelwire.vllm.reading import WORKER_MEDIA, ReadRequest, read_reference, read_timed
 from pixelwire.vllm.sync_loop import run_sync
 from pixelwire.vllm.video import (
     decode_video_bytes,
-    read_video_reference,
+    read_video_descriptor,
     vllm_video_settings,
     worker_video_resize_policy,
 )
@@ -55,7 +56,7 @@ from pixelwire.vllm.worker_settings import install_metrics, url_resize_allowed, 
 log = logging.getLogger("pixelwire.vllm")
 
 
-def _check_resize(remote: RemoteImage) -> str:
+def _check_resize(remote: RemoteMedia) -> str:
     """A frontend-resized image must carry this vLLM's policy and its target
     size; returns the policy's identity."""
     expected = worker_resize_policy()
@@ -79,6 +80,20 @@ def _check_resize(remote: RemoteImage) -> str:
             f"the frontend's resize of a {[height, width]} image does not match {expected.identity}"
         )
     return policy
+
+
+def _decoded_image(
+    descriptor: dict[str, Any], mode: str | None, background: tuple[int, int, int]
+) -> RemoteMedia:
+    """The image (or processed image) a descriptor names, once the mode the
+    frontend decoded it into and its background are what vLLM asks for."""
+    made, made_on = decoded_as(descriptor)
+    if made != mode or (mode == "RGB" and made_on != background):
+        raise DescriptorError(
+            f"the frontend decoded this image as {made} on {list(made_on)} but vLLM asks for "
+            f"{mode} on {list(background)}: give the frontend the same --media-io-kwargs as vLLM"
+        )
+    return parse_descriptor(descriptor)
 
 
 class PixelwireMediaConnector(MediaConnector):
@@ -162,7 +177,10 @@ class PixelwireMediaConnector(MediaConnector):
             )
         try:
             if is_reference(video_url):
-                return await read_video_reference(video_url, video_kwargs, loader, metrics)
+                request = ReadRequest(
+                    VIDEO.part, metrics, self, video_kwargs=video_kwargs, video_loader=loader
+                )
+                return await read_reference(video_url, request)
             vllm_io = VideoMediaIO(
                 ImageMediaIO(**({"image_mode": image_mode} | self.media_io_kwargs.get("image", {}))),
                 **(video_kwargs | {"video_backend": loader}),
@@ -199,7 +217,8 @@ class PixelwireMediaConnector(MediaConnector):
             return await super().fetch_image_async(image_url, image_mode=image_mode)
         try:
             if is_reference(image_url):
-                return await self._read_reference(image_url, mode, background, metrics)
+                request = ReadRequest(IMAGE.part, metrics, self, image_mode=mode, background=background)
+                return await read_reference(image_url, request)
             # Every URL is fetched by pixelwire's guarded Fetcher, whatever
             # the mode; modes pixelwire does not decode go to vLLM's loader
             # as bytes.
@@ -210,27 +229,17 @@ class PixelwireMediaConnector(MediaConnector):
     def fetch_image(self, image_url: str, *, image_mode: str | None = "RGB") -> Any:
         return run_sync(self.fetch_image_async(image_url, image_mode=image_mode))
 
-    async def _read_reference(
-        self, reference: str, mode: str | None, background: tuple[int, int, int], metrics: MediaMetrics
-    ) -> Image.Image | MediaWithBytes | ProcessedImage:
-        # The signature is checked before anything reaches NIXL; without
-        # PIXELWIRE_SECRET every reference is refused unless
-        # PIXELWIRE_ALLOW_UNSIGNED=1 (reference_secret raises).
-        descriptor = decode_reference(reference, reference_secret())
+    async def _read_image(
+        self,
+        descriptor: dict[str, Any],
+        mode: str | None,
+        background: tuple[int, int, int],
+        metrics: MediaMetrics,
+    ) -> Image.Image | MediaWithBytes:
         resent = resent_image(descriptor)
         if resent is not None:
             return await self._load_resent(resent, mode, background, metrics)
-        if is_video_descriptor(descriptor):
-            raise DescriptorError("this reference names a video, sent as an image part")
-        made, made_on = decoded_as(descriptor)
-        if made != mode or (mode == "RGB" and made_on != background):
-            raise DescriptorError(
-                f"the frontend decoded this image as {made} on {list(made_on)} but vLLM asks for "
-                f"{mode} on {list(background)}: give the frontend the same --media-io-kwargs as vLLM"
-            )
-        remote = parse_descriptor(descriptor)
-        if remote.processed is not None:
-            return await self._read_processed(remote, metrics)
+        remote = _decoded_image(descriptor, mode, background)
         policy = _check_resize(remote) if remote.resize is not None else ""
         reader: Reader = default_reader()
         # vLLM's hasher keys a MediaWithBytes image on its bytes (it neither
@@ -257,17 +266,13 @@ class PixelwireMediaConnector(MediaConnector):
         if kept is not None:
             image: Image.Image = kept[0]
         else:
-            with metrics.timed("nixl"):
-                image = await reader.read_remote(remote, output="pil")
-            latency = metrics.publish_to_read_seconds
-            if latency is not None and remote.published_at is not None:
-                latency.observe(max(0.0, time.time() - remote.published_at))
+            image = await read_timed(remote, "pil", metrics)
             if cache.enabled and identity is not None and remote.content_hash:
                 cache.put(key, image, remote.size)
         metrics.handled_image("nixl", remote.shape, remote.source_size)
         return image if identity is None else MediaWithBytes(image, identity)
 
-    async def _read_processed(self, remote: RemoteImage, metrics: MediaMetrics) -> ProcessedImage:
+    async def _read_processed(self, remote: RemoteMedia, metrics: MediaMetrics) -> ProcessedImage:
         """A processed image's patch rows, read over NIXL (or served from the
         worker's cache) and carried to vLLM's processor
         (:mod:`pixelwire.vllm.processed_inputs`), which hands them on only
@@ -302,8 +307,7 @@ class PixelwireMediaConnector(MediaConnector):
         if kept is not None:
             rows = kept[0]
         else:
-            with metrics.timed("nixl"):
-                read = await reader.read_remote(remote, output="numpy")
+            read = await read_timed(remote, "numpy", metrics)
             # Still in the reader's receive pool: the seam copies the rows out
             # as it hands them to vLLM (processed_inputs).
             # Float rows travel as four bytes a value: seen as float32 here.
@@ -446,3 +450,36 @@ class PixelwireMediaConnector(MediaConnector):
         metrics.handled("vllm", 0)
         io = ImageMediaIO(**({"image_mode": mode} | self.media_io_kwargs.get("image", {})))
         return await asyncio.to_thread(io.load_bytes, data)
+
+
+class ImageReads:
+    """An image's reference (or a resent image's) at the worker."""
+
+    async def read(self, descriptor: dict[str, Any], request: ReadRequest) -> Image.Image | MediaWithBytes:
+        connector: PixelwireMediaConnector = request.connector
+        return await connector._read_image(
+            descriptor, request.image_mode, request.background, request.metrics
+        )
+
+
+class ProcessedImageReads:
+    """A processed image's reference at the worker: its patch rows for vLLM's processor."""
+
+    async def read(self, descriptor: dict[str, Any], request: ReadRequest) -> ProcessedImage:
+        connector: PixelwireMediaConnector = request.connector
+        remote = _decoded_image(descriptor, request.image_mode, request.background)
+        return await connector._read_processed(remote, request.metrics)
+
+
+class VideoReads:
+    """A video's reference at the worker: its frames and vLLM's metadata for them."""
+
+    async def read(self, descriptor: dict[str, Any], request: ReadRequest) -> MediaWithBytes:
+        return await read_video_descriptor(
+            descriptor, request.video_kwargs, request.video_loader, request.metrics
+        )
+
+
+WORKER_MEDIA.register(IMAGE.name, ImageReads())
+WORKER_MEDIA.register(PROCESSED_IMAGE.name, ProcessedImageReads())
+WORKER_MEDIA.register(VIDEO.name, VideoReads())

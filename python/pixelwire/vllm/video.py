@@ -11,7 +11,6 @@ import functools
 import itertools
 import json
 import sys
-import time
 from typing import Any
 
 import vllm.envs as envs
@@ -20,17 +19,15 @@ from vllm.multimodal.media.video import VideoMediaIO
 from vllm.multimodal.video import get_video_loader_backend_for_processor
 
 from pixelwire._native import BatchControl, DescriptorError, UnsupportedVideo
-from pixelwire.descriptor import RemoteImage, is_video_descriptor, parse_descriptor
+from pixelwire.descriptor import RemoteImage, parse_descriptor
 from pixelwire.loader_input import checked_container
 from pixelwire.metrics import MediaMetrics
-from pixelwire.reader import Reader
 from pixelwire.resize import ResizePolicy, video_resize_policy
-from pixelwire.signing import decode_reference, reference_secret
-from pixelwire.transfer import default_reader
 from pixelwire.video import decode_video
 from pixelwire.video.decode import video_decode_executor
 from pixelwire.video.sampling import NotReproduced, VideoSampling
 from pixelwire.vllm.identity import keyed_identity
+from pixelwire.vllm.reading import read_timed
 from pixelwire.vllm.served_model import served_model
 
 # Numbers the videos this process decodes, each its own client of the turns.
@@ -60,14 +57,12 @@ def video_identity(source_sha256: str, sampling: dict[str, Any], policy: str) ->
     return keyed_identity(f"pixelwire-video:{source_sha256}:{json.dumps(sampling, sort_keys=True)}:{policy}")
 
 
-async def read_video_reference(
-    reference: str, video_kwargs: dict[str, Any], loader: str, metrics: MediaMetrics
+async def read_video_descriptor(
+    descriptor: dict[str, Any], video_kwargs: dict[str, Any], loader: str, metrics: MediaMetrics
 ) -> MediaWithBytes:
-    """The frames and metadata a signed video reference names, read over
-    NIXL, once its sampling is checked against this vLLM's."""
-    descriptor = decode_reference(reference, reference_secret())
-    if not is_video_descriptor(descriptor):
-        raise DescriptorError("this reference names an image, sent as a video_url part")
+    """The frames and metadata a verified video descriptor names, read over
+    NIXL, once its sampling is checked against this vLLM's
+    (:mod:`pixelwire.vllm.reading` dispatches here)."""
     remote = parse_descriptor(descriptor)
     assert remote.video is not None
     try:
@@ -86,12 +81,7 @@ async def read_video_reference(
         )
     if remote.resize is not None:
         _check_frame_resize(remote)
-    reader: Reader = default_reader()
-    with metrics.timed("nixl"):
-        frames = await reader.read_remote(remote, output="numpy")
-    latency = metrics.publish_to_read_seconds
-    if latency is not None and remote.published_at is not None:
-        latency.observe(max(0.0, time.time() - remote.published_at))
+    frames = await read_timed(remote, "numpy", metrics)
     metrics.handled_video("nixl", remote.size)
     metadata = dict(remote.video.loader_metadata)
     # vLLM's hasher keys a MediaWithBytes on its bytes: the signed identity
