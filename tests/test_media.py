@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import concurrent.futures
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, cast
 
+import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry
 
-from pixelwire import DescriptorError
+import pixelwire
+from pixelwire import DescriptorError, _native
 from pixelwire.config import Layout
 from pixelwire.descriptor import DESCRIPTOR_MEDIA, MediumFields, PublishedSlot, parse_descriptor
 from pixelwire.descriptor_checks import checked_shape
@@ -29,8 +32,12 @@ from pixelwire.media import MEDIA, Medium, UnknownMedium
 from pixelwire.media_parts import MediaPart
 from pixelwire.metrics import MediaMetrics
 from pixelwire.publisher import Publisher
+from pixelwire.publisher.images import ImageBatch, ImageOptions
+from pixelwire.publisher.slots import slot_fields
 from pixelwire.signing import SignatureError, encode_reference
 from pixelwire.vllm.reading import WORKER_MEDIA, ReadRequest, read_reference
+
+from reference import CORPUS
 
 SECRET = b"s" * 32
 TOY = Medium("toy", part="toy")
@@ -69,6 +76,32 @@ class ToyParts:
 
     def passed_on(self, pipeline: MediaPipeline, part: MediaPart) -> str:
         return part.url
+
+
+@dataclass(frozen=True)
+class ToyPublish:
+    """A toy's decode-and-publish: an image's, published as a toy."""
+
+    batch: ImageBatch
+
+    def executor(self) -> concurrent.futures.Executor:
+        return self.batch.executor()
+
+    def run(self, native: _native.NativePublisher, control: _native.BatchControl) -> Any:
+        return self.batch.run(native, control)
+
+    def release(self, native: _native.NativePublisher, result: Any) -> None:
+        self.batch.release(native, result)
+
+    def described(self, agent: str, result: Any, published_at: float) -> ToyPublished:
+        ((fields, digest),) = result
+        return ToyPublished(
+            **slot_fields(agent, fields),
+            shape=fields["shape"],
+            colour="teal",
+            published_at=published_at,
+            source_sha256=digest,
+        )
 
 
 class ToyReads:
@@ -185,3 +218,24 @@ def test_a_registered_mediums_reference_is_read_by_its_handler_and_only_from_its
     forged = encode_reference(_toy_published(slot=4, notification="pw1:4:7").to_dict(), b"t" * 32)
     with pytest.raises(SignatureError, match="signature does not match"):
         asyncio.run(read_reference(forged, ReadRequest(TOY.part, metrics)))
+
+
+def test_the_publisher_runs_a_registered_mediums_publish_and_the_reader_reads_it(toy: Medium) -> None:
+    """``Publisher.publish`` runs a medium's own decode-and-publish off the
+    loop; its descriptor parses as that medium and reads back over NIXL."""
+    good = (CORPUS / "hopper.png").read_bytes()
+
+    async def main() -> dict[str, int]:
+        async with Publisher(pool_bytes=8 << 20) as publisher, pixelwire.Reader() as reader:
+            options = ImageOptions("RGB", (255, 255, 255), "HWC", None)
+            published = await publisher.publish(ToyPublish(ImageBatch([good], options, threads=1)))
+            remote = parse_descriptor(published.to_dict())
+            assert (remote.medium, remote.record) == ("toy", {"colour": "teal"})
+            np.testing.assert_array_equal(
+                await reader.read_remote(remote, output="numpy"), pixelwire.decode_image(good)
+            )
+            publisher.release(published)
+            return publisher.stats()
+
+    stats = asyncio.run(main())
+    assert stats["published"] == 1, stats

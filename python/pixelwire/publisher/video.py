@@ -4,7 +4,9 @@ straight into one slot (:func:`publish_video`), and its descriptor
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
+import functools
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,9 +21,11 @@ from pixelwire.video.decode import (
     frame_resize,
     loader_metadata,
     sample_video,
+    video_decode_executor,
     with_settled_count,
 )
 from pixelwire.video.sampling import VideoSampling
+from pixelwire.video.shares import PoolShare
 
 if TYPE_CHECKING:
     from pixelwire.resize import ResizePolicy
@@ -106,6 +110,46 @@ def _publish_opened(
 def release_video(native: _native.NativePublisher, published: PublishedVideo) -> None:
     """Frees the video an abandoned publish published."""
     release_slot(native, published.fields)
+
+
+@dataclass(frozen=True)
+class VideoPublish:
+    """One video sampled and published (:func:`publish_video`) as a
+    :class:`pixelwire.publisher.medium.MediumPublish`, its slot taken
+    within the videos' share of the pool (``pool``, waiting up to
+    ``acquire_timeout``), on the videos' own threads."""
+
+    data: bytes | bytearray
+    sampling: VideoSampling
+    limits: _native.VideoLimits | None
+    threads: int
+    resize: ResizePolicy | None
+    client: str
+    pool: PoolShare
+    acquire_timeout: float
+
+    def executor(self) -> concurrent.futures.Executor:
+        return video_decode_executor()
+
+    def run(self, native: _native.NativePublisher, control: _native.BatchControl) -> PublishedVideo:
+        holding = functools.partial(self.pool.taken, timeout=self.acquire_timeout, control=control)
+        return publish_video(
+            native,
+            self.data,
+            self.sampling,
+            self.limits,
+            self.threads,
+            self.resize,
+            control,
+            self.client,
+            holding,
+        )
+
+    def release(self, native: _native.NativePublisher, result: PublishedVideo) -> None:
+        release_video(native, result)
+
+    def described(self, agent: str, result: PublishedVideo, published_at: float) -> DecodedVideo:
+        return video_descriptor(agent, result, self.sampling, self.resize, published_at)
 
 
 def video_descriptor(
