@@ -221,8 +221,8 @@ class MediaPipeline:
             )
             raise self.over
 
-    async def _fetch_image(self, part: MediaPart) -> bytes:
-        """An image's bytes: a ``data:`` URL this frontend decoded lately
+    async def fetch_remembered(self, part: MediaPart) -> bytes:
+        """An image's (or a video's) bytes: a ``data:`` URL this frontend decoded lately
         for the same salt gives the same bytes object (and the publisher
         its digest) without decoding it again, counted as a fetch is."""
         memo = self.publisher.data_urls
@@ -349,7 +349,7 @@ class ImageParts:
 
     async def decoded_here(self, pipeline: MediaPipeline, part: MediaPart) -> str | Fetched:
         started = perf_counter()
-        data = await pipeline._fetch_image(part)
+        data = await pipeline.fetch_remembered(part)
         if not pipeline.native:
             # A mode pixelwire does not decode: fetched here, through this
             # guard, and handed on as the bytes, never as a URL the worker

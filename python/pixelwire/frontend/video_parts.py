@@ -42,13 +42,13 @@ class VideoParts:
     async def decoded_here(self, pipeline: MediaPipeline, part: MediaPart) -> str:
         if is_frame_list(part.url):
             return await self._frame_list(pipeline, part)
-        data = await pipeline.fetch(part)
         if pipeline.video is None:
             # Sampled in a way pixelwire does not reproduce: vLLM decodes it,
             # from bytes fetched here through this guard and identified as
             # one real container.
-            return bytes_url(checked_container(data, "video"))
-        return await self._publish(pipeline, data)
+            return bytes_url(checked_container(await pipeline.fetch(part), "video"))
+        # A resent data: URL's bytes (and digest) from the memo, as for images.
+        return await self._publish(pipeline, await pipeline.fetch_remembered(part))
 
     def passed_on(self, pipeline: MediaPipeline, part: MediaPart) -> str:
         return part.url
@@ -83,6 +83,7 @@ class VideoParts:
                 limits=pipeline.config.video_limits,
                 resize=pipeline.video_resize,
                 client=pipeline.client,
+                cache_salt=pipeline.cache_salt,
             )
         except UnsupportedVideo:
             pipeline.metrics.handled_video("passthrough", 0)

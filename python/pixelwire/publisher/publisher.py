@@ -22,12 +22,12 @@ from pixelwire.config import BACKGROUND, DecodeAt, Layout, Mode, PublisherSettin
 from pixelwire.default_fetcher import default_fetcher
 from pixelwire.descriptor import Decoded, DecodedVideo, PassThrough, PublishedSlot
 from pixelwire.nixl import ensure_nixl
-from pixelwire.publisher.cached import publish_through_cache
+from pixelwire.publisher.cached import publish_one_through_cache, publish_through_cache
 from pixelwire.publisher.images import ImageBatch, ImageOptions
 from pixelwire.publisher.medium import MediumPublish
 from pixelwire.publisher.off_loop import off_loop
 from pixelwire.publisher.slots import handout
-from pixelwire.publisher.video import VideoPublish
+from pixelwire.publisher.video import VideoPublish, video_cache_key
 from pixelwire.video.sampling import VideoSampling
 from pixelwire.video.shares import ClientShares, PoolShare
 
@@ -291,6 +291,7 @@ class Publisher:
         threads: int = 0,
         resize: ResizePolicy | None = None,
         client: str | None = None,
+        cache_salt: str | None = None,
     ) -> DecodedVideo | PassThrough:
         """Fetches `source` as :meth:`decode_and_publish` does, samples its
         frames as vLLM's video loader would (``sampling``: the loader, its
@@ -307,7 +308,10 @@ class Publisher:
         is: one client's videos hold at most ``VIDEO_DECODES_PER_CLIENT`` of
         the decode threads (its others wait for one of its own), and decode
         in turns shared by client (:func:`pixelwire.video.decode.video_decode_executor`);
-        without it, the video is a client of its own."""
+        without it, the video is a client of its own. With the cache on, a
+        video published before from the same bytes, sampled and resized the
+        same way, for the same `cache_salt`, is handed out again, not
+        decoded."""
         if self.decode_at == "worker":
             return _pass_through(source)
         native = self._opened()
@@ -317,8 +321,17 @@ class Publisher:
         job = VideoPublish(
             data, sampling, limits, threads, resize, client, self._video_pool, self.settings.acquire_timeout
         )
-        async with self._video_shares.held(client):
-            return await self._publish_medium(native, job)
+
+        async def publish() -> DecodedVideo:
+            async with self._video_shares.held(client):
+                return await self._publish_medium(native, job)
+
+        if not self.cache.enabled:
+            return await publish()
+        key = await video_cache_key(self.data_urls, data, sampling, resize, cache_salt)
+        published = await publish_one_through_cache(self.cache, native, key, publish)
+        assert isinstance(published, DecodedVideo), "a video key names a video"
+        return published
 
     def release(self, decoded: PublishedSlot) -> bool:
         """Ends a descriptor's hand-out of its slot before its reader's

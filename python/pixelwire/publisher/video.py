@@ -4,17 +4,23 @@ straight into one slot (:func:`publish_video`), and its descriptor
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import contextlib
 import functools
 import hashlib
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pixelwire import _native
 from pixelwire._native import SLOT_HEADER_BYTES
+from pixelwire.caches.data_urls import DataUrlMemo
+from pixelwire.caches.published_images import VideoCacheKey
 from pixelwire.descriptor import DecodedVideo
+from pixelwire.publisher.images import sha256s
+from pixelwire.publisher.off_loop import publish_executor
 from pixelwire.publisher.slots import release_slot, slot_fields
 from pixelwire.video.decode import (
     capture_opener,
@@ -150,6 +156,25 @@ class VideoPublish:
 
     def described(self, agent: str, result: PublishedVideo, published_at: float) -> DecodedVideo:
         return video_descriptor(agent, result, self.sampling, self.resize, published_at)
+
+
+async def video_cache_key(
+    data_urls: DataUrlMemo,
+    data: bytes | bytearray,
+    sampling: VideoSampling,
+    resize: ResizePolicy | None,
+    salt: str | None,
+) -> VideoCacheKey:
+    """The published-media cache's key of a video: its bytes' SHA-256 (a
+    resent ``data:`` URL's from ``data_urls``, else computed off the loop
+    and noted there), how it is sampled and its frames resized, the salt."""
+    digest = data_urls.sha256(data)
+    if digest is None:
+        loop = asyncio.get_running_loop()
+        digest = (await loop.run_in_executor(publish_executor(), sha256s, [data]))[0]
+        data_urls.note_sha256(data, digest)
+    sampled = json.dumps(sampling.to_dict(), sort_keys=True)
+    return VideoCacheKey(digest, len(data), sampled, None if resize is None else resize.identity, salt)
 
 
 def video_descriptor(
