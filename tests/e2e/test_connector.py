@@ -877,3 +877,30 @@ def test_a_resent_images_reference_is_served_from_the_bytes_the_worker_holds(
         fetch(encode_resent(digest, len(data), secret, -1))
     with pytest.raises(ValueError, match="signature does not match"):
         fetch(encode_resent(digest, len(data), b"another secret", 30))
+
+
+def test_a_resent_video_url_is_served_from_the_workers_cache_not_decoded_again(
+    connectors: tuple[Any, Any], video_clips: dict[str, bytes], worker_cache: None
+) -> None:
+    """Worker mode with the worker's cache on: the same video ``data:`` URL
+    again (turn 2 of a conversation) is neither base64-decoded nor decoded
+    again: its frames and metadata come from the cache, equal to vLLM's
+    own, as a copy; another frame count decodes for itself."""
+    import base64
+
+    from pixelwire.caches.worker_images import worker_image_cache
+
+    ours_cls, theirs_cls = connectors
+    url = "data:video/mp4;base64," + base64.b64encode(video_clips["h264_high_bframes.mp4"]).decode()
+    four, two = ({"media_io_kwargs": {"video": {"num_frames": n}}} for n in (4, 2))
+    first, again = (asyncio.run(ours_cls(**four).fetch_video_async(url)) for _ in range(2))
+    stats = worker_image_cache().stats()
+    assert (stats["hits"], stats["misses"], stats["data_url_hits"]) == (1, 1, 1), stats
+    theirs = asyncio.run(theirs_cls(**four).fetch_video_async(url))
+    for ours in (first, again):
+        np.testing.assert_array_equal(ours.media[0], theirs.media[0])
+        assert ours.media[1] == theirs.media[1] and ours.original_bytes == theirs.original_bytes
+    assert again.media[0] is not first.media[0], "each request gets its own copy"
+    other = asyncio.run(ours_cls(**two).fetch_video_async(url))
+    assert other.media[0].shape[0] == 2
+    assert worker_image_cache().stats()["misses"] == 2

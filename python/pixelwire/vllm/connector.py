@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import logging
 import time
@@ -51,6 +52,7 @@ from pixelwire.vllm.video import (
     vllm_video_settings,
     worker_video_resize_policy,
 )
+from pixelwire.vllm.video_memo import remembered_video, video_data_url
 from pixelwire.vllm.worker_settings import install_metrics, url_resize_allowed, worker_resize_policy
 
 log = logging.getLogger("pixelwire.vllm")
@@ -185,14 +187,19 @@ class PixelwireMediaConnector(MediaConnector):
                 ImageMediaIO(**({"image_mode": image_mode} | self.media_io_kwargs.get("image", {}))),
                 **(video_kwargs | {"video_backend": loader}),
             )
+            digest: str | None = None
             if video_url[:5].lower() == "data:":
-                # vLLM's grammar and decoder, as for images.
-                data = await decode_data_url_async(video_url)
+                data, digest = await video_data_url(video_url)
             else:
                 timeout = VllmMediaSettings.from_env().video_timeout
                 data = await self._fetch(video_url, timeout, vllm_io.get_max_bytes())
             resize = worker_video_resize_policy() if url_resize_allowed() else None
-            return await decode_video_bytes(data, video_kwargs, loader, vllm_io, metrics, resize)
+            decode = functools.partial(
+                decode_video_bytes, data, video_kwargs, loader, vllm_io, metrics, resize
+            )
+            return await remembered_video(
+                data, digest, video_kwargs, loader, image_mode, resize, metrics, decode
+            )
         except PixelwireError as e:
             self._raise_as_vllms(e, video_url, metrics)
 
