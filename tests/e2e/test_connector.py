@@ -904,3 +904,41 @@ def test_a_resent_video_url_is_served_from_the_workers_cache_not_decoded_again(
     other = asyncio.run(ours_cls(**two).fetch_video_async(url))
     assert other.media[0].shape[0] == 2
     assert worker_image_cache().stats()["misses"] == 2
+
+
+def test_a_repeated_video_reference_is_served_without_a_read(
+    connectors: tuple[Any, Any], video_clips: dict[str, bytes], unsigned_allowed: None, worker_cache: None
+) -> None:
+    """With the worker's cache on, a second reference to the same video (a
+    frontend cache hit: the same slot, another hand-out) gives the same
+    frames and the same vLLM cache key without a READ: its hand-out stays
+    outstanding until the frontend's request ends."""
+    from pixelwire.signing import encode_reference
+    from pixelwire.video.sampling import VideoSampling
+
+    clip = video_clips["h264_high_bframes.mp4"]
+    ours_cls, _ = connectors
+    kwargs = {"media_io_kwargs": {"video": {"num_frames": 4}}}
+    sampling = VideoSampling.from_video_kwargs({"num_frames": 4}, "opencv")
+
+    async def main() -> tuple[Any, Any, dict[str, int]]:
+        async with pixelwire.Publisher(cache_bytes=16 * 1024 * 1024) as publisher:
+            first, again = [
+                await publisher.decode_and_publish_video(clip, sampling=sampling) for _ in range(2)
+            ]
+            assert isinstance(first, pixelwire.DecodedVideo) and isinstance(again, pixelwire.DecodedVideo)
+            assert (first.slot, first.generation) == (again.slot, again.generation)
+            read = await ours_cls(**kwargs).fetch_video_async(encode_reference(first.to_dict()))
+            kept = await ours_cls(**kwargs).fetch_video_async(encode_reference(again.to_dict()))
+            deadline = time.monotonic() + 10
+            while publisher.stats()["outstanding_handouts"] > 1 and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
+            stats = publisher.stats()
+            assert publisher.release(again), "never READ: its hand-out was still outstanding"
+            return read, kept, stats
+
+    read, kept, stats = asyncio.run(main())
+    np.testing.assert_array_equal(kept.media[0], read.media[0])
+    np.testing.assert_array_equal(read.media[0], pixelwire.decode_video(clip, num_frames=4)[0])
+    assert kept.media[1] == read.media[1] and kept.original_bytes == read.original_bytes
+    assert stats["outstanding_handouts"] == 1, stats

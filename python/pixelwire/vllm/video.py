@@ -27,8 +27,8 @@ from pixelwire.video import decode_video
 from pixelwire.video.decode import video_decode_executor
 from pixelwire.video.sampling import NotReproduced, VideoSampling
 from pixelwire.vllm.identity import keyed_identity
-from pixelwire.vllm.reading import read_timed
 from pixelwire.vllm.served_model import served_model
+from pixelwire.vllm.video_memo import kept_or_read
 
 # Numbers the videos this process decodes, each its own client of the turns.
 _videos = itertools.count()
@@ -81,14 +81,15 @@ async def read_video_descriptor(
         )
     if remote.resize is not None:
         _check_frame_resize(remote)
-    frames = await read_timed(remote, "numpy", metrics)
-    metrics.handled_video("nixl", remote.size)
-    metadata = dict(remote.video.loader_metadata)
     # vLLM's hasher keys a MediaWithBytes on its bytes: the signed identity
     # (a client cannot choose it: the frontend takes out their uuids).
     source = remote.source_sha256 or f"content:{remote.content_hash}"
     policy = remote.resize.policy if remote.resize is not None else ""
-    return MediaWithBytes((frames, metadata), video_identity(source, made, policy))
+    identity = video_identity(source, made, policy)
+    frames = await kept_or_read(remote, identity, metrics)
+    metrics.handled_video("nixl", remote.size)
+    metadata = dict(remote.video.loader_metadata)
+    return MediaWithBytes((frames, metadata), identity)
 
 
 @functools.cache

@@ -1,9 +1,12 @@
-"""Worker mode's videos in the plug-in's cache
-(:mod:`pixelwire.caches.worker_images`): a resent video (the same bytes,
+"""Videos in the plug-in's cache (:mod:`pixelwire.caches.worker_images`),
+as images are kept there. A repeated video reference (the same signed
+identity and content hash: a frontend cache hit) is served without a READ
+(:func:`kept_or_read`). In worker mode a resent video (the same bytes,
 sampled the same way, its frames resized the same way, for the same image
-mode) is handed to vLLM from the cache, as a copy, instead of decoded
-again; a resent ``data:`` URL of the same text is not even base64-decoded
-or hashed again."""
+mode) is handed to vLLM from the cache instead of decoded again, and a
+resent ``data:`` URL of the same text is not even base64-decoded or hashed
+again (:func:`video_data_url`, :func:`remembered_video`). Each is handed
+out as a copy."""
 
 from __future__ import annotations
 
@@ -11,16 +14,38 @@ import asyncio
 import copy
 import hashlib
 import json
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from vllm.multimodal.media import MediaWithBytes
 
 from pixelwire.caches.worker_images import worker_image_cache
+from pixelwire.descriptor import RemoteMedia
 from pixelwire.metrics import MediaMetrics
 from pixelwire.resize import ResizePolicy
+from pixelwire.transfer import default_reader
 from pixelwire.video.sampling import NotReproduced, VideoSampling
 from pixelwire.vllm.data_urls import decode_data_url_async
+from pixelwire.vllm.reading import read_timed
+
+
+async def kept_or_read(remote: RemoteMedia, identity: bytes, metrics: MediaMetrics) -> Any:
+    """A video reference's frames: a copy of those kept for the same signed
+    ``identity``, content hash and shape (checked as a read would be, and
+    not READ: the frontend ends that hand-out when its request ends), else
+    read over NIXL (and kept)."""
+    cache = worker_image_cache()
+    if not (cache.enabled and remote.content_hash):
+        return await read_timed(remote, "numpy", metrics)
+    remote.check(default_reader().settings.max_pixels, time.time())
+    key = ("nixl-video", identity, remote.content_hash, remote.frames, remote.shape)
+    kept = cache.get(key)
+    if kept is not None:
+        return kept[0]
+    frames = await read_timed(remote, "numpy", metrics)
+    cache.put(key, frames, remote.size)
+    return frames
 
 
 async def video_data_url(url: str) -> tuple[bytes, str | None]:
