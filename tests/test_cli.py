@@ -5,6 +5,7 @@ parser imports no benchmark it does not run."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import shutil
@@ -334,3 +335,14 @@ def test_a_covered_model_ships_processed_inputs_unless_told_not(
     assert floats.processed is not None and floats.processed.dtype == "float32"
     assert pixels.processed is None and pixels.resize is not None
     assert other.processed is None and other.resize is not None
+
+
+def test_the_media_per_request_cap_keeps_its_old_spelling() -> None:
+    """``--max-media-per-request`` caps every medium; the name it had when
+    it was taken for images only sets the same setting."""
+    from pixelwire.frontend_command import add_arguments
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    for flag in ("--max-media-per-request", "--max-images-per-request"):
+        assert parser.parse_args(["--upstream", "http://vllm", flag, "5"]).max_media_per_request == 5

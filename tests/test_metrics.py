@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from pixelwire.metrics import ImageMetrics, WorkerCacheMetrics
+from pixelwire.metrics import MediaMetrics, WorkerCacheMetrics
 
 
-def _metrics(role: str) -> tuple[ImageMetrics, CollectorRegistry]:
+def _metrics(role: str) -> tuple[MediaMetrics, CollectorRegistry]:
     registry = CollectorRegistry()
-    return ImageMetrics(role, registry, lambda: 0.0, lambda: 0.0), registry
+    return MediaMetrics(role, registry, lambda: 0.0, lambda: 0.0), registry
 
 
 def test_an_image_counts_one_byte_a_channel_at_both_sizes() -> None:

@@ -1,4 +1,4 @@
-"""The frontend's cache of published images (`python/pixelwire/caches/published_images.py`,
+"""The frontend's cache of published images and videos (`python/pixelwire/caches/published_images.py`,
 the pins and hand-outs of `src/pool.rs` and `src/publisher/handout.rs`): a repeat is
 handed out, not decoded; concurrent repeats decode once; a failure reaches
 every waiter and is kept nowhere; salts never share; eviction, a flood of
@@ -19,6 +19,8 @@ import pytest
 
 import pixelwire
 from pixelwire.publisher import cached as cached_publish
+from pixelwire.resize.families.smart import SmartPolicy
+from pixelwire.video.sampling import VideoSampling
 
 MiB = 1024 * 1024
 
@@ -227,3 +229,39 @@ def test_a_forced_identity_never_hands_out_other_pixels(
                 await reader.read_decoded(wrong, output="numpy")
 
     asyncio.run(main())
+
+
+def test_a_resent_video_is_handed_out_not_decoded_again(video_clips: dict[str, bytes]) -> None:
+    """A video published before (the same bytes, sampled and resized the
+    same way, the same salt) is a hand-out of the slot of its first decode,
+    in a later call and in calls side by side: its frames read the same.
+    Another sampling, resize or salt decodes for itself."""
+    clip = video_clips["h264_high_bframes.mp4"]
+    four, two = VideoSampling(num_frames=4), VideoSampling(num_frames=2)
+    policy = SmartPolicy(factor=28, min_pixels=3136, max_pixels=12544)
+
+    async def main() -> dict[str, int]:
+        async with pixelwire.Publisher(cache_bytes=64 * MiB) as publisher, pixelwire.Reader() as reader:
+
+            async def video(sampling: VideoSampling, **options: Any) -> pixelwire.DecodedVideo:
+                published = await publisher.decode_and_publish_video(clip, sampling=sampling, **options)
+                assert isinstance(published, pixelwire.DecodedVideo)
+                return published
+
+            first = await video(four)
+            again = [await video(four), *await asyncio.gather(*(video(four) for _ in range(3)))]
+            assert {(v.slot, v.generation) for v in again} == {(first.slot, first.generation)}
+            assert len({v.notification for v in [first, *again]}) == 5
+            expected = pixelwire.decode_video(clip, num_frames=4)[0]
+            for published in [first, *again]:
+                frames = await reader.read_decoded(published.to_dict(), output="numpy")
+                np.testing.assert_array_equal(frames, expected)
+            others = [await video(two), await video(four, resize=policy), await video(four, cache_salt="b")]
+            assert len({(v.slot, v.generation) for v in [first, *others]}) == 4
+            for published in others:
+                assert publisher.release(published)
+            return await _settled(publisher)
+
+    stats = asyncio.run(main())
+    assert (stats["cache_hits"], stats["cache_misses"]) == (4, 4), stats
+    assert stats["pinned_slots"] == 4, stats

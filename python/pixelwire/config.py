@@ -148,7 +148,9 @@ MAX_REQUEST_BYTES = 64 * MiB
 # stock server, so this is a setting: give it vLLM's value when that is
 # lower. 32 keeps one request's images to half the default 256 MiB pool at
 # ~1 MP each (4 MiB RGBX), so one request cannot fill it.
-MAX_IMAGES_PER_REQUEST = 32
+MAX_MEDIA_PER_REQUEST = 32
+# Its name from when it was taken for images only.
+MAX_IMAGES_PER_REQUEST = MAX_MEDIA_PER_REQUEST
 MAX_IMAGE_BYTES_PER_REQUEST = 64 * MiB
 # Concurrent URL fetches of one request (the fetcher pools 64 connections).
 MAX_FETCHES_PER_REQUEST = 8

@@ -201,12 +201,14 @@ def add_arguments(front: argparse.ArgumentParser) -> None:
         "50 MB request payload fits)",
     )
     front.add_argument(
+        "--max-media-per-request",
         "--max-images-per-request",
+        dest="max_media_per_request",
         type=int,
-        default=config.MAX_IMAGES_PER_REQUEST,
-        help="images in one request, 400 above it, checked before any fetch (default "
-        f"{config.MAX_IMAGES_PER_REQUEST}; give it vLLM's --limit-mm-per-prompt image count when that "
-        "is lower)",
+        default=config.MAX_MEDIA_PER_REQUEST,
+        help="media parts (images, videos, audio) in one request, 400 above it, checked before any "
+        f"fetch (default {config.MAX_MEDIA_PER_REQUEST}; give it vLLM's --limit-mm-per-prompt image "
+        "count when that is lower); --max-images-per-request is another name for it",
     )
     front.add_argument(
         "--max-fetches-per-request",
@@ -383,7 +385,7 @@ def run(args: argparse.Namespace) -> int:
         trust_request_mm_kwargs=args.trust_request_mm_kwargs,
         check_upstream=not args.no_check_upstream,
         max_request_bytes=args.max_request_bytes,
-        max_images_per_request=args.max_images_per_request,
+        max_media_per_request=args.max_media_per_request,
         max_image_bytes_per_request=args.max_image_bytes_per_request,
         max_pixels_per_request=args.max_pixels_per_request,
         max_fetches_per_request=args.max_fetches_per_request,

@@ -71,6 +71,12 @@ _HELP = {
         "worker": "Bytes of the sampled RGB frames handled (3 bytes a pixel), read over NIXL or decoded; "
         "0 for vllm",
     },
+    "media": {
+        "frontend": "Media handled, by medium (its registered name: image, processed_image, video, or a "
+        "medium registered since) and path, as the medium's own metrics count them",
+        "worker": "Media handled, by medium (its registered name: image, processed_image, video, or a "
+        "medium registered since) and path, as the medium's own metrics count them",
+    },
     "errors": {
         "frontend": "Requests refused for one of their media, by the exception type of the first that failed",
         "worker": "Media that failed in the plug-in (an image refused, or a fetch, READ or decode that "
@@ -79,11 +85,12 @@ _HELP = {
 }
 
 
-class ImageMetrics:
-    """Images handled, pixel bytes, decode (or read) seconds, publish→read
-    latency, the pool's bytes in use and capacity and errors by type, for
-    one role (``frontend`` or ``worker``); each help text says what that
-    role counts.
+class MediaMetrics:
+    """Media handled (each medium by its label), images handled, pixel
+    bytes, decode (or read) seconds, publish→read latency, the pool's
+    bytes in use and capacity and errors by type, for one role
+    (``frontend`` or ``worker``); each help text says what that role
+    counts.
 
     ``path`` labels say how an image went: ``nixl`` (decoded at the frontend,
     read over NIXL), ``url`` (fetched and decoded natively by this process),
@@ -129,6 +136,7 @@ class ImageMetrics:
         )
         self.pool_bytes_capacity.set_function(pool_capacity)
         self.errors = Counter(f"{prefix}_errors", helps["errors"], ["type"], registry=registry)
+        self.media = Counter(f"{prefix}_media", helps["media"], ["medium", "path"], registry=registry)
         self.videos = Counter(f"{prefix}_videos", helps["videos"], ["path"], registry=registry)
         self.video_frame_bytes = Counter(
             f"{prefix}_video_frame_bytes", helps["video_frame_bytes"], ["path"], registry=registry
@@ -136,24 +144,37 @@ class ImageMetrics:
         # Each metric's child for a path, looked up once: prometheus_client's
         # labels() checks and locks on every call, several times an image,
         # and the paths are a fixed few.
-        self._children: dict[tuple[int, str], Any] = {}
+        self._children: dict[tuple[int, str, str], Any] = {}
 
     def _for_path(self, metric: Counter | Histogram, path: str) -> Any:
-        key = (id(metric), path)
+        key = (id(metric), path, "")
         child = self._children.get(key)
         if child is None:
             child = self._children[key] = metric.labels(path=path)
         return child
 
-    def handled(self, path: str, nbytes: int, source_nbytes: int | None = None) -> None:
-        """One image: `nbytes` of pixels shipped, `source_nbytes` (default
-        the same) at its decoded size."""
+    def handled_medium(self, medium: str, path: str) -> None:
+        """One item of the medium labelled ``medium`` (:attr:`pixelwire.media.Medium.metrics_label`)."""
+        key = (id(self.media), path, medium)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = self.media.labels(medium=medium, path=path)
+        child.inc()
+
+    def handled(
+        self, path: str, nbytes: int, source_nbytes: int | None = None, *, medium: str = "image"
+    ) -> None:
+        """One image (of the medium labelled ``medium``: an image, or a
+        processed image): `nbytes` of pixels shipped, `source_nbytes`
+        (default the same) at its decoded size."""
+        self.handled_medium(medium, path)
         self._for_path(self.images, path).inc()
         self._for_path(self.pixel_bytes, path).inc(nbytes)
         self._for_path(self.source_pixel_bytes, path).inc(nbytes if source_nbytes is None else source_nbytes)
 
     def handled_video(self, path: str, nbytes: int) -> None:
         """One video: `nbytes` of sampled frames."""
+        self.handled_medium("video", path)
         self._for_path(self.videos, path).inc()
         self._for_path(self.video_frame_bytes, path).inc(nbytes)
 
@@ -317,3 +338,7 @@ def worker_metrics(
     held.set_function(frontends)
     WorkerCacheMetrics(registry, cache_stats)
     return metrics
+
+
+# The name it had when it counted images only: kept for callers.
+ImageMetrics = MediaMetrics

@@ -877,3 +877,68 @@ def test_a_resent_images_reference_is_served_from_the_bytes_the_worker_holds(
         fetch(encode_resent(digest, len(data), secret, -1))
     with pytest.raises(ValueError, match="signature does not match"):
         fetch(encode_resent(digest, len(data), b"another secret", 30))
+
+
+def test_a_resent_video_url_is_served_from_the_workers_cache_not_decoded_again(
+    connectors: tuple[Any, Any], video_clips: dict[str, bytes], worker_cache: None
+) -> None:
+    """Worker mode with the worker's cache on: the same video ``data:`` URL
+    again (turn 2 of a conversation) is neither base64-decoded nor decoded
+    again: its frames and metadata come from the cache, equal to vLLM's
+    own, as a copy; another frame count decodes for itself."""
+    import base64
+
+    from pixelwire.caches.worker_images import worker_image_cache
+
+    ours_cls, theirs_cls = connectors
+    url = "data:video/mp4;base64," + base64.b64encode(video_clips["h264_high_bframes.mp4"]).decode()
+    four, two = ({"media_io_kwargs": {"video": {"num_frames": n}}} for n in (4, 2))
+    first, again = (asyncio.run(ours_cls(**four).fetch_video_async(url)) for _ in range(2))
+    stats = worker_image_cache().stats()
+    assert (stats["hits"], stats["misses"], stats["data_url_hits"]) == (1, 1, 1), stats
+    theirs = asyncio.run(theirs_cls(**four).fetch_video_async(url))
+    for ours in (first, again):
+        np.testing.assert_array_equal(ours.media[0], theirs.media[0])
+        assert ours.media[1] == theirs.media[1] and ours.original_bytes == theirs.original_bytes
+    assert again.media[0] is not first.media[0], "each request gets its own copy"
+    other = asyncio.run(ours_cls(**two).fetch_video_async(url))
+    assert other.media[0].shape[0] == 2
+    assert worker_image_cache().stats()["misses"] == 2
+
+
+def test_a_repeated_video_reference_is_served_without_a_read(
+    connectors: tuple[Any, Any], video_clips: dict[str, bytes], unsigned_allowed: None, worker_cache: None
+) -> None:
+    """With the worker's cache on, a second reference to the same video (a
+    frontend cache hit: the same slot, another hand-out) gives the same
+    frames and the same vLLM cache key without a READ: its hand-out stays
+    outstanding until the frontend's request ends."""
+    from pixelwire.signing import encode_reference
+    from pixelwire.video.sampling import VideoSampling
+
+    clip = video_clips["h264_high_bframes.mp4"]
+    ours_cls, _ = connectors
+    kwargs = {"media_io_kwargs": {"video": {"num_frames": 4}}}
+    sampling = VideoSampling.from_video_kwargs({"num_frames": 4}, "opencv")
+
+    async def main() -> tuple[Any, Any, dict[str, int]]:
+        async with pixelwire.Publisher(cache_bytes=16 * 1024 * 1024) as publisher:
+            first, again = [
+                await publisher.decode_and_publish_video(clip, sampling=sampling) for _ in range(2)
+            ]
+            assert isinstance(first, pixelwire.DecodedVideo) and isinstance(again, pixelwire.DecodedVideo)
+            assert (first.slot, first.generation) == (again.slot, again.generation)
+            read = await ours_cls(**kwargs).fetch_video_async(encode_reference(first.to_dict()))
+            kept = await ours_cls(**kwargs).fetch_video_async(encode_reference(again.to_dict()))
+            deadline = time.monotonic() + 10
+            while publisher.stats()["outstanding_handouts"] > 1 and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
+            stats = publisher.stats()
+            assert publisher.release(again), "never READ: its hand-out was still outstanding"
+            return read, kept, stats
+
+    read, kept, stats = asyncio.run(main())
+    np.testing.assert_array_equal(kept.media[0], read.media[0])
+    np.testing.assert_array_equal(read.media[0], pixelwire.decode_video(clip, num_frames=4)[0])
+    assert kept.media[1] == read.media[1] and kept.original_bytes == read.original_bytes
+    assert stats["outstanding_handouts"] == 1, stats

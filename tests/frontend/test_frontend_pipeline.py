@@ -743,6 +743,49 @@ def test_repeated_images_are_decoded_once_per_salt(upstream: Upstream, tmp_path:
         service.stop()
 
 
+def test_a_resent_video_is_sampled_and_decoded_once_per_salt(
+    upstream: Upstream, video_clips: dict[str, bytes], tmp_path: Path
+) -> None:
+    """A conversation resending its video (``--cache-bytes`` on): turn 2
+    is a hand-out of turn 1's frames, not decoded again, and reads the
+    same frames; another frame count or ``cache_salt`` decodes for itself.
+    Once every video is read, the pool holds what the cache keeps."""
+    video_kwargs = json.dumps({"video": {"video_backend": "opencv", "num_frames": 4}})
+    service = started_frontend(
+        tmp_path, upstream.url, "--cache-bytes", "64MiB", "--media-io-kwargs", video_kwargs,
+        "--trust-request-mm-kwargs",
+    )  # fmt: skip
+    clip = video_clips["h264_high_bframes.mp4"]
+    four = _frames_seen(pixelwire.decode_video(clip, num_frames=4)[0])
+    two = _frames_seen(pixelwire.decode_video(clip, num_frames=2)[0])
+    try:
+        bodies = [
+            {"model": "m", "messages": user(_video_part(clip)), "cache_salt": "tenant-1"},
+            {"model": "m", "messages": user(_video_part(clip)), "cache_salt": "tenant-1"},
+            {"model": "m", "messages": user(_video_part(clip)), "cache_salt": "tenant-2"},
+            {
+                "model": "m",
+                "messages": user(_video_part(clip)),
+                "cache_salt": "tenant-1",
+                "media_io_kwargs": {"video": {"num_frames": 2}},
+            },
+        ]
+        for body, frames in zip(bodies, [four, four, four, two], strict=True):
+            status, answer = post(service, body)
+            assert status == 201, answer
+            assert json.loads(answer)["images"] == [frames]
+        text = service.get("/metrics")
+        hits = stack.metric(text, "pixelwire_frontend_cache_hits_total")
+        misses = stack.metric(text, "pixelwire_frontend_cache_misses_total")
+        assert (hits, misses) == (1, 3)
+        deadline = time.monotonic() + 5
+        while in_use(service) != stack.metric(service.get("/metrics"), "pixelwire_frontend_cache_bytes"):
+            assert time.monotonic() < deadline, "the pool holds more than the cache keeps"
+            time.sleep(0.1)
+    finally:
+        service.stop()
+
+
 def test_a_resent_data_url_goes_to_the_worker_as_a_reference_to_the_bytes_it_holds(tmp_path: Path) -> None:
     """Worker mode, the worker's handshake showing this frontend's secret
     and its memo: a data: URL sent in full in a request the worker answered

@@ -1,6 +1,7 @@
-"""The frontend's cache of published images: a repeated image (the same
-encoded bytes, decoded the same way, for the same ``cache_salt``) is handed
-out again instead of decoded again.
+"""The frontend's cache of published media: a repeated image (the same
+encoded bytes, decoded the same way, for the same ``cache_salt``) or video
+(the same bytes, sampled and resized the same way, for the same salt) is
+handed out again instead of decoded again.
 
 An entry is a published slot the native publisher keeps pinned: the pool
 owns its bytes, its budget and its eviction order (least recently used
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 
 from pixelwire import _native
 from pixelwire.caches.interface import counts
-from pixelwire.descriptor import Decoded
+from pixelwire.descriptor import PublishedSlot
 
 
 @dataclass(frozen=True)
@@ -42,23 +43,39 @@ class CacheKey:
     salt: str | None
 
 
-# What an in-flight decode's waiters get: the published image, the error the
-# decode failed with, or None when its request went away before it ended
-# (each waiter then decodes for itself).
-Outcome = Decoded | Exception | None
+@dataclass(frozen=True)
+class VideoCacheKey:
+    """What determines a published video's frames, and who may share them
+    (as :class:`CacheKey`): its bytes, how they were sampled (the loader's
+    settings, as the descriptor records them) and the frames' resize."""
+
+    source_sha256: str
+    source_bytes: int
+    # VideoSampling.to_dict(), as canonical JSON.
+    sampling: str
+    resize: str | None
+    salt: str | None
+
+
+# What an in-flight decode's waiters get: the published image or video, the
+# error the decode failed with, or None when its request went away before it
+# ended (each waiter then decodes for itself).
+Outcome = PublishedSlot | Exception | None
+Key = CacheKey | VideoCacheKey
 
 
 class PublishCache:
-    """Published images by :class:`CacheKey`, within ``budget`` pool bytes:
+    """Published images by :class:`CacheKey` and videos by
+    :class:`VideoCacheKey`, within ``budget`` pool bytes:
     a :class:`~pixelwire.caches.interface.Cache` whose entries' bytes the
     pool holds (pinned; the pool's ``pinned_bytes`` counts them as it
     evicts, which this learns at its next lookup)."""
 
     def __init__(self, budget: int) -> None:
         self.budget = budget
-        self.entries: dict[CacheKey, Decoded] = {}
-        self.keys: dict[tuple[int, int], CacheKey] = {}
-        self.in_flight: dict[CacheKey, asyncio.Future[Outcome]] = {}
+        self.entries: dict[Key, PublishedSlot] = {}
+        self.keys: dict[tuple[int, int], Key] = {}
+        self.in_flight: dict[Key, asyncio.Future[Outcome]] = {}
         self.hits = 0
         self.misses = 0
 
@@ -70,10 +87,10 @@ class PublishCache:
     def held_bytes(self) -> int:
         return sum(entry.size for entry in self.entries.values())
 
-    def __contains__(self, key: CacheKey) -> bool:
+    def __contains__(self, key: Key) -> bool:
         return key in self.entries
 
-    def hand_out(self, native: _native.NativePublisher, key: CacheKey) -> Decoded | None:
+    def hand_out(self, native: _native.NativePublisher, key: Key) -> PublishedSlot | None:
         """A new hand-out of the entry for `key`; None on a miss (no entry,
         or one the pool has evicted since, which is forgotten here)."""
         self._forget_evicted(native)
@@ -95,19 +112,19 @@ class PublishCache:
             published_at=time.time(),
         )
 
-    def begin(self, key: CacheKey) -> None:
+    def begin(self, key: Key) -> None:
         """`key` is being decoded: requests for it wait for that decode."""
         self.misses += 1
         self.in_flight[key] = asyncio.get_running_loop().create_future()
 
-    def waiting_on(self, key: CacheKey) -> asyncio.Future[Outcome] | None:
+    def waiting_on(self, key: Key) -> asyncio.Future[Outcome] | None:
         return self.in_flight.get(key)
 
-    def finish(self, native: _native.NativePublisher, key: CacheKey, outcome: Outcome) -> None:
+    def finish(self, native: _native.NativePublisher, key: Key, outcome: Outcome) -> None:
         """Ends the decode of `key`: a published image is pinned and kept
         (unless it alone is over the budget), an error cached nowhere; every
         waiter gets `outcome`."""
-        if isinstance(outcome, Decoded) and native.pin(outcome.slot, outcome.generation, self.budget):
+        if isinstance(outcome, PublishedSlot) and native.pin(outcome.slot, outcome.generation, self.budget):
             self._forget_evicted(native)
             self._forget(native, key)
             self.entries[key] = outcome
@@ -123,7 +140,7 @@ class PublishCache:
         self.entries.clear()
         self.keys.clear()
 
-    def finish_abandoned(self, key: CacheKey) -> None:
+    def finish_abandoned(self, key: Key) -> None:
         """The decode of `key` will not end here (its request went away)."""
         future = self.in_flight.pop(key, None)
         if future is not None and not future.done():
@@ -132,7 +149,7 @@ class PublishCache:
     def stats(self) -> dict[str, int]:
         return {**counts(self), "entries": len(self.entries)}
 
-    def _forget(self, native: _native.NativePublisher, key: CacheKey) -> None:
+    def _forget(self, native: _native.NativePublisher, key: Key) -> None:
         entry = self.entries.pop(key, None)
         if entry is not None:
             self.keys.pop((entry.slot, entry.generation), None)

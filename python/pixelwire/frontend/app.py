@@ -60,7 +60,7 @@ from pixelwire.frontend.pipeline import MediaPipeline
 from pixelwire.frontend.resend_record import ResendRecord
 from pixelwire.frontend.settings import FrontendConfig
 from pixelwire.frontend.upstream_watch import UpstreamWatch
-from pixelwire.metrics import CacheMetrics, ImageMetrics
+from pixelwire.metrics import CacheMetrics, MediaMetrics
 from pixelwire.publisher import Publisher
 
 # The package's one logger: its name is what the frontend's log lines carry.
@@ -84,7 +84,7 @@ class Frontend:
         )
         self.publisher = Publisher(config.publisher, fetcher=self.fetcher)
         self.cache_metrics = CacheMetrics(self.registry, self._pool_stats)
-        self.metrics = ImageMetrics(
+        self.metrics = MediaMetrics(
             "frontend", self.registry, self._pool_bytes_in_use, lambda: float(config.publisher.pool_bytes)
         )
         self.pool_regions = Gauge(

@@ -271,12 +271,12 @@ def check_request_kwargs(config: FrontendConfig, body: dict[str, Any]) -> None:
 
 def check_caps(config: FrontendConfig, parts: list[MediaPart]) -> None:
     """The per-request caps that can be checked before any work."""
-    limit = config.max_images_per_request
+    limit = config.max_media_per_request
     if len(parts) > limit:
         raise OpenAIError(
             400,
             f"the request has {len(parts)} media parts, over the limit of {limit} per request "
-            "(max_images_per_request)",
+            "(max_media_per_request, also spelt max_images_per_request)",
             param="messages",
         )
     encoded = sum(data_url_bytes(p.url) for p in parts)

@@ -8,9 +8,7 @@ for what the worker decodes)."""
 from __future__ import annotations
 
 import asyncio
-import base64
 import logging
-from dataclasses import dataclass
 from time import perf_counter
 from typing import Any
 
@@ -18,33 +16,26 @@ from pixelwire._native import (
     BlockedURL,
     DecodeError,
     FetchError,
-    Limits,
     PixelwireError,
     PoolExhausted,
     UnidentifiedMedia,
     UnsupportedFormat,
-    UnsupportedVideo,
     VideoTooLarge,
     probe_image,
 )
 from pixelwire.caches.data_urls import DataUrlMemo
 from pixelwire.config import DECODED_MODES, Layout, Mode
-from pixelwire.descriptor import Decoded, DecodedVideo, PassThrough
+from pixelwire.descriptor import Decoded, PassThrough, PublishedSlot
 from pixelwire.fetch import Fetcher
 from pixelwire.frontend.errors import OpenAIError
 from pixelwire.frontend.inspect import image_settings, video_sampling
+from pixelwire.frontend.media import FRONTEND_MEDIA, Fetched, bytes_url
 from pixelwire.frontend.settings import FrontendConfig
-from pixelwire.loader_input import (
-    FRAME_LIST_TYPE,
-    FrameListRefused,
-    check_frames,
-    checked_container,
-    frame_list_frames,
-    image_format,
-    is_frame_list,
-)
-from pixelwire.media_parts import MediaPart, data_url_bytes
-from pixelwire.metrics import ImageMetrics
+from pixelwire.frontend.video_parts import VideoParts
+from pixelwire.loader_input import FrameListRefused, checked_container, image_format
+from pixelwire.media import AUDIO, IMAGE, PROCESSED_IMAGE, VIDEO
+from pixelwire.media_parts import MediaPart
+from pixelwire.metrics import MediaMetrics
 from pixelwire.processed import PatchLayout
 from pixelwire.publisher import Publisher
 from pixelwire.resent_reference import MIN_URL_CHARS, encode_resent
@@ -54,29 +45,6 @@ from pixelwire.signing import encode_reference
 # The package's one logger: its name is what the frontend's log lines carry.
 log = logging.getLogger("pixelwire.frontend")
 
-
-@dataclass(frozen=True)
-class _Fetched:
-    """An image part's encoded bytes, fetched to be decoded here, and when its fetch started."""
-
-    data: bytes
-    started: float
-
-
-def _bytes_url(data: bytes) -> str:
-    """Encoded bytes as a ``data:`` URL (vLLM's loader sniffs the format):
-    what vLLM decodes of it is exactly ``data``, however the client spelt
-    its own URL."""
-    return "data:application/octet-stream;base64," + base64.b64encode(data).decode("ascii")
-
-
-def _frame_list_url(frames: list[bytes]) -> str:
-    """Frames as vLLM's JPEG-frame form, each exactly the bytes checked."""
-    return f"data:{FRAME_LIST_TYPE};base64," + ",".join(base64.b64encode(f).decode("ascii") for f in frames)
-
-
-# A frame list this long (characters) is checked off the event loop.
-_THREAD_CHARS = 1 << 20
 
 # The frontend setting behind each VideoLimits setting a video went over.
 _VIDEO_FLAGS = {
@@ -124,7 +92,7 @@ class MediaPipeline:
         config: FrontendConfig,
         fetcher: Fetcher,
         publisher: Publisher,
-        metrics: ImageMetrics,
+        metrics: MediaMetrics,
         body: dict[str, Any],
         parts: list[MediaPart],
         sent: DataUrlMemo | None = None,
@@ -162,14 +130,14 @@ class MediaPipeline:
         self.over: OpenAIError | None = None
         # Each part's outcome, in its place: its new URL, its fetched bytes
         # (until decoded) or its error.
-        self.results: list[str | _Fetched | BaseException | None] = [None] * len(parts)
+        self.results: list[str | Fetched | BaseException | None] = [None] * len(parts)
         # How the worker will sample the request's videos (None: passed on),
         # and resize their frames (not for a request with its own
         # mm_processor_kwargs, as for images).
         self.video = video_sampling(config, body) if config.decode_at == "frontend" else None
         self.video_resize = config.video_resize if "mm_processor_kwargs" not in body else None
         # Every image and video published for the request, to be released at its end.
-        self.published: list[Decoded | DecodedVideo] = []
+        self.published: list[PublishedSlot] = []
         # vLLM's tenant salt: requests with different salts (or one with
         # and one without) never share a cached image.
         self.cache_salt = body.get("cache_salt")
@@ -205,7 +173,7 @@ class MediaPipeline:
                     if self._failed():
                         break
                     batch = sorted((fetching[task], self.results[fetching[task]]) for task in done)
-                    to_decode = [(index, item) for index, item in batch if isinstance(item, _Fetched)]
+                    to_decode = [(index, item) for index, item in batch if isinstance(item, Fetched)]
                     if to_decode:
                         self._spend([(self.parts[i], item) for i, item in to_decode])
                         await self._decode_fetched(to_decode)
@@ -224,7 +192,7 @@ class MediaPipeline:
     def _failed(self) -> bool:
         return any(isinstance(r, BaseException) for r in self.results)
 
-    async def _fetch(self, part: MediaPart) -> bytes:
+    async def fetch(self, part: MediaPart) -> bytes:
         """The part's bytes, fetched through the guard and counted against
         the request's encoded-bytes cap."""
         if self.over is not None:
@@ -233,11 +201,11 @@ class MediaPipeline:
 
     def _count(self, part: MediaPart, data: bytes) -> bytes:
         """``data`` (the part's bytes, fetched or remembered), counted
-        against the request's encoded-bytes cap (:meth:`_count_bytes`)."""
-        self._count_bytes(part, len(data))
+        against the request's encoded-bytes cap (:meth:`count_bytes`)."""
+        self.count_bytes(part, len(data))
         return data
 
-    def _count_bytes(self, part: MediaPart, nbytes: int) -> None:
+    def count_bytes(self, part: MediaPart, nbytes: int) -> None:
         """Counts ``nbytes`` of the part's against the request's
         encoded-bytes cap: the part that goes over it fails with the cap's
         error, and so does every part after it."""
@@ -254,67 +222,30 @@ class MediaPipeline:
             )
             raise self.over
 
-    async def _fetch_image(self, part: MediaPart) -> bytes:
-        """An image's bytes: a ``data:`` URL this frontend decoded lately
+    async def fetch_remembered(self, part: MediaPart) -> bytes:
+        """An image's (or a video's) bytes: a ``data:`` URL this frontend decoded lately
         for the same salt gives the same bytes object (and the publisher
         its digest) without decoding it again, counted as a fetch is."""
         memo = self.publisher.data_urls
         if not (self.native and memo.budget and part.url[:5].lower() == "data:"):
-            return await self._fetch(part)
+            return await self.fetch(part)
         known = memo.lookup(part.url, self.cache_salt)
         if known is None:
-            data = await self._fetch(part)
+            data = await self.fetch(part)
             memo.remember(part.url, self.cache_salt, data)
             return data
         return self._count(part, known)
 
-    async def _fetch_part(self, part: MediaPart) -> str | _Fetched:
-        """The part's new URL; for an image to decode here, its bytes."""
+    async def _fetch_part(self, part: MediaPart) -> str | Fetched:
+        """The part's new URL, by its kind's handler in FRONTEND_MEDIA; for
+        an image to decode here, its bytes."""
+        handler = FRONTEND_MEDIA.get(part.kind)
         if self.config.decode_at == "worker":
             # The worker fetches, with its own guard (vLLM's allowed
             # domains); refuse here what this one would refuse too.
             self.fetcher.check(part.url)
-            if part.kind == "image":
-                self.metrics.handled("passthrough", 0)
-                return self._passed_image(part.url)
-            return part.url
-        if part.kind == "video" and is_frame_list(part.url):
-            return await self._frame_list(part)
-        if part.kind == "video" and self.video is not None:
-            return await self._publish_video(part, await self._fetch(part))
-        if part.kind != "image":
-            # Audio, and videos sampled in a way pixelwire does not
-            # reproduce: vLLM decodes them, from bytes fetched here through
-            # this guard and identified as one real container.
-            return _bytes_url(checked_container(await self._fetch(part), part.kind))
-        started = perf_counter()
-        data = await self._fetch_image(part)
-        if not self.native:
-            # A mode pixelwire does not decode: fetched here, through this
-            # guard, and handed on as the bytes, never as a URL the worker
-            # would fetch again (its answer could differ); only once they
-            # are one image format.
-            image_format(data)
-            self.metrics.handled("passthrough", 0)
-            return _bytes_url(data)
-        return _Fetched(data, started)
-
-    async def _frame_list(self, part: MediaPart) -> str:
-        """A JPEG-frame list, which vLLM's loader decodes with Pillow: its
-        frames counted against the request's bytes, checked from their
-        headers against the image and video limits, and passed on as
-        exactly the frames checked (a large list off the event loop)."""
-        self._count_bytes(part, data_url_bytes(part.url))
-        limits, video = self.publisher.settings.limits or Limits(), self.config.video_limits
-
-        def checked() -> str:
-            frames = frame_list_frames(part.url)
-            check_frames(frames, limits, video)
-            return _frame_list_url(frames)
-
-        url = checked() if len(part.url) < _THREAD_CHARS else await asyncio.to_thread(checked)
-        self.metrics.handled_video("passthrough", 0)
-        return url
+            return handler.passed_on(self, part)
+        return await handler.decoded_here(self, part)
 
     def _passed_image(self, url: str) -> str:
         """A worker-mode image's URL as it goes on: a large ``data:`` URL
@@ -330,29 +261,7 @@ class MediaPipeline:
         self.referenced.append(url)
         return encode_resent(*known, self.config.secret, self.config.publisher.lease_seconds)
 
-    async def _publish_video(self, part: MediaPart, data: bytes) -> str:
-        """The reference of a video sampled and published here (checked
-        against the frontend's video limits before any frame memory
-        exists); its bytes, for the worker's vLLM loader, when pixelwire
-        does not decode its codec or container."""
-        assert self.video is not None
-        try:
-            decoded = await self.publisher.decode_and_publish_video(
-                data,
-                sampling=self.video,
-                limits=self.config.video_limits,
-                resize=self.video_resize,
-                client=self.client,
-            )
-        except UnsupportedVideo:
-            self.metrics.handled_video("passthrough", 0)
-            return _bytes_url(checked_container(data, "video"))
-        assert isinstance(decoded, DecodedVideo)
-        self.published.append(decoded)
-        self.metrics.handled_video("nixl", decoded.size)
-        return encode_reference(decoded.to_dict(), self.config.secret)
-
-    def _spend(self, fetched: list[tuple[MediaPart, _Fetched]]) -> None:
+    def _spend(self, fetched: list[tuple[MediaPart, Fetched]]) -> None:
         """Takes the images about to be decoded out of the request's budget,
         from their headers (no pixel memory yet): decoded pixels, and pool
         bytes at the size they ship. Over either, the request is refused
@@ -383,7 +292,7 @@ class MediaPipeline:
                     param=part.where,
                 )
 
-    async def _decode_fetched(self, fetched: list[tuple[int, _Fetched]]) -> None:
+    async def _decode_fetched(self, fetched: list[tuple[int, Fetched]]) -> None:
         """Decodes and publishes the request's fetched images (each with its
         index in ``results``) in one batch on native threads, and puts each
         one's new URL, or its error, in its place. Everything published goes
@@ -411,7 +320,7 @@ class MediaPipeline:
                     self.results[index] = error
                     continue
                 self.metrics.handled("passthrough", 0)
-                self.results[index] = _bytes_url(item.data)
+                self.results[index] = bytes_url(item.data)
             elif isinstance(outcome, Exception):
                 self.results[index] = outcome
             else:
@@ -421,7 +330,9 @@ class MediaPipeline:
                 if outcome.processed is not None:
                     # Patch rows: counted as the bytes they are, of an RGB source.
                     height, width = source if source is not None else outcome.shape[:2]
-                    self.metrics.handled("nixl", outcome.size, height * width * 3)
+                    self.metrics.handled(
+                        "nixl", outcome.size, height * width * 3, medium=PROCESSED_IMAGE.metrics_label
+                    )
                 else:
                     self.metrics.handled_image("nixl", outcome.shape, source)
                 self.results[index] = encode_reference(outcome.to_dict(), self.config.secret)
@@ -434,3 +345,44 @@ class MediaPipeline:
                     raise result
                 self.metrics.failed(result)
                 raise _media_error(part, result)
+
+
+class ImageParts:
+    """An image part: fetched (a ``data:`` URL decoded lately, from the
+    memo), then decoded and published in the request's batch (as the
+    processor's patch rows where the request's images are processed
+    inputs), or passed on as its bytes in a mode pixelwire does not decode;
+    in worker mode, its URL (or a resent image's reference)."""
+
+    async def decoded_here(self, pipeline: MediaPipeline, part: MediaPart) -> str | Fetched:
+        started = perf_counter()
+        data = await pipeline.fetch_remembered(part)
+        if not pipeline.native:
+            # A mode pixelwire does not decode: fetched here, through this
+            # guard, and handed on as the bytes, never as a URL the worker
+            # would fetch again (its answer could differ); only once they
+            # are one image format.
+            image_format(data)
+            pipeline.metrics.handled("passthrough", 0)
+            return bytes_url(data)
+        return Fetched(data, started)
+
+    def passed_on(self, pipeline: MediaPipeline, part: MediaPart) -> str:
+        pipeline.metrics.handled("passthrough", 0)
+        return pipeline._passed_image(part.url)
+
+
+class AudioParts:
+    """An audio part, which vLLM decodes: its bytes, fetched here through this
+    guard and identified as one real container; in worker mode, its URL."""
+
+    async def decoded_here(self, pipeline: MediaPipeline, part: MediaPart) -> str:
+        return bytes_url(checked_container(await pipeline.fetch(part), "audio"))
+
+    def passed_on(self, pipeline: MediaPipeline, part: MediaPart) -> str:
+        return part.url
+
+
+FRONTEND_MEDIA.register(IMAGE.part, ImageParts())
+FRONTEND_MEDIA.register(VIDEO.part, VideoParts())
+FRONTEND_MEDIA.register(AUDIO.part, AudioParts())

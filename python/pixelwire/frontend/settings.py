@@ -25,8 +25,8 @@ from pixelwire.config import (
     MAX_CONNECTIONS_PER_CLIENT,
     MAX_FETCHES_PER_REQUEST,
     MAX_IMAGE_BYTES_PER_REQUEST,
-    MAX_IMAGES_PER_REQUEST,
     MAX_JSON_VALUES,
+    MAX_MEDIA_PER_REQUEST,
     MAX_PIXELS_PER_REQUEST,
     MAX_REQUEST_BYTES,
     MIN_BODY_RATE,
@@ -97,8 +97,8 @@ class FrontendConfig:
     upstream_metrics: list[str] = field(default_factory=list)
     # Request body cap (413 above it).
     max_request_bytes: int = MAX_REQUEST_BYTES
-    # Images in one request (400 above it), counted before any fetch or decode.
-    max_images_per_request: int = MAX_IMAGES_PER_REQUEST
+    # Media parts in one request (400 above it), counted before any fetch or decode.
+    max_media_per_request: int = MAX_MEDIA_PER_REQUEST
     # Total encoded image bytes in one request (400 above it): data: URLs
     # are counted before any work, fetched bodies as they arrive.
     max_image_bytes_per_request: int = MAX_IMAGE_BYTES_PER_REQUEST
@@ -147,6 +147,11 @@ class FrontendConfig:
     # derives it from --nixl-interface and the upstream
     # (pixelwire.frontend.nixl_interfaces).
     nixl_devices: str | None = None
+
+    @property
+    def max_images_per_request(self) -> int:
+        """:attr:`max_media_per_request`, by the name it had when it was taken for images only."""
+        return self.max_media_per_request
 
     @property
     def decode_at(self) -> DecodeAt:

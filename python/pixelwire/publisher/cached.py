@@ -1,4 +1,4 @@
-"""Images published through the cache of published images
+"""Images and videos published through the cache of published media
 (:mod:`pixelwire.caches.published_images`): each decoded once however
 often it comes, here or in requests running beside this one."""
 
@@ -9,8 +9,8 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from pixelwire import _native
 from pixelwire.caches.data_urls import DataUrlMemo
-from pixelwire.caches.published_images import CacheKey, Outcome, PublishCache
-from pixelwire.descriptor import Decoded
+from pixelwire.caches.published_images import CacheKey, Key, Outcome, PublishCache
+from pixelwire.descriptor import Decoded, PublishedSlot
 from pixelwire.publisher.images import ImageOptions, sha256s
 from pixelwire.publisher.off_loop import publish_executor
 
@@ -79,7 +79,7 @@ async def _fill(
         hit = cache.hand_out(native, key)
         future = cache.waiting_on(key)
         if hit is not None:
-            results[index] = hit
+            results[index] = _image(hit)
         elif key in leaders:
             repeats.append((index, key))
         elif future is not None:
@@ -119,4 +119,45 @@ def _again(
     error, or a hand-out of what it published (None: decode it anew)."""
     if isinstance(outcome, Exception):
         return outcome
-    return None if outcome is None else cache.hand_out(native, key)
+    again = None if outcome is None else cache.hand_out(native, key)
+    return None if again is None else _image(again)
+
+
+def _image(published: PublishedSlot) -> Decoded:
+    """An image key's entry (images and videos never share a key)."""
+    assert isinstance(published, Decoded), "an image key names an image"
+    return published
+
+
+async def publish_one_through_cache(
+    cache: PublishCache,
+    native: _native.NativePublisher,
+    key: Key,
+    publish: Callable[[], Awaitable[PublishedSlot]],
+) -> PublishedSlot:
+    """One medium item (a video) through ``cache`` under ``key``: a hit is
+    handed out; a key another request is decoding gets a hand-out of that
+    decode (or its error); a miss is decoded by ``publish``, once, and
+    kept (unless it alone is over the budget). A decode whose request went
+    away leaves its waiters to decode for themselves."""
+    hit = cache.hand_out(native, key)
+    if hit is not None:
+        return hit
+    future = cache.waiting_on(key)
+    if future is not None:
+        outcome = await asyncio.shield(future)
+        if isinstance(outcome, Exception):
+            raise outcome
+        again = None if outcome is None else cache.hand_out(native, key)
+        return again if again is not None else await publish()
+    cache.begin(key)
+    try:
+        published = await publish()
+    except Exception as error:
+        cache.finish(native, key, error)
+        raise
+    except BaseException:
+        cache.finish_abandoned(key)
+        raise
+    cache.finish(native, key, published)
+    return published

@@ -4,6 +4,7 @@ with the options they are published with (:class:`ImageOptions`)."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -14,6 +15,7 @@ from pixelwire._native import PixelwireError
 from pixelwire.config import Layout, Mode
 from pixelwire.descriptor import Decoded
 from pixelwire.processed import PatchLayout
+from pixelwire.publisher.off_loop import publish_executor
 from pixelwire.publisher.slots import release_slot, slot_fields
 
 if TYPE_CHECKING:
@@ -115,6 +117,37 @@ def release_batch(native: _native.NativePublisher, outcomes: list[PublishOutcome
     for outcome in outcomes:
         if not isinstance(outcome, Exception):
             release_slot(native, outcome[0])
+
+
+@dataclass(frozen=True)
+class ImageBatch:
+    """Images published side by side (:func:`publish_many`) as a
+    :class:`pixelwire.publisher.medium.MediumPublish`: each one's
+    :class:`Decoded`, or the exception it failed with."""
+
+    sources: Sequence[bytes | bytearray]
+    options: ImageOptions
+    threads: int
+    digests: Sequence[str] | None = None
+
+    def executor(self) -> concurrent.futures.Executor:
+        return publish_executor()
+
+    def run(self, native: _native.NativePublisher, control: _native.BatchControl) -> list[PublishOutcome]:
+        return publish_many(native, self.sources, self.options, control, self.threads, self.digests)
+
+    def release(self, native: _native.NativePublisher, result: list[PublishOutcome]) -> None:
+        release_batch(native, result)
+
+    def described(
+        self, agent: str, result: list[PublishOutcome], published_at: float
+    ) -> list[Decoded | Exception]:
+        return [
+            outcome
+            if isinstance(outcome, Exception)
+            else image_descriptor(agent, *outcome, self.options, published_at)
+            for outcome in result
+        ]
 
 
 def image_descriptor(

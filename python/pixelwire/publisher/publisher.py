@@ -12,7 +12,7 @@ import functools
 import itertools
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pixelwire import _native, config
 from pixelwire.caches.data_urls import DataUrlMemo
@@ -20,26 +20,24 @@ from pixelwire.caches.interface import counts
 from pixelwire.caches.published_images import PublishCache
 from pixelwire.config import BACKGROUND, DecodeAt, Layout, Mode, PublisherSettings, data_url_memo_bytes
 from pixelwire.default_fetcher import default_fetcher
-from pixelwire.descriptor import Decoded, DecodedVideo, PassThrough
+from pixelwire.descriptor import Decoded, DecodedVideo, PassThrough, PublishedSlot
 from pixelwire.nixl import ensure_nixl
-from pixelwire.publisher.cached import publish_through_cache
-from pixelwire.publisher.images import (
-    ImageOptions,
-    image_descriptor,
-    publish_many,
-    release_batch,
-)
-from pixelwire.publisher.off_loop import off_loop, publish_executor
+from pixelwire.publisher.cached import publish_one_through_cache, publish_through_cache
+from pixelwire.publisher.images import ImageBatch, ImageOptions
+from pixelwire.publisher.medium import MediumPublish
+from pixelwire.publisher.off_loop import off_loop
 from pixelwire.publisher.slots import handout
-from pixelwire.publisher.video import publish_video, release_video, video_descriptor
-from pixelwire.video.decode import video_decode_executor
+from pixelwire.publisher.video import VideoPublish, video_cache_key
 from pixelwire.video.sampling import VideoSampling
 from pixelwire.video.shares import ClientShares, PoolShare
 
 if TYPE_CHECKING:
     from pixelwire.fetch import Fetcher
-    from pixelwire.publisher.images import PublishOutcome, Shaping
+    from pixelwire.publisher.images import Shaping
     from pixelwire.resize import ResizePolicy
+
+R = TypeVar("R")
+D = TypeVar("D")
 
 # Numbers the videos published without a client, each a client of its own.
 _videos = itertools.count()
@@ -267,18 +265,22 @@ class Publisher:
     ) -> list[Decoded | Exception]:
         """:func:`~pixelwire.publisher.images.publish_many` in a worker
         thread, each result as its descriptor."""
+        return await self._publish_medium(
+            native, ImageBatch(sources, options, self.settings.publish_threads, digests)
+        )
+
+    async def publish(self, job: MediumPublish[Any, D]) -> D:
+        """Any medium's decode-and-publish (:class:`pixelwire.publisher.medium.MediumPublish`)
+        off the event loop on its threads; cancelled, it frees what the
+        publish still makes. Returns its descriptors."""
+        return await self._publish_medium(self._opened(), job)
+
+    async def _publish_medium(self, native: _native.NativePublisher, job: MediumPublish[R, D]) -> D:
         control = _native.BatchControl()
-        threads = self.settings.publish_threads
-        call = functools.partial(publish_many, native, sources, options, control, threads, digests)
-        release = functools.partial(release_batch, native)
-        outcomes: list[PublishOutcome] = await off_loop(native, publish_executor(), call, control, release)
-        published_at = time.time()
-        return [
-            outcome
-            if isinstance(outcome, Exception)
-            else image_descriptor(native.agent_name, *outcome, options, published_at)
-            for outcome in outcomes
-        ]
+        call = functools.partial(job.run, native, control)
+        release = functools.partial(job.release, native)
+        result = await off_loop(native, job.executor(), call, control, release)
+        return job.described(native.agent_name, result, time.time())
 
     async def decode_and_publish_video(
         self,
@@ -289,6 +291,7 @@ class Publisher:
         threads: int = 0,
         resize: ResizePolicy | None = None,
         client: str | None = None,
+        cache_salt: str | None = None,
     ) -> DecodedVideo | PassThrough:
         """Fetches `source` as :meth:`decode_and_publish` does, samples its
         frames as vLLM's video loader would (``sampling``: the loader, its
@@ -305,26 +308,32 @@ class Publisher:
         is: one client's videos hold at most ``VIDEO_DECODES_PER_CLIENT`` of
         the decode threads (its others wait for one of its own), and decode
         in turns shared by client (:func:`pixelwire.video.decode.video_decode_executor`);
-        without it, the video is a client of its own."""
+        without it, the video is a client of its own. With the cache on, a
+        video published before from the same bytes, sampled and resized the
+        same way, for the same `cache_salt`, is handed out again, not
+        decoded."""
         if self.decode_at == "worker":
             return _pass_through(source)
         native = self._opened()
         sampling = sampling or VideoSampling()
         data = await self.fetcher.fetch(source) if isinstance(source, str) else _encoded(source)
-        control = _native.BatchControl()
         client = client if client is not None else f"video-{next(_videos)}"
-        holding = functools.partial(
-            self._video_pool.taken, timeout=self.settings.acquire_timeout, control=control
+        job = VideoPublish(
+            data, sampling, limits, threads, resize, client, self._video_pool, self.settings.acquire_timeout
         )
-        call = functools.partial(
-            publish_video, native, data, sampling, limits, threads, resize, control, client, holding
-        )
-        async with self._video_shares.held(client):
-            release = functools.partial(release_video, native)
-            published = await off_loop(native, video_decode_executor(), call, control, release)
-        return video_descriptor(native.agent_name, published, sampling, resize, time.time())
 
-    def release(self, decoded: Decoded | DecodedVideo) -> bool:
+        async def publish() -> DecodedVideo:
+            async with self._video_shares.held(client):
+                return await self._publish_medium(native, job)
+
+        if not self.cache.enabled:
+            return await publish()
+        key = await video_cache_key(self.data_urls, data, sampling, resize, cache_salt)
+        published = await publish_one_through_cache(self.cache, native, key, publish)
+        assert isinstance(published, DecodedVideo), "a video key names a video"
+        return published
+
+    def release(self, decoded: PublishedSlot) -> bool:
         """Ends a descriptor's hand-out of its slot before its reader's
         notification or its lease (its request is over): the slot is freed
         unless the cache keeps it or another hand-out is outstanding. False

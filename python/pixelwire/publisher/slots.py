@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from pixelwire import _native
-from pixelwire.descriptor import Decoded, DecodedVideo
+from pixelwire.descriptor import PublishedSlot
 
 
 def slot_fields(agent: str, fields: _native.PublishedSlot) -> dict[str, Any]:
@@ -26,7 +26,7 @@ def slot_fields(agent: str, fields: _native.PublishedSlot) -> dict[str, Any]:
     }
 
 
-def handout(decoded: Decoded | DecodedVideo) -> int:
+def handout(decoded: PublishedSlot) -> int:
     """Which hand-out of its slot a descriptor is, from its notification."""
     named = _native.parse_notification(decoded.notification)
     return 0 if named is None else named[2]

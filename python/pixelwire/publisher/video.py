@@ -4,24 +4,34 @@ straight into one slot (:func:`publish_video`), and its descriptor
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import contextlib
+import functools
 import hashlib
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pixelwire import _native
 from pixelwire._native import SLOT_HEADER_BYTES
+from pixelwire.caches.data_urls import DataUrlMemo
+from pixelwire.caches.published_images import VideoCacheKey
 from pixelwire.descriptor import DecodedVideo
+from pixelwire.publisher.images import sha256s
+from pixelwire.publisher.off_loop import publish_executor
 from pixelwire.publisher.slots import release_slot, slot_fields
 from pixelwire.video.decode import (
     capture_opener,
     frame_resize,
     loader_metadata,
     sample_video,
+    video_decode_executor,
     with_settled_count,
 )
 from pixelwire.video.sampling import VideoSampling
+from pixelwire.video.shares import PoolShare
 
 if TYPE_CHECKING:
     from pixelwire.resize import ResizePolicy
@@ -106,6 +116,65 @@ def _publish_opened(
 def release_video(native: _native.NativePublisher, published: PublishedVideo) -> None:
     """Frees the video an abandoned publish published."""
     release_slot(native, published.fields)
+
+
+@dataclass(frozen=True)
+class VideoPublish:
+    """One video sampled and published (:func:`publish_video`) as a
+    :class:`pixelwire.publisher.medium.MediumPublish`, its slot taken
+    within the videos' share of the pool (``pool``, waiting up to
+    ``acquire_timeout``), on the videos' own threads."""
+
+    data: bytes | bytearray
+    sampling: VideoSampling
+    limits: _native.VideoLimits | None
+    threads: int
+    resize: ResizePolicy | None
+    client: str
+    pool: PoolShare
+    acquire_timeout: float
+
+    def executor(self) -> concurrent.futures.Executor:
+        return video_decode_executor()
+
+    def run(self, native: _native.NativePublisher, control: _native.BatchControl) -> PublishedVideo:
+        holding = functools.partial(self.pool.taken, timeout=self.acquire_timeout, control=control)
+        return publish_video(
+            native,
+            self.data,
+            self.sampling,
+            self.limits,
+            self.threads,
+            self.resize,
+            control,
+            self.client,
+            holding,
+        )
+
+    def release(self, native: _native.NativePublisher, result: PublishedVideo) -> None:
+        release_video(native, result)
+
+    def described(self, agent: str, result: PublishedVideo, published_at: float) -> DecodedVideo:
+        return video_descriptor(agent, result, self.sampling, self.resize, published_at)
+
+
+async def video_cache_key(
+    data_urls: DataUrlMemo,
+    data: bytes | bytearray,
+    sampling: VideoSampling,
+    resize: ResizePolicy | None,
+    salt: str | None,
+) -> VideoCacheKey:
+    """The published-media cache's key of a video: its bytes' SHA-256 (a
+    resent ``data:`` URL's from ``data_urls``, else computed off the loop
+    and noted there), how it is sampled and its frames resized, the salt."""
+    digest = data_urls.sha256(data)
+    if digest is None:
+        loop = asyncio.get_running_loop()
+        digest = (await loop.run_in_executor(publish_executor(), sha256s, [data]))[0]
+        data_urls.note_sha256(data, digest)
+    sampled = json.dumps(sampling.to_dict(), sort_keys=True)
+    return VideoCacheKey(digest, len(data), sampled, None if resize is None else resize.identity, salt)
 
 
 def video_descriptor(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import logging
 import time
@@ -25,15 +26,16 @@ from pixelwire.config import (
     BACKGROUND,
     DECODED_MODES,
 )
-from pixelwire.descriptor import RemoteImage, decoded_as, is_video_descriptor, parse_descriptor
+from pixelwire.descriptor import RemoteMedia, decoded_as, parse_descriptor
 from pixelwire.loader_input import checked_container, is_frame_list
-from pixelwire.metrics import ImageMetrics
+from pixelwire.media import IMAGE, PROCESSED_IMAGE, VIDEO
+from pixelwire.metrics import MediaMetrics
 from pixelwire.outputs import as_output
 from pixelwire.processed import PatchLayout
 from pixelwire.reader import Reader
 from pixelwire.resend import NOT_HELD
 from pixelwire.resent_reference import ResentImage, resent_image
-from pixelwire.signing import decode_reference, is_reference, reference_secret
+from pixelwire.signing import is_reference
 from pixelwire.transfer import default_reader
 from pixelwire.vllm.data_urls import decode_data_url_async
 from pixelwire.vllm.errors import as_vllm_error, local_files_refused
@@ -43,19 +45,21 @@ from pixelwire.vllm.image_info import checked_for_vllm_loader
 from pixelwire.vllm.media_settings import VllmMediaSettings
 from pixelwire.vllm.native_decode import check_frame_list, decode_for_model, decode_processed
 from pixelwire.vllm.processed_inputs import ProcessedImage, processed_image, worker_patch_layout
+from pixelwire.vllm.reading import WORKER_MEDIA, ReadRequest, read_reference, read_timed
 from pixelwire.vllm.sync_loop import run_sync
 from pixelwire.vllm.video import (
     decode_video_bytes,
-    read_video_reference,
+    read_video_descriptor,
     vllm_video_settings,
     worker_video_resize_policy,
 )
+from pixelwire.vllm.video_memo import remembered_video, video_data_url
 from pixelwire.vllm.worker_settings import install_metrics, url_resize_allowed, worker_resize_policy
 
 log = logging.getLogger("pixelwire.vllm")
 
 
-def _check_resize(remote: RemoteImage) -> str:
+def _check_resize(remote: RemoteMedia) -> str:
     """A frontend-resized image must carry this vLLM's policy and its target
     size; returns the policy's identity."""
     expected = worker_resize_policy()
@@ -79,6 +83,20 @@ def _check_resize(remote: RemoteImage) -> str:
             f"the frontend's resize of a {[height, width]} image does not match {expected.identity}"
         )
     return policy
+
+
+def _decoded_image(
+    descriptor: dict[str, Any], mode: str | None, background: tuple[int, int, int]
+) -> RemoteMedia:
+    """The image (or processed image) a descriptor names, once the mode the
+    frontend decoded it into and its background are what vLLM asks for."""
+    made, made_on = decoded_as(descriptor)
+    if made != mode or (mode == "RGB" and made_on != background):
+        raise DescriptorError(
+            f"the frontend decoded this image as {made} on {list(made_on)} but vLLM asks for "
+            f"{mode} on {list(background)}: give the frontend the same --media-io-kwargs as vLLM"
+        )
+    return parse_descriptor(descriptor)
 
 
 class PixelwireMediaConnector(MediaConnector):
@@ -134,7 +152,7 @@ class PixelwireMediaConnector(MediaConnector):
         )
         return await fetcher.fetch(url)
 
-    def _raise_as_vllms(self, error: PixelwireError, url: str, metrics: ImageMetrics) -> NoReturn:
+    def _raise_as_vllms(self, error: PixelwireError, url: str, metrics: MediaMetrics) -> NoReturn:
         """Counts a fault on ``url`` and raises vLLM's own exception for it,
         so vLLM's server answers with the status it gives its own loader's
         (the error itself where that is vLLM's answer too)."""
@@ -162,19 +180,27 @@ class PixelwireMediaConnector(MediaConnector):
             )
         try:
             if is_reference(video_url):
-                return await read_video_reference(video_url, video_kwargs, loader, metrics)
+                request = ReadRequest(
+                    VIDEO.part, metrics, self, video_kwargs=video_kwargs, video_loader=loader
+                )
+                return await read_reference(video_url, request)
             vllm_io = VideoMediaIO(
                 ImageMediaIO(**({"image_mode": image_mode} | self.media_io_kwargs.get("image", {}))),
                 **(video_kwargs | {"video_backend": loader}),
             )
+            digest: str | None = None
             if video_url[:5].lower() == "data:":
-                # vLLM's grammar and decoder, as for images.
-                data = await decode_data_url_async(video_url)
+                data, digest = await video_data_url(video_url)
             else:
                 timeout = VllmMediaSettings.from_env().video_timeout
                 data = await self._fetch(video_url, timeout, vllm_io.get_max_bytes())
             resize = worker_video_resize_policy() if url_resize_allowed() else None
-            return await decode_video_bytes(data, video_kwargs, loader, vllm_io, metrics, resize)
+            decode = functools.partial(
+                decode_video_bytes, data, video_kwargs, loader, vllm_io, metrics, resize
+            )
+            return await remembered_video(
+                data, digest, video_kwargs, loader, image_mode, resize, metrics, decode
+            )
         except PixelwireError as e:
             self._raise_as_vllms(e, video_url, metrics)
 
@@ -199,7 +225,8 @@ class PixelwireMediaConnector(MediaConnector):
             return await super().fetch_image_async(image_url, image_mode=image_mode)
         try:
             if is_reference(image_url):
-                return await self._read_reference(image_url, mode, background, metrics)
+                request = ReadRequest(IMAGE.part, metrics, self, image_mode=mode, background=background)
+                return await read_reference(image_url, request)
             # Every URL is fetched by pixelwire's guarded Fetcher, whatever
             # the mode; modes pixelwire does not decode go to vLLM's loader
             # as bytes.
@@ -210,27 +237,17 @@ class PixelwireMediaConnector(MediaConnector):
     def fetch_image(self, image_url: str, *, image_mode: str | None = "RGB") -> Any:
         return run_sync(self.fetch_image_async(image_url, image_mode=image_mode))
 
-    async def _read_reference(
-        self, reference: str, mode: str | None, background: tuple[int, int, int], metrics: ImageMetrics
-    ) -> Image.Image | MediaWithBytes | ProcessedImage:
-        # The signature is checked before anything reaches NIXL; without
-        # PIXELWIRE_SECRET every reference is refused unless
-        # PIXELWIRE_ALLOW_UNSIGNED=1 (reference_secret raises).
-        descriptor = decode_reference(reference, reference_secret())
+    async def _read_image(
+        self,
+        descriptor: dict[str, Any],
+        mode: str | None,
+        background: tuple[int, int, int],
+        metrics: MediaMetrics,
+    ) -> Image.Image | MediaWithBytes:
         resent = resent_image(descriptor)
         if resent is not None:
             return await self._load_resent(resent, mode, background, metrics)
-        if is_video_descriptor(descriptor):
-            raise DescriptorError("this reference names a video, sent as an image part")
-        made, made_on = decoded_as(descriptor)
-        if made != mode or (mode == "RGB" and made_on != background):
-            raise DescriptorError(
-                f"the frontend decoded this image as {made} on {list(made_on)} but vLLM asks for "
-                f"{mode} on {list(background)}: give the frontend the same --media-io-kwargs as vLLM"
-            )
-        remote = parse_descriptor(descriptor)
-        if remote.processed is not None:
-            return await self._read_processed(remote, metrics)
+        remote = _decoded_image(descriptor, mode, background)
         policy = _check_resize(remote) if remote.resize is not None else ""
         reader: Reader = default_reader()
         # vLLM's hasher keys a MediaWithBytes image on its bytes (it neither
@@ -257,17 +274,13 @@ class PixelwireMediaConnector(MediaConnector):
         if kept is not None:
             image: Image.Image = kept[0]
         else:
-            with metrics.timed("nixl"):
-                image = await reader.read_remote(remote, output="pil")
-            latency = metrics.publish_to_read_seconds
-            if latency is not None and remote.published_at is not None:
-                latency.observe(max(0.0, time.time() - remote.published_at))
+            image = await read_timed(remote, "pil", metrics)
             if cache.enabled and identity is not None and remote.content_hash:
                 cache.put(key, image, remote.size)
         metrics.handled_image("nixl", remote.shape, remote.source_size)
         return image if identity is None else MediaWithBytes(image, identity)
 
-    async def _read_processed(self, remote: RemoteImage, metrics: ImageMetrics) -> ProcessedImage:
+    async def _read_processed(self, remote: RemoteMedia, metrics: MediaMetrics) -> ProcessedImage:
         """A processed image's patch rows, read over NIXL (or served from the
         worker's cache) and carried to vLLM's processor
         (:mod:`pixelwire.vllm.processed_inputs`), which hands them on only
@@ -302,21 +315,22 @@ class PixelwireMediaConnector(MediaConnector):
         if kept is not None:
             rows = kept[0]
         else:
-            with metrics.timed("nixl"):
-                read = await reader.read_remote(remote, output="numpy")
+            read = await read_timed(remote, "numpy", metrics)
             # Still in the reader's receive pool: the seam copies the rows out
             # as it hands them to vLLM (processed_inputs).
             # Float rows travel as four bytes a value: seen as float32 here.
             rows = read.reshape(remote.shape[0], -1).view(layout.dtype)
             if cache.enabled and remote.content_hash:
                 cache.put(key, rows, remote.size)
-        metrics.handled("nixl", remote.size, resize.source[0] * resize.source[1] * 3)
+        metrics.handled(
+            "nixl", remote.size, resize.source[0] * resize.source[1] * 3, medium=PROCESSED_IMAGE.metrics_label
+        )
         grid, copies = list(processed.grid_thw), processed.patch[1]
         lent = kept is None
         return processed_image(identity, rows, grid, processed.processor, copies=copies, lent=lent)
 
     async def _load_url(
-        self, url: str, mode: str | None, background: tuple[int, int, int], metrics: ImageMetrics
+        self, url: str, mode: str | None, background: tuple[int, int, int], metrics: MediaMetrics
     ) -> Image.Image | MediaWithBytes:
         cache = worker_image_cache()
         digest: str | None = None
@@ -335,7 +349,7 @@ class PixelwireMediaConnector(MediaConnector):
         return await self._load_bytes(data, digest, mode, background, metrics)
 
     async def _load_resent(
-        self, resent: ResentImage, mode: str | None, background: tuple[int, int, int], metrics: ImageMetrics
+        self, resent: ResentImage, mode: str | None, background: tuple[int, int, int], metrics: MediaMetrics
     ) -> Image.Image | MediaWithBytes:
         """A resent image's reference: the bytes remembered under its digest,
         loaded as the ``data:`` URL they came in would be; when they are no
@@ -353,7 +367,7 @@ class PixelwireMediaConnector(MediaConnector):
         digest: str | None,
         mode: str | None,
         background: tuple[int, int, int],
-        metrics: ImageMetrics,
+        metrics: MediaMetrics,
     ) -> Image.Image | MediaWithBytes:
         """An image's encoded bytes (``digest``: their SHA-256 when known),
         decoded here or by vLLM's loader."""
@@ -406,7 +420,7 @@ class PixelwireMediaConnector(MediaConnector):
         digest: str | None,
         background: tuple[int, int, int],
         layout: PatchLayout,
-        metrics: ImageMetrics,
+        metrics: MediaMetrics,
     ) -> ProcessedImage | None:
         """An image's encoded bytes made into its processor's patch rows
         here, natively (worker mode's processed inputs), or taken from the
@@ -432,12 +446,12 @@ class PixelwireMediaConnector(MediaConnector):
                 raise
             except DecodeError:
                 return None
-            metrics.handled("url", int(rows.nbytes), source_bytes)
+            metrics.handled("url", int(rows.nbytes), source_bytes, medium=PROCESSED_IMAGE.metrics_label)
             if cache.enabled:
                 cache.put(key, rows, int(rows.nbytes), grid)
         return processed_image(identity, rows, grid, layout.identity)
 
-    async def _vllm_load(self, data: bytes, mode: str | None, metrics: ImageMetrics) -> MediaWithBytes:
+    async def _vllm_load(self, data: bytes, mode: str | None, metrics: MediaMetrics) -> MediaWithBytes:
         """vLLM's own loader on bytes pixelwire's Fetcher already fetched
         (never on the URL: vLLM's fetch has no address guard), so the result
         is exactly vLLM's; only once they are one image format (Pillow tries
@@ -446,3 +460,36 @@ class PixelwireMediaConnector(MediaConnector):
         metrics.handled("vllm", 0)
         io = ImageMediaIO(**({"image_mode": mode} | self.media_io_kwargs.get("image", {})))
         return await asyncio.to_thread(io.load_bytes, data)
+
+
+class ImageReads:
+    """An image's reference (or a resent image's) at the worker."""
+
+    async def read(self, descriptor: dict[str, Any], request: ReadRequest) -> Image.Image | MediaWithBytes:
+        connector: PixelwireMediaConnector = request.connector
+        return await connector._read_image(
+            descriptor, request.image_mode, request.background, request.metrics
+        )
+
+
+class ProcessedImageReads:
+    """A processed image's reference at the worker: its patch rows for vLLM's processor."""
+
+    async def read(self, descriptor: dict[str, Any], request: ReadRequest) -> ProcessedImage:
+        connector: PixelwireMediaConnector = request.connector
+        remote = _decoded_image(descriptor, request.image_mode, request.background)
+        return await connector._read_processed(remote, request.metrics)
+
+
+class VideoReads:
+    """A video's reference at the worker: its frames and vLLM's metadata for them."""
+
+    async def read(self, descriptor: dict[str, Any], request: ReadRequest) -> MediaWithBytes:
+        return await read_video_descriptor(
+            descriptor, request.video_kwargs, request.video_loader, request.metrics
+        )
+
+
+WORKER_MEDIA.register(IMAGE.name, ImageReads())
+WORKER_MEDIA.register(PROCESSED_IMAGE.name, ProcessedImageReads())
+WORKER_MEDIA.register(VIDEO.name, VideoReads())

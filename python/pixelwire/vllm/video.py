@@ -11,7 +11,6 @@ import functools
 import hashlib
 import json
 import sys
-import time
 import weakref
 from typing import Any
 
@@ -22,19 +21,17 @@ from vllm.multimodal.video import get_video_loader_backend_for_processor
 
 from pixelwire import config
 from pixelwire._native import BatchControl, DescriptorError, UnsupportedVideo
-from pixelwire.descriptor import RemoteImage, is_video_descriptor, parse_descriptor
+from pixelwire.descriptor import RemoteImage, parse_descriptor
 from pixelwire.loader_input import checked_container
-from pixelwire.metrics import ImageMetrics
-from pixelwire.reader import Reader
+from pixelwire.metrics import MediaMetrics
 from pixelwire.resize import ResizePolicy, video_resize_policy
-from pixelwire.signing import decode_reference, reference_secret
-from pixelwire.transfer import default_reader
 from pixelwire.video import decode_video
 from pixelwire.video.decode import video_decode_executor
 from pixelwire.video.sampling import NotReproduced, VideoSampling
 from pixelwire.video.shares import ClientShares
 from pixelwire.vllm.identity import keyed_identity
 from pixelwire.vllm.served_model import served_model
+from pixelwire.vllm.video_memo import kept_or_read
 
 # The video threads one worker-mode client (one video's bytes) may hold at
 # once, per event loop (a share's waiters are that loop's futures): the same
@@ -65,14 +62,12 @@ def video_identity(source_sha256: str, sampling: dict[str, Any], policy: str) ->
     return keyed_identity(f"pixelwire-video:{source_sha256}:{json.dumps(sampling, sort_keys=True)}:{policy}")
 
 
-async def read_video_reference(
-    reference: str, video_kwargs: dict[str, Any], loader: str, metrics: ImageMetrics
+async def read_video_descriptor(
+    descriptor: dict[str, Any], video_kwargs: dict[str, Any], loader: str, metrics: MediaMetrics
 ) -> MediaWithBytes:
-    """The frames and metadata a signed video reference names, read over
-    NIXL, once its sampling is checked against this vLLM's."""
-    descriptor = decode_reference(reference, reference_secret())
-    if not is_video_descriptor(descriptor):
-        raise DescriptorError("this reference names an image, sent as a video_url part")
+    """The frames and metadata a verified video descriptor names, read over
+    NIXL, once its sampling is checked against this vLLM's
+    (:mod:`pixelwire.vllm.reading` dispatches here)."""
     remote = parse_descriptor(descriptor)
     assert remote.video is not None
     try:
@@ -91,19 +86,15 @@ async def read_video_reference(
         )
     if remote.resize is not None:
         _check_frame_resize(remote)
-    reader: Reader = default_reader()
-    with metrics.timed("nixl"):
-        frames = await reader.read_remote(remote, output="numpy")
-    latency = metrics.publish_to_read_seconds
-    if latency is not None and remote.published_at is not None:
-        latency.observe(max(0.0, time.time() - remote.published_at))
-    metrics.handled_video("nixl", remote.size)
-    metadata = dict(remote.video.loader_metadata)
     # vLLM's hasher keys a MediaWithBytes on its bytes: the signed identity
     # (a client cannot choose it: the frontend takes out their uuids).
     source = remote.source_sha256 or f"content:{remote.content_hash}"
     policy = remote.resize.policy if remote.resize is not None else ""
-    return MediaWithBytes((frames, metadata), video_identity(source, made, policy))
+    identity = video_identity(source, made, policy)
+    frames = await kept_or_read(remote, identity, metrics)
+    metrics.handled_video("nixl", remote.size)
+    metadata = dict(remote.video.loader_metadata)
+    return MediaWithBytes((frames, metadata), identity)
 
 
 @functools.cache
@@ -155,7 +146,7 @@ async def decode_video_bytes(
     video_kwargs: dict[str, Any],
     loader: str,
     vllm_io: VideoMediaIO,
-    metrics: ImageMetrics,
+    metrics: MediaMetrics,
     resize: ResizePolicy | None = None,
 ) -> MediaWithBytes:
     """A fetched video as vLLM's loader would return it: decoded natively
@@ -216,7 +207,7 @@ def video_client(data: bytes) -> str:
     return f"video-sha256:{hashlib.sha256(data).hexdigest()}"
 
 
-async def _vllm_load(data: bytes, vllm_io: VideoMediaIO, metrics: ImageMetrics) -> MediaWithBytes:
+async def _vllm_load(data: bytes, vllm_io: VideoMediaIO, metrics: MediaMetrics) -> MediaWithBytes:
     """vLLM's loader (FFmpeg with every demuxer) on bytes identified first
     as one real video container."""
     checked_container(data, "video")

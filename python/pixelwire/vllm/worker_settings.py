@@ -20,7 +20,7 @@ from pixelwire.config import (
     secret_from_env,
 )
 from pixelwire.handshake import WorkerSettings
-from pixelwire.metrics import ImageMetrics, worker_metrics
+from pixelwire.metrics import MediaMetrics, worker_metrics
 from pixelwire.resize import ResizePolicy, image_resize_policy
 from pixelwire.signing import signing_policy
 from pixelwire.transfer import default_reader
@@ -30,7 +30,7 @@ from pixelwire.vllm.served_model import from_command_line as served_model_from_c
 from pixelwire.vllm.served_model import same_model, served_model
 
 _metrics_lock = threading.Lock()
-_metrics: ImageMetrics | None = None
+_metrics: MediaMetrics | None = None
 
 log = logging.getLogger("pixelwire.vllm")
 
@@ -144,7 +144,7 @@ def _reader_frontends() -> float:
     return float(reader.remote_count)
 
 
-def install_metrics(selected: str) -> ImageMetrics:
+def install_metrics(selected: str) -> MediaMetrics:
     """``pixelwire_worker_*`` in prometheus_client's default registry, which
     vLLM's API server serves at /metrics. ``pixelwire_worker_info`` is the
     worker's half of the start-up handshake: its labels are the settings a
