@@ -283,10 +283,10 @@ def available(name: str) -> str | None:
 # -- one child: one core or all ----------------------------------------------
 
 
-def sampled_indices(data: bytes) -> list[int]:
+def sampled_indices(data: bytes, threads: int) -> list[int]:
     import pixelwire
 
-    return list(pixelwire.decode_video(data, num_frames=NUM_FRAMES, threads=1)[1]["frames_indices"])
+    return list(pixelwire.decode_video(data, num_frames=NUM_FRAMES, threads=threads)[1]["frames_indices"])
 
 
 def child(args: argparse.Namespace) -> dict[str, Any]:
@@ -296,7 +296,7 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
     result: dict[str, Any] = {"cores": len(os.sched_getaffinity(0)), "inputs": {}}
     for path in input_paths(args):
         data = path.read_bytes()
-        indices = sampled_indices(data)
+        indices = sampled_indices(data, threads)
         times: dict[str, list[float]] = {n: [] for n in names}
         errors: dict[str, str] = {}
         # The warm-up, which also compares the frames with the reference's
