@@ -58,7 +58,15 @@ Usage::
 
     python benches/video_decode.py [--inputs DIR] [--rounds N] [--json PATH]
         [--decoders pixelwire,opencv,pyav,torchcodec,ffmpeg-every,ffmpeg-refs]
-        [--only INPUT,...] [--video PATH ...] [--make-inputs]
+        [--only INPUT,...] [--video PATH ...] [--pieces] [--make-inputs]
+
+``--pieces`` adds, for each input and child, where one more pixelwire read's
+time went: its capture's open, the pieces the read is split into (at IDR
+pictures; one piece when not split) and, for each piece, its sampled
+frames, decoder threads, packets decoded, its capture's open, the time
+from its read's start to its first kept frame, its decoding and its
+colour conversion (``VideoCapture.read_times``), next to the read's wall
+time.
 
 ``--video`` adds videos of one's own (``--only ''`` leaves the made ones
 out), e.g. the 10 s clip ``pixelwire bench serve`` sends, which it leaves
@@ -297,10 +305,10 @@ def available(name: str) -> str | None:
 # -- one child: one core or all ----------------------------------------------
 
 
-def sampled_indices(data: bytes) -> list[int]:
+def sampled_indices(data: bytes, threads: int) -> list[int]:
     import pixelwire
 
-    return list(pixelwire.decode_video(data, num_frames=NUM_FRAMES, threads=1)[1]["frames_indices"])
+    return list(pixelwire.decode_video(data, num_frames=NUM_FRAMES, threads=threads)[1]["frames_indices"])
 
 
 def child(args: argparse.Namespace) -> dict[str, Any]:
@@ -310,7 +318,7 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
     result: dict[str, Any] = {"cores": len(os.sched_getaffinity(0)), "inputs": {}}
     for path in input_paths(args):
         data = path.read_bytes()
-        indices = sampled_indices(data)
+        indices = sampled_indices(data, threads)
         times: dict[str, list[float]] = {n: [] for n in names}
         errors: dict[str, str] = {}
         # The warm-up, which also compares the frames with the reference's
@@ -340,10 +348,60 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
             "ms": {n: round(statistics.median(t) * 1000, 1) for n, t in times.items() if t},
             "errors": errors,
         }
+        if args.pieces and "pixelwire" in running:
+            entry["pieces"] = pieces_breakdown(data, indices, threads)
         if not one_core:
             entry["versus"], entry["differences"] = reference, differences
         result["inputs"][path.name] = entry
     return result
+
+
+def pieces_breakdown(data: bytes, indices: list[int], threads: int) -> dict[str, Any]:
+    """Where one pixelwire read of ``indices`` spent its time, piece by piece."""
+    from pixelwire._native import VideoCapture
+
+    started = time.perf_counter()
+    capture = VideoCapture(data, threads=threads)
+    opened = time.perf_counter()
+    decoder_threads = capture.info()["threads"]
+    plan = capture.read_plan(indices)
+    planned = time.perf_counter()
+    capture.read(indices)
+    done = time.perf_counter()
+    times = capture.read_times()
+
+    def ms(seconds: float) -> float:
+        return round(seconds * 1000, 1)
+
+    return {
+        "threads": decoder_threads,
+        "open_ms": ms(opened - started),
+        "plan_ms": ms(planned - opened),
+        "read_ms": ms(done - planned),
+        "wall_ms": ms(done - started),
+        "piece_frames": [len(piece) for piece in plan],
+        "pieces": [{k: ms(v / 1000) if isinstance(v, float) else v for k, v in t.items()} for t in times],
+    }
+
+
+def pieces_table(report: dict[str, Any]) -> str:
+    lines = []
+    for child_name in ("one_core", "all_cores"):
+        for name, entry in report[child_name]["inputs"].items():
+            b = entry.get("pieces")
+            if not b:
+                continue
+            lines.append(
+                f"{child_name} {name}: threads {b['threads']}, open {b['open_ms']} ms, "
+                f"plan {b['plan_ms']} ms, read {b['read_ms']} ms, wall {b['wall_ms']} ms"
+            )
+            lines.append("  frames threads packets open_ms first_frame_ms decode_ms convert_ms")
+            for t in b["pieces"]:
+                lines.append(
+                    f"  {t['frames']:6} {t['threads']:7} {t['packets']:7} {t['open_ms']:7} "
+                    f"{t['first_frame_ms']:14} {t['decode_ms']:9} {t['convert_ms']:10}"
+                )
+    return "\n".join(lines)
 
 
 def difference(got: Frames, ref: Frames) -> dict[str, Any]:
@@ -368,6 +426,8 @@ def run_child(args: argparse.Namespace, which: str) -> dict[str, Any]:
         "--only",
         ",".join(args.only),
     ]
+    if args.pieces:
+        cmd.append("--pieces")
     env = dict(os.environ)
     if which == "one":
         # Pinned before the interpreter imports anything (OpenCV counts the
@@ -443,6 +503,9 @@ def main() -> None:
         "--video", type=Path, action="append", default=[], help="a video file to measure too (repeatable)"
     )
     parser.add_argument("--json", type=Path, help="write the report here")
+    parser.add_argument(
+        "--pieces", action="store_true", help="add where one pixelwire read's time went, piece by piece"
+    )
     parser.add_argument("--child", choices=["one", "all"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     unknown = set(args.decoders) - set(DECODERS)
@@ -470,6 +533,8 @@ def main() -> None:
         "all_cores": run_child(args, "all"),
     }
     print(table(report))
+    if args.pieces:
+        print(pieces_table(report))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(report, indent=2) + "\n")

@@ -3,6 +3,10 @@ access log's switch, and the caches' defaults."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 
 import pixelwire
@@ -116,3 +120,22 @@ def test_the_frontends_video_limits_are_made_once_within_the_pool() -> None:
     share = config.video_pool_bytes(64 << 20) - SLOT_HEADER_BYTES
     assert limits.max_frame_bytes == share < config.FRONTEND_MAX_VIDEO_FRAME_BYTES
     assert FrontendConfig.from_env("http://u").video_limits.max_bytes == config.FRONTEND_MAX_VIDEO_BYTES
+
+
+@pytest.mark.skipif(
+    not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
+    reason="needs two CPUs to narrow the affinity to one",
+)
+def test_thread_defaults_follow_the_cpu_affinity() -> None:
+    """The thread counts config derives from the cores count the CPUs the
+    process may run on: a child narrowed to one CPU sees one."""
+    script = (
+        "import os\n"
+        "os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})\n"
+        "from pixelwire import config\n"
+        "print(config.usable_cpus(), config.HASH_THREADS, config.PUBLISH_THREADS,"
+        " config.VIDEO_DECODE_CALLS)\n"
+    )
+    child = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert child.stdout.split() == ["1", "1", "1", "1"]
+    assert config.usable_cpus() == len(os.sched_getaffinity(0))

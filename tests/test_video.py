@@ -5,6 +5,7 @@ loader is the vLLM group's (tests/e2e/test_video_parity.py)."""
 from __future__ import annotations
 
 import json
+import os
 import random
 import subprocess
 import sys
@@ -728,3 +729,29 @@ def test_a_video_with_no_decodable_frame_raises_video_decode_error(video_clips):
     data = video_clips["h264_baseline.mkv"]
     with pytest.raises(VideoDecodeError, match=r"no frame of the video could be decoded \(h264\)"):
         decode_video(data[:600] + bytes(len(data) - 600), num_frames=4)
+
+
+@pytest.mark.skipif(
+    not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
+    reason="needs two CPUs to narrow the affinity to one",
+)
+def test_default_decoder_threads_follow_the_cpu_affinity(
+    video_clips: dict[str, bytes], tmp_path: Any
+) -> None:
+    """A decoder's default threads are the CPUs the process may run on
+    (taskset, a container's cpuset), not every online CPU: a child narrowed
+    to one CPU gets one thread where this process gets one a CPU."""
+    clip = tmp_path / "clip.mp4"
+    clip.write_bytes(video_clips["h264_high_bframes.mp4"])
+    script = (
+        "import os, sys\n"
+        "os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})\n"
+        "from pixelwire._native import VideoCapture\n"
+        "print(VideoCapture(open(sys.argv[1], 'rb').read()).info()['threads'])\n"
+    )
+    child = subprocess.run(
+        [sys.executable, "-c", script, str(clip)], capture_output=True, text=True, check=True
+    )
+    assert int(child.stdout) == 1
+    wide = VideoCapture(video_clips["h264_high_bframes.mp4"]).info()["threads"]
+    assert wide == min(16, len(os.sched_getaffinity(0)))

@@ -258,7 +258,19 @@ class VideoCapture:
     def packets_decoded(self) -> int:
         """Packets the decoder has been given since open: by the
         end-of-stream check and, once read, by the read."""
+    def read_times(self) -> list[PieceTimes]:
+        """Where the :meth:`read`'s time went, one dict a piece in frame
+        order (one: the read was not split); empty before a read."""
     def close(self) -> None: ...
+
+class PieceTimes(TypedDict):
+    frames: int
+    threads: int
+    packets: int
+    open_ms: float
+    first_frame_ms: float
+    decode_ms: float
+    convert_ms: float
 
 class ProbeResult(TypedDict):
     format: str

@@ -115,10 +115,21 @@ READ_SPLIT_MIN_BYTES = 1 * MiB
 # is a NIXL request split across the READ threads; small ones cost more than
 # the overlap gains): docs/performance.md, "Transfers".
 READ_CHUNK_BYTES = 4 * MiB
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on: its affinity mask (which taskset and
+    a container's cpuset narrow), else the machine's count; at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 # One hashing thread a core, up to 16: on the H200 box (16 cores) 16 threads
 # read 24 MiB in 1.9 ms against 2.6 ms with 4 (the hash tail after the last
 # chunk shrinks with them); docs/performance.md.
-HASH_THREADS = min(16, os.cpu_count() or 1)
+HASH_THREADS = min(16, usable_cpus())
 # Host READs run on native background threads, started at once. Those of
 # images up to READ_INLINE_BYTES are waited for in place by the event loop
 # (GIL released, without sleeping) for up to READ_INLINE_WAIT seconds: such a
@@ -179,7 +190,7 @@ FRONTEND_MAX_VIDEO_DECODE_PIXELS = MAX_VIDEO_DECODE_PIXELS
 # (min(cores, 16), as OpenCV), on threads whose priority is lowered as the
 # image pool's are: more at once would only oversubscribe the cores, and at
 # full priority a few long videos would crowd out every image.
-VIDEO_DECODE_CALLS = max(1, (os.cpu_count() or 1) // 8)
+VIDEO_DECODE_CALLS = max(1, usable_cpus() // 8)
 VIDEO_DECODE_NICE = 10
 # Threads videos are decoded on: the VIDEO_DECODE_CALLS decodes that run,
 # and those waiting for a turn (pixelwire._native.configure_video_turns):
@@ -210,7 +221,7 @@ def video_pool_bytes(pool_bytes: int) -> int:
 # small images decoded where they are asked for keep a core of their own.
 # With every core, abandoned batches of pixel bombs took a small image's
 # p99 to 3-5x its unloaded value on 2 cores; with one left, 1.4-1.8x.
-PUBLISH_THREADS = max(1, (os.cpu_count() or 1) - 1)
+PUBLISH_THREADS = max(1, usable_cpus() - 1)
 # Publish calls in flight at once in one process. Each holds a thread that
 # waits (GIL released) while the native pool, which shares its threads out
 # among requests, decodes; a cancelled call ends within about one image.

@@ -8,7 +8,7 @@ use pyo3::types::{PyBytes, PyDict};
 use super::args::Encoded;
 use super::control::NativeBatchControl;
 use super::decode::{resize_target, ResizeArg};
-use crate::video::{self, Capture, Conversion, EndCheck};
+use crate::video::{self, Capture, Conversion, EndCheck, PieceTimes};
 
 /// Bounds on one video, checked before the memory they guard is taken.
 #[pyclass(module = "pixelwire", name = "VideoLimits", frozen, eq)]
@@ -115,6 +115,8 @@ pub struct PyVideoCapture {
     inner: Option<Capture>,
     /// Packets the decoder was given, as the read left them.
     packets_decoded: u64,
+    /// Where the read's time went, piece by piece.
+    times: Vec<PieceTimes>,
 }
 
 #[pymethods]
@@ -171,6 +173,7 @@ impl PyVideoCapture {
         Ok(PyVideoCapture {
             inner: Some(capture),
             packets_decoded: 0,
+            times: Vec::new(),
         })
     }
 
@@ -219,6 +222,7 @@ impl PyVideoCapture {
         let frames = py.detach(move || capture.read_frames(&indices, conversion, target.as_ref()));
         if let Ok(frames) = &frames {
             self.packets_decoded = frames.packets_decoded;
+            self.times.clone_from(&frames.times);
         }
         let frames = frames?;
         let shape = [frames.indices.len(), frames.height, frames.width, 3];
@@ -241,6 +245,30 @@ impl PyVideoCapture {
         self.inner
             .as_ref()
             .map_or(self.packets_decoded, Capture::packets_decoded)
+    }
+
+    /// Where the read's time went, one dict a piece (one: the read was not
+    /// split), in frame order: frames (sampled frames kept), threads,
+    /// packets (given to its decoder), open_ms (its capture's open),
+    /// first_frame_ms (from its read's start to its first kept frame),
+    /// decode_ms (its read less conversion), convert_ms (converting its
+    /// kept frames). Empty before a read.
+    fn read_times<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
+        let ms = |d: std::time::Duration| d.as_secs_f64() * 1000.0;
+        self.times
+            .iter()
+            .map(|t| {
+                let d = PyDict::new(py);
+                d.set_item("frames", t.frames)?;
+                d.set_item("threads", t.threads)?;
+                d.set_item("packets", t.packets)?;
+                d.set_item("open_ms", ms(t.open))?;
+                d.set_item("first_frame_ms", ms(t.first_frame))?;
+                d.set_item("decode_ms", ms(t.decode))?;
+                d.set_item("convert_ms", ms(t.convert))?;
+                Ok(d)
+            })
+            .collect()
     }
 
     /// Frees the decoder now rather than when the object goes.

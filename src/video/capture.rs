@@ -5,6 +5,7 @@ use std::collections::BTreeSet;
 use std::ffi::{c_char, CStr};
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use pixelwire_ffmpeg_sys as ffi;
 
@@ -65,6 +66,30 @@ pub struct Frames {
     pub width: usize,
     /// Packets given to the decoder since the capture opened.
     pub packets_decoded: u64,
+    /// Where the read's time went, piece by piece.
+    pub times: Vec<PieceTimes>,
+}
+
+/// Where a read's time went on one of its pieces (a read not split is one
+/// piece). Recorded on every read: a few clock reads a piece and two a
+/// kept frame.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PieceTimes {
+    /// Sampled frames the piece kept.
+    pub frames: usize,
+    /// The piece's decoder threads.
+    pub threads: u32,
+    /// Packets its decoder was given, by its open and its read.
+    pub packets: u64,
+    /// Opening its capture (the container's headers; for the capture that
+    /// was opened first, also the frame count's check).
+    pub open: Duration,
+    /// From the start of its read to its first kept frame.
+    pub first_frame: Duration,
+    /// Its read less the conversion of its kept frames.
+    pub decode: Duration,
+    /// Converting (and rotating, resizing) its kept frames.
+    pub convert: Duration,
 }
 
 /// When vLLM's end-of-stream frame count check (OpenCV's seek to the end,
@@ -195,6 +220,9 @@ pub struct Capture {
     threads: i32,
     /// Packets decoded by the handles `raw` replaced.
     packets_before: u64,
+    /// How long the open took, and where the read's time went.
+    open_time: Duration,
+    times: Vec<PieceTimes>,
     // What the shim asks between packets (the stop flag, the decoding
     // budget, the turns); dropped after `raw` is closed (see Drop).
     pace: Arc<Pace>,
@@ -325,8 +353,9 @@ impl Capture {
     /// Takes what the read of its last piece found: the frame count, then
     /// settled (or the read failed), the packets its pieces decoded, and
     /// that this capture has been read.
-    pub(super) fn adopt_pieces(&mut self, last: &Capture, packets: u64) {
+    pub(super) fn adopt_pieces(&mut self, last: &Capture, packets: u64, times: Vec<PieceTimes>) {
         self.read = true;
+        self.times = times;
         self.pending = None;
         self.info.frame_count = last.info.frame_count;
         self.info.frame_count_settled = true;
@@ -340,6 +369,7 @@ impl Capture {
         end_check: EndCheck,
         pace: Arc<Pace>,
     ) -> Result<Capture> {
+        let opened = Instant::now();
         let data = (*source).as_ref();
         let raw = open_raw(data, threads, &limits, &pace)?;
         let mut raw_info = std::mem::MaybeUninit::<ffi::pw_video_info>::zeroed();
@@ -369,6 +399,8 @@ impl Capture {
             pending: None,
             threads,
             packets_before: 0,
+            open_time: Duration::ZERO,
+            times: Vec::new(),
             pace,
             source,
         };
@@ -406,6 +438,7 @@ impl Capture {
             EndCheck::Known(count) => capture.info.frame_count = count,
         }
         capture.check_stopped()?;
+        capture.open_time = opened.elapsed();
         Ok(capture)
     }
 
@@ -453,6 +486,11 @@ impl Capture {
                 vec![all]
             }
         }
+    }
+
+    /// Where its read's time went, piece by piece (empty before a read).
+    pub fn piece_times(&self) -> &[PieceTimes] {
+        &self.times
     }
 
     /// The flag that stops this capture's work.
@@ -533,6 +571,7 @@ impl Capture {
             height,
             width,
             packets_decoded: self.packets_decoded(),
+            times: self.times.clone(),
         })
     }
 
@@ -622,6 +661,7 @@ impl Capture {
             )));
         }
         self.read = true;
+        let started = Instant::now();
         let wanted: BTreeSet<usize> = wanted.iter().copied().collect();
         let count = self.info.frame_count;
         if let (Some(pending), Some(&last)) = (self.pending, wanted.last()) {
@@ -651,6 +691,8 @@ impl Capture {
             resize: resize.copied(),
             failed: None,
             stop,
+            convert: Duration::ZERO,
+            first: None,
         };
         let mut track = self.pending.map(|p| EndTrack::new(p.landing_pts));
         if let Some(&last) = wanted.last() {
@@ -677,6 +719,7 @@ impl Capture {
             return Err(error);
         }
         self.check_stopped()?;
+        let read = started.elapsed();
         if let Some(pending) = self.pending {
             if track.is_some_and(|t| t.confirms(&pending, count)) {
                 self.pending = None;
@@ -685,6 +728,15 @@ impl Capture {
                 self.settle()?;
             }
         }
+        self.times = vec![PieceTimes {
+            frames: output.indices.len(),
+            threads: self.info.threads,
+            packets: self.packets_decoded(),
+            open: self.open_time,
+            first_frame: output.first.map_or(Duration::ZERO, |at| at - started),
+            decode: read.saturating_sub(output.convert),
+            convert: output.convert,
+        }];
         Ok(output.indices)
     }
 
@@ -847,6 +899,9 @@ struct Output<'a> {
     failed: Option<Error>,
     /// Asked before each frame is decoded: an error ends the read.
     stop: &'a dyn Fn() -> Option<Error>,
+    /// Time spent converting kept frames, and when the first was kept.
+    convert: Duration,
+    first: Option<Instant>,
 }
 
 impl Output<'_> {
@@ -860,8 +915,15 @@ impl Output<'_> {
     }
 
     /// Converts the frame just grabbed (rotated, resized) into the next
-    /// free place.
+    /// free place, timed.
     fn keep(&mut self, raw: *mut ffi::pw_video, index: usize) {
+        let started = Instant::now();
+        self.first.get_or_insert(started);
+        self.convert_frame(raw, index);
+        self.convert += started.elapsed();
+    }
+
+    fn convert_frame(&mut self, raw: *mut ffi::pw_video, index: usize) {
         if self.failed.is_some() {
             return;
         }

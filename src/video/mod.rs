@@ -15,7 +15,7 @@ mod publish;
 mod sample_tables;
 mod turns;
 
-pub use capture::{Capture, Conversion, EndCheck, Frames, StreamInfo};
+pub use capture::{Capture, Conversion, EndCheck, Frames, PieceTimes, StreamInfo};
 pub use limits::VideoLimits;
 pub use publish::{publish_video, PublishedVideo};
 pub use turns::DecodeTurns;

@@ -23,6 +23,9 @@ pub(super) struct Pace {
     over_budget: AtomicBool,
     /// The capture's place in the process's turns, when it takes them.
     ticket: Mutex<Option<Ticket>>,
+    /// Whether it takes them (`ticket` is Some): without turns, a packet
+    /// goes on without the lock, which the pieces of a read all share.
+    takes_turns: bool,
 }
 
 impl Pace {
@@ -34,6 +37,7 @@ impl Pace {
             budget: AtomicI64::new(i64::MAX),
             over_budget: AtomicBool::new(false),
             ticket: Mutex::new(client.map(|client| DecodeTurns::global().register(client))),
+            takes_turns: client.is_some(),
         })
     }
 
@@ -93,6 +97,9 @@ impl Pace {
         if packets_decoded > self.budget.load(Ordering::Relaxed) {
             self.over_budget.store(true, Ordering::Relaxed);
             return false;
+        }
+        if !self.takes_turns {
+            return true;
         }
         match self.ticket.lock().as_mut() {
             Some(ticket) => ticket.pace(self.stop.as_deref()),

@@ -1,5 +1,8 @@
 /* See pw_video.h. Line references are to OpenCV 5.1.0's
  * modules/videoio/src/cap_ffmpeg_impl.hpp. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
+#endif
 #include "pw_video.h"
 #include "pw_skip.h"
 
@@ -12,6 +15,7 @@
 #include <libswscale/swscale.h>
 #include <limits.h>
 #include <math.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -123,8 +127,19 @@ static void set_error(char *err, size_t err_len, const char *what, int code) {
     }
 }
 
+/* The CPUs this process may run on (its affinity mask, which taskset and a
+ * container's cpuset narrow), up to 16; the online CPUs where the mask
+ * cannot be read. */
 static int default_threads(void) {
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    long n = 0;
+#ifdef CPU_COUNT
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof set, &set) == 0)
+        n = CPU_COUNT(&set);
+#endif
+    if (n < 1)
+        n = sysconf(_SC_NPROCESSORS_ONLN);
     if (n < 1)
         n = 1;
     return n > 16 ? 16 : (int)n;

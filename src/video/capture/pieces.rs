@@ -150,10 +150,6 @@ pub(super) fn read(
     }
     let frame_bytes = capture.frame_bytes(format.resize);
     let last = plan.pieces.len() - 1;
-    let mut opened = Vec::with_capacity(plan.pieces.len());
-    for (at, &threads) in plan.threads.iter().enumerate() {
-        opened.push(capture.open_piece(threads, at == last)?);
-    }
     let flag = capture.stop_flag();
     let mut places: Vec<&mut [u8]> = Vec::with_capacity(plan.pieces.len());
     let mut rest = &mut out[..need];
@@ -162,14 +158,20 @@ pub(super) fn read(
         places.push(place);
         rest = tail;
     }
+    // Each piece opens its capture on its own thread: the opens (the
+    // container's headers) run at once, as the reads do.
+    let shared: &Capture = capture;
     let results: Vec<Result<(Vec<usize>, Capture)>> = thread::scope(|scope| {
-        let mut running: Vec<_> = opened
-            .into_iter()
+        let mut running: Vec<_> = plan
+            .threads
+            .iter()
             .zip(&plan.pieces)
             .zip(places)
-            .map(|((mut piece_capture, frames), place)| {
+            .enumerate()
+            .map(|(at, ((&threads, frames), place))| {
                 let flag = flag.clone();
                 scope.spawn(move || {
+                    let mut piece_capture = shared.open_piece(threads, at == last)?;
                     let stopped = move || {
                         flag.as_ref()
                             .filter(|flag| flag.load(Ordering::Relaxed) != 0)
@@ -199,9 +201,11 @@ pub(super) fn read(
     let mut packets = 0;
     let mut offset = 0;
     let mut finished = Vec::with_capacity(results.len());
+    let mut times = Vec::with_capacity(results.len());
     for (result, piece) in results.into_iter().zip(&plan.pieces) {
         let (got, piece_capture) = result?;
         packets += piece_capture.packets_decoded();
+        times.extend(piece_capture.piece_times());
         // Frames that did not decode leave gaps: the frames after them
         // move up, as one read would have packed them.
         let at = offset * frame_bytes;
@@ -214,7 +218,7 @@ pub(super) fn read(
         finished.push(piece_capture);
     }
     if let Some(last_capture) = finished.last() {
-        capture.adopt_pieces(last_capture, packets);
+        capture.adopt_pieces(last_capture, packets, times);
     }
     Ok(indices)
 }
