@@ -304,25 +304,24 @@ pub fn join_rows_normalised(
     let mut fresh = Fresh::new(total);
     let out = fresh.as_mut_ptr();
     let mut at = 0;
-    let mut values = Vec::new();
     for &(part, row_len, copies) in parts {
         let block = row_len / CHANNELS;
         // A row is CHANNELS blocks, one a channel, in order.
         for (index, bytes) in part.chunks_exact(block).enumerate() {
             let channel = &table[index % CHANNELS];
-            values.clear();
-            values.extend(
-                bytes
-                    .iter()
-                    .flat_map(|&byte| channel[byte as usize].to_ne_bytes()),
-            );
-            for _ in 0..copies {
-                // SAFETY: `at + values.len() <= total`: four bytes for each
-                // byte of each part times its copies, checked above.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(values.as_ptr(), out.add(at), values.len())
-                };
-                at += values.len();
+            let first = at;
+            for &byte in bytes {
+                let value = channel[byte as usize].to_ne_bytes();
+                // SAFETY: `at + 4 <= total`: four bytes for each byte of
+                // each part times its copies, checked above.
+                unsafe { std::ptr::copy_nonoverlapping(value.as_ptr(), out.add(at), 4) };
+                at += 4;
+            }
+            for _ in 1..copies {
+                // SAFETY: the block's first copy, written just above, does
+                // not overlap this one, which fits in `total` as above.
+                unsafe { std::ptr::copy_nonoverlapping(out.add(first), out.add(at), block * 4) };
+                at += block * 4;
             }
         }
     }
