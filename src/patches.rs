@@ -268,6 +268,72 @@ impl PatchGrid {
 /// of an image, made from the one copy that travelled; 1: the rows as they
 /// are). Every part must land as rows of one length.
 pub fn join_rows(parts: &[(&[u8], usize, usize)]) -> Result<Vec<u8>> {
+    let total = joined_bytes(parts)?;
+    let mut fresh = Fresh::new(total);
+    let out = fresh.as_mut_ptr();
+    let mut at = 0;
+    for &(part, row_len, copies) in parts {
+        let block = row_len / CHANNELS;
+        for values in part.chunks_exact(block) {
+            for _ in 0..copies {
+                // SAFETY: `at + block <= total`: the blocks written add up
+                // to `total` (each part's bytes times its copies), checked
+                // by `joined_bytes`.
+                unsafe { std::ptr::copy_nonoverlapping(values.as_ptr(), out.add(at), block) };
+                at += block;
+            }
+        }
+    }
+    debug_assert_eq!(at, total);
+    // SAFETY: every byte of the `total` was written above, in order, once.
+    Ok(unsafe { fresh.assume_filled() })
+}
+
+/// [`join_rows`] of `u8` rows landing as the processor's normalised
+/// `float32` values (`normalise`, native-endian, four bytes a value): the
+/// float rows of rows that travelled as the image's bytes, made in the one
+/// pass that makes their temporal copies.
+pub fn join_rows_normalised(
+    parts: &[(&[u8], usize, usize)],
+    normalise: &Normalise,
+) -> Result<Vec<u8>> {
+    let total = joined_bytes(parts)?
+        .checked_mul(4)
+        .ok_or_else(|| Error::InvalidArgument("patch rows overflow".into()))?;
+    let table = normalise.table();
+    let mut fresh = Fresh::new(total);
+    let out = fresh.as_mut_ptr();
+    let mut at = 0;
+    for &(part, row_len, copies) in parts {
+        let block = row_len / CHANNELS;
+        // A row is CHANNELS blocks, one a channel, in order.
+        for (index, bytes) in part.chunks_exact(block).enumerate() {
+            let channel = &table[index % CHANNELS];
+            let first = at;
+            for &byte in bytes {
+                let value = channel[byte as usize].to_ne_bytes();
+                // SAFETY: `at + 4 <= total`: four bytes for each byte of
+                // each part times its copies, checked above.
+                unsafe { std::ptr::copy_nonoverlapping(value.as_ptr(), out.add(at), 4) };
+                at += 4;
+            }
+            for _ in 1..copies {
+                // SAFETY: the block's first copy, written just above, does
+                // not overlap this one, which fits in `total` as above.
+                unsafe { std::ptr::copy_nonoverlapping(out.add(first), out.add(at), block * 4) };
+                at += block * 4;
+            }
+        }
+    }
+    debug_assert_eq!(at, total);
+    // SAFETY: every byte of the `total` was written above, in order, once.
+    Ok(unsafe { fresh.assume_filled() })
+}
+
+/// The bytes `parts` join into (each part's bytes times its copies),
+/// checked: whole rows of a length that splits into `CHANNELS` blocks, at
+/// least one copy, and every part landing at one row length.
+fn joined_bytes(parts: &[(&[u8], usize, usize)]) -> Result<usize> {
     let mut landed_len = None;
     let mut total = 0usize;
     for &(part, row_len, copies) in parts {
@@ -290,23 +356,7 @@ pub fn join_rows(parts: &[(&[u8], usize, usize)]) -> Result<Vec<u8>> {
             .checked_add(size.unwrap_or(0))
             .ok_or_else(|| Error::InvalidArgument("patch rows overflow".into()))?;
     }
-    let mut fresh = Fresh::new(total);
-    let out = fresh.as_mut_ptr();
-    let mut at = 0;
-    for &(part, row_len, copies) in parts {
-        let block = row_len / CHANNELS;
-        for values in part.chunks_exact(block) {
-            for _ in 0..copies {
-                // SAFETY: `at + block <= total`: the blocks written add up
-                // to `total` (each part's bytes times its copies), checked above.
-                unsafe { std::ptr::copy_nonoverlapping(values.as_ptr(), out.add(at), block) };
-                at += block;
-            }
-        }
-    }
-    debug_assert_eq!(at, total);
-    // SAFETY: every byte of the `total` was written above, in order, once.
-    Ok(unsafe { fresh.assume_filled() })
+    Ok(total)
 }
 
 #[cfg(test)]
@@ -412,6 +462,34 @@ mod tests {
         assert!(Normalise::new(Backend::Pil, mean, [0.5, 0.0, 0.5], 1.0 / 255.0).is_err());
         assert!(Normalise::new(Backend::Pil, mean, std, 0.0).is_err());
         assert!(Normalise::new(Backend::Pil, [f64::NAN, 0.0, 0.0], std, 1.0).is_err());
+    }
+
+    #[test]
+    fn normalised_joins_are_the_float_rows_laid_out() {
+        let (h, w) = (28, 56);
+        let rgb: Vec<u8> = (0..h * w * 3).map(|i| (i * 11 + i / 3) as u8).collect();
+        let normalise = Normalise::new(
+            Backend::Torchvision,
+            [0.48145466, 0.4578275, 0.40821073],
+            [0.26862954, 0.26130258, 0.27577711],
+            1.0 / 255.0,
+        )
+        .unwrap();
+        let once = PatchGrid::new(14, 1, 2).unwrap();
+        let mut compact = vec![0u8; once.bytes(h, w).unwrap()];
+        once.write(&rgb, h, w, &mut compact).unwrap();
+        let floats = PatchGrid::new(14, 2, 2)
+            .unwrap()
+            .with_values(Values::F32(normalise));
+        let mut want = vec![0u8; floats.bytes(h, w).unwrap()];
+        floats.write(&rgb, h, w, &mut want).unwrap();
+        // The compact u8 rows, twice over: the image's float rows, twice.
+        let part = (&compact[..], once.row_len(), 2);
+        let out = join_rows_normalised(&[part, part], &normalise).unwrap();
+        assert_eq!(out.len(), want.len() * 2);
+        assert_eq!(&out[..want.len()], &want[..]);
+        assert_eq!(&out[want.len()..], &want[..]);
+        assert!(join_rows_normalised(&[(&compact[..10], once.row_len(), 2)], &normalise).is_err());
     }
 
     #[test]

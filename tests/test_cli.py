@@ -317,7 +317,7 @@ def test_a_covered_model_ships_processed_inputs_unless_told_not(
     qwen2_vl_folder: Callable[..., str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`pixelwire frontend --model` of a Qwen2-VL model ships its processor's
-    outputs by default (uint8 rows; float32 with --no-mm-device-do-normalize),
+    outputs by default (uint8 rows; the float32 ones with --no-mm-device-do-normalize),
     its resized pixels with --no-processed-inputs, and nothing processed for
     a model it does not cover."""
     from pixelwire import cli, frontend
@@ -331,8 +331,9 @@ def test_a_covered_model_ships_processed_inputs_unless_told_not(
     assert cli.main([*upstream, "--model", qwen2_vl_folder(), "--no-mm-device-do-normalize"]) == 0
     processed, pixels, other, floats = started
     assert processed.processed is not None and processed.processed.resize == processed.resize
-    assert processed.processed.dtype == "uint8"
-    assert floats.processed is not None and floats.processed.dtype == "float32"
+    assert processed.processed.normalisation is None
+    assert floats.processed is not None and floats.processed.normalisation is not None
+    assert "float32" in floats.processed.identity
     assert pixels.processed is None and pixels.resize is not None
     assert other.processed is None and other.resize is not None
 

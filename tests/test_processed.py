@@ -186,7 +186,8 @@ def test_without_device_normalisation_the_layout_makes_float_rows(
     assert floats is not None and floats.normalisation == Normalisation(
         "torchvision", CLIP_MEAN, CLIP_STD, 1 / 255
     )
-    assert floats.dtype == "float32" and floats.bytes_per_pixel == 12
+    # They travel as the image's bytes: the pools hold what the pixels would.
+    assert floats.dtype == "uint8" and floats.bytes_per_pixel == 3
     assert "qwen2_vl_patches:float32:torchvision:mean=0.48145466,0.4578275,0.40821073:" in floats.identity
     assert floats.identity != patch_layout(model, None, policy).identity  # type: ignore[union-attr]
     half = patch_layout(
@@ -231,10 +232,12 @@ def test_float_rows_are_the_processors_values_bit_for_bit(name: str) -> None:
         assert np.array_equal(got[:, :, 0].view(np.uint32), want.view(np.uint32))
 
 
-def test_the_publisher_ships_float_rows_four_bytes_a_value() -> None:
-    """Published, float rows take four bytes a value (12 a pixel); the
-    descriptor says float32, a reader gets them back unchanged, and
-    join_patch_rows makes their temporal copies as bytes."""
+def test_float_rows_travel_as_bytes_and_are_made_as_their_copies_are() -> None:
+    """Published for float rows, the rows travel as the resized image's
+    bytes (three a pixel, as its pixels would: the descriptor says uint8 and
+    names the float32 values); join_patch_rows(normalize=) makes the
+    processor's float32 rows of them, with their temporal copies, bit for
+    bit, in one pass; a bad normalisation is refused."""
     data = (CORPUS / "flower2.jpg").read_bytes()
 
     async def main() -> None:
@@ -242,17 +245,25 @@ def test_the_publisher_ships_float_rows_four_bytes_a_value() -> None:
             decoded = await publisher.decode_and_publish(data, layout="PATCHES", resize=FLOATS)
             height, width = pixelwire.probe_image(data)["oriented_size"]
             th, tw = FLOATS.target(height, width)
-            assert decoded.size == th * tw * 12
-            assert decoded.processed is not None and decoded.processed["dtype"] == "float32"
+            assert decoded.size == th * tw * 3
+            assert decoded.processed is not None and decoded.processed.get("dtype", "uint8") == "uint8"
+            assert decoded.processed["processor"] == FLOATS.identity
             remote = parse_descriptor(decoded.to_dict())
-            assert remote.processed is not None and remote.processed.dtype == "float32"
-            got = await reader.read_decoded(decoded.to_dict(), output="numpy")
-            rows = got.reshape(got.shape[0], -1).view(np.float32)
+            assert remote.processed is not None and remote.processed.dtype == "uint8"
+            got = (await reader.read_decoded(decoded.to_dict(), output="numpy"))[:, :, 0]
             resized = pixelwire.decode_image(data, resize=(th, tw))
+            np.testing.assert_array_equal(got, processor_rows(resized, 14, 1, 2))
             normalised = torchvision_normalised(resized, CLIP_MEAN, CLIP_STD)
-            np.testing.assert_array_equal(rows, processor_rows(normalised, 14, 1, 2))
-            joined = join_patch_rows([rows.view(np.uint8)], [2])
+            joined = join_patch_rows([got, got], [2, 2], normalize=FLOATS.native_normalize)
+            assert joined.shape[2] == 4
             joined_rows = joined.reshape(joined.shape[0], -1).view(np.float32)
-            np.testing.assert_array_equal(joined_rows, processor_rows(normalised, 14, 2, 2))
+            want = processor_rows(normalised, 14, 2, 2)
+            np.testing.assert_array_equal(
+                joined_rows.view(np.uint32), np.concatenate([want, want]).view(np.uint32)
+            )
+            with pytest.raises(ValueError, match="std non-zero"):
+                join_patch_rows([got], [2], normalize=("torchvision", CLIP_MEAN, (0.5, 0.0, 0.5), 1 / 255))
+            with pytest.raises(ValueError, match="backend"):
+                join_patch_rows([got], [2], normalize=("cuda", CLIP_MEAN, CLIP_STD, 1 / 255))
 
     asyncio.run(main())

@@ -335,6 +335,30 @@ def test_lanczos_is_taken_only_where_parity_tests_run_it() -> None:
     assert image_policy_from_config({**IDEFICS3, "size": {"height": 364, "width": 364}}) is None
 
 
+def test_the_pil_backend_resizes_with_pillow_where_it_is_reproduced() -> None:
+    """vLLM's --mm-processor-kwargs ``backend`` "pil" (or the deprecated
+    ``use_fast`` false) loads transformers' PIL backend, which resizes with
+    Pillow: Qwen2-VL's policy then names the pillow kernel (its identity
+    too, so a frontend and a worker disagreeing on the backend do not
+    match); a processor whose PIL backend is not reproduced, or another
+    backend, gets no policy."""
+    qwen = {**QWEN, "size": {"shortest_edge": 3136, "longest_edge": 12544}}
+    torchvision = image_policy_from_config(qwen)
+    assert torchvision is not None and torchvision.kernel == "torchvision"
+    for pil in ({"use_fast": False}, {"backend": "pil"}, {"backend": "pil", "use_fast": True}):
+        policy = image_policy_from_config(qwen, pil)
+        assert policy is not None and policy.kernel == "pillow", pil
+        assert policy.identity == torchvision.identity.replace(":torchvision:", ":pillow:")
+    for fast in ({"use_fast": True}, {"backend": "torchvision", "use_fast": False}):
+        assert image_policy_from_config(qwen, fast) == torchvision, fast
+    assert image_policy_from_config(qwen, {"backend": "cuda"}) is None
+    gemma3 = image_policy_from_config(GEMMA3, {"use_fast": False})
+    assert gemma3 is not None and gemma3.kernel == "pillow"
+    got_ocr2 = {"image_processor_type": "GotOcr2ImageProcessor", "size": {"height": 384, "width": 384}}
+    assert image_policy_from_config(got_ocr2) is not None
+    assert image_policy_from_config(got_ocr2, {"use_fast": False}) is None
+
+
 def test_unknown_or_unreproducible_processors_get_no_policy(caplog: pytest.LogCaptureFixture) -> None:
     """No policy means today's behaviour (full resolution), with a log line why."""
     caplog.set_level(logging.INFO, "pixelwire.resize")

@@ -310,12 +310,18 @@ def decode_image(
     rows instead, as its ``backend`` ("torchvision") computes them, bit for
     bit (the array is then float32). The GIL is released while it decodes."""
 
-def join_patch_rows(parts: Sequence[npt.NDArray[np.uint8]], copies: Sequence[int]) -> npt.NDArray[np.uint8]:
+def join_patch_rows(
+    parts: Sequence[npt.NDArray[np.uint8]],
+    copies: Sequence[int],
+    normalize: tuple[str, tuple[float, float, float], tuple[float, float, float], float] | None = None,
+) -> npt.NDArray[np.uint8]:
     """``parts`` (2-D uint8 arrays of a processor's patch rows, C-contiguous)
     joined in order into one new array (rows, row length, 1), part ``i``'s
     every block (a row is three channel blocks) repeated ``copies[i]``
-    times; every part must land at one row length. The GIL is released
-    while it copies."""
+    times; every part must land at one row length. With ``normalize`` (as
+    for :func:`decode_image`), each byte lands as the processor's float32
+    normalised value: the array is then (rows, row length, 4), each value's
+    four native-endian bytes. The GIL is released while it copies."""
 
 def decode_many(
     inputs: Sequence[Buffer],

@@ -167,8 +167,8 @@ def add_arguments(front: argparse.ArgumentParser) -> None:
         action=argparse.BooleanOptionalAction,
         default=True,
         help="as vLLM's flag of that name, which the processed inputs follow: on (vLLM's default for the "
-        "covered models), the processor's uint8 patch rows; off, its float32 normalised rows, 4 bytes a "
-        "value across NIXL (default: on)",
+        "covered models), the processor's uint8 patch rows; off, its float32 normalised rows, made by "
+        "the plug-in from rows that cross NIXL as the image's bytes (default: on)",
     )
     front.add_argument(
         "--mm-processor-kwargs",

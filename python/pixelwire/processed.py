@@ -13,8 +13,10 @@ normalised values (:class:`Normalisation`, computed natively with the
 torchvision backend's own arithmetic, bit for bit). With them
 ``image_grid_thw`` ``[1, H/P, W/P]``: the frontend resizes exactly as the
 processor does (:mod:`pixelwire.resize`) and lays the rows out natively
-(``src/patches.rs``), each patch once; the worker makes the temporal copies
-as it hands them on (:mod:`pixelwire.vllm.processed_inputs`).
+(``src/patches.rs``), each patch once and as the image's bytes, float rows
+or not (:attr:`PatchLayout.dtype`); the worker makes the temporal copies,
+and the float values where they are wanted, as it hands them on
+(:mod:`pixelwire.vllm.processed_inputs`).
 
 :func:`processed_identity` is the one rule naming such an output: the
 frontend computes it from ``--model``'s configs, the plug-in from the
@@ -149,18 +151,19 @@ class PatchLayout:
 
     @property
     def dtype(self) -> str:
-        """The rows' numpy dtype."""
-        return "uint8" if self.normalisation is None else "float32"
-
-    @property
-    def value_bytes(self) -> int:
-        """Bytes a value of the rows takes."""
-        return 1 if self.normalisation is None else 4
+        """The rows' numpy dtype as they travel: uint8, the resized image's
+        own bytes, whatever the processor's values. Float rows are made from
+        them at the worker (:mod:`pixelwire.vllm.processed_inputs`), in the
+        one native pass that makes the temporal copies: as float32 they
+        would take four times the pools and the wire (a photo kept whole at
+        Qwen3-VL's default budget: 201 MB, most of a default 256 MiB pool)."""
+        return "uint8"
 
     @property
     def bytes_per_pixel(self) -> int:
-        """Bytes a pixel of the resized image takes in the rows as they travel."""
-        return CHANNELS * self.value_bytes
+        """Bytes a pixel of the resized image takes in the rows as they
+        travel: what its pixels take, float rows or not."""
+        return CHANNELS
 
     @property
     def native_normalize(self) -> NativeNormalize | None:
@@ -190,14 +193,8 @@ class PatchLayout:
 
     def record(self, height: int, width: int) -> dict[str, Any]:
         """The descriptor's ``pixelwire.processed`` for an image resized to (height, width)."""
-        record: dict[str, Any] = {
-            "processor": self.identity,
-            "grid_thw": self.grid_thw(height, width),
-            "patch": list(self.grid),
-        }
-        if self.normalisation is not None:
-            record["dtype"] = self.dtype
-        return record
+        grid_thw = self.grid_thw(height, width)
+        return {"processor": self.identity, "grid_thw": grid_thw, "patch": list(self.grid)}
 
 
 def patch_layout(

@@ -29,9 +29,17 @@ pub fn grid_arg(
         return Ok(None);
     };
     let grid = PatchGrid::new(patch, temporal, merge)?;
-    let Some((backend, mean, std, rescale)) = normalize else {
+    let Some(normalize) = normalize else {
         return Ok(Some(grid));
     };
+    Ok(Some(
+        grid.with_values(Values::F32(normalise_arg(normalize)?)),
+    ))
+}
+
+/// The processor's rescale and normalisation of `normalize=`.
+fn normalise_arg(normalize: NormalizeArg) -> PyResult<Normalise> {
+    let (backend, mean, std, rescale) = normalize;
     let backend = match backend.as_str() {
         "torchvision" => Backend::Torchvision,
         "pil" => Backend::Pil,
@@ -42,27 +50,31 @@ pub fn grid_arg(
             .into())
         }
     };
-    let normalise = Normalise::new(
+    Ok(Normalise::new(
         backend,
         [mean.0, mean.1, mean.2],
         [std.0, std.1, std.2],
         rescale,
-    )?;
-    Ok(Some(grid.with_values(Values::F32(normalise))))
+    )?)
 }
 
 /// `parts` (2-D uint8 arrays of patch rows, C-contiguous) joined in order
 /// into one new array (rows, row length, 1), part `i`'s every block
 /// repeated `copies[i]` times (a processor's temporal copies of an image);
-/// every part must land at one row length. The GIL is released while it
-/// copies; the output's memory is recycled from earlier outputs.
+/// every part must land at one row length. With `normalize` (as for
+/// `decode_image`), each byte lands as the processor's normalised float32
+/// value: the array is then (rows, row length, 4), each value's four
+/// native-endian bytes. The GIL is released while it copies; the output's
+/// memory is recycled from earlier outputs.
 #[pyfunction]
-#[pyo3(signature = (parts, copies))]
+#[pyo3(signature = (parts, copies, normalize = None))]
 pub fn join_patch_rows<'py>(
     py: Python<'py>,
     parts: Vec<PyReadonlyArray2<'py, u8>>,
     copies: Vec<usize>,
+    normalize: Option<NormalizeArg>,
 ) -> PyResult<Bound<'py, PyAny>> {
+    let normalise = normalize.map(normalise_arg).transpose()?;
     if parts.is_empty() || parts.len() != copies.len() {
         return Err(Error::InvalidArgument(format!(
             "{} parts and {} copy counts (one each, at least one part)",
@@ -80,11 +92,15 @@ pub fn join_patch_rows<'py>(
         joined.push((values, row_len, n));
     }
     let row_len = joined[0].1 * joined[0].2;
-    let rows = py.detach(|| patches::join_rows(&joined))?;
+    let value_bytes = if normalise.is_some() { 4 } else { 1 };
+    let rows = py.detach(|| match &normalise {
+        Some(normalise) => patches::join_rows_normalised(&joined, normalise),
+        None => patches::join_rows(&joined),
+    })?;
     let shape = OutputShape {
-        height: rows.len() / row_len.max(1),
+        height: rows.len() / (row_len * value_bytes).max(1),
         width: row_len,
-        channels: 1,
+        channels: value_bytes,
     };
     pixels::array(py, rows, shape)
 }

@@ -9,8 +9,12 @@ patch 14) and the tiny Qwen3-VL (``Qwen3VLMultiModalProcessor``, patch 16,
 mean and std 0.5), each at its processor's default budget (12,845,056 and
 16,777,216 pixels, where photos ship whole) and at a downsizing one, with
 vLLM's device normalisation on (uint8 rows) and off (the processor's
-float32 normalised rows, bit for bit), with vLLM's processor cache off,
-processor-only and LRU.
+float32 normalised rows, bit for bit, made at the worker from rows that
+travel as the image's bytes, so they fit the default pools), with vLLM's
+processor cache off, processor-only and LRU. Each image's reference output
+is made once and the frontend's and worker mode's compared with it. With
+transformers' PIL backend no rows are made: the image takes the pixel path,
+resized as Pillow resizes.
 
 And fail closed: a processed image reaches vLLM only when vLLM's processor
 would have made the same one; another setting is refused with the setting
@@ -26,7 +30,9 @@ import warnings
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 import pytest
+from PIL import Image
 from resize_corpus import Case
 
 import pixelwire
@@ -142,24 +148,6 @@ async def _published_and_read(items: list[bytes], layout: PatchLayout) -> list[A
         return carriers
 
 
-@pytest.fixture(scope="module")
-def roomy_reader() -> Iterator[Any]:
-    """A reader with a receive pool of 1 GiB, for the float rows: those of a
-    photo kept whole at the default budget take up to 12 bytes a pixel
-    (201 MB at Qwen3-VL's 16,777,216), most of the default 256 MiB. One for
-    the module, closed at its end (the worker's cache, which may hold rows
-    it lent, is forgotten first)."""
-    import dataclasses
-
-    from pixelwire.caches.worker_images import reset_worker_image_cache
-    from pixelwire.config import ReaderSettings
-
-    reader = pixelwire.Reader(dataclasses.replace(ReaderSettings.from_env(), pool_bytes=1 << 30))
-    yield reader
-    reset_worker_image_cache()
-    asyncio.run(reader.close())
-
-
 def _hf_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """A list that grows by the images of each call of the HF processor
     with images (every processor calls it through vLLM's context)."""
@@ -190,7 +178,6 @@ def _item(out: Any, index: int) -> tuple[Any, Any]:
     return item["pixel_values"].data, item["image_grid_thw"].data
 
 
-@pytest.mark.parametrize("where", ["frontend", "worker"])
 @pytest.mark.parametrize("budget", ["default", "downsizing"])
 @pytest.mark.parametrize("normalised", NORMALISED)
 def test_processed_images_equal_vllms_processor_output(
@@ -200,25 +187,17 @@ def test_processed_images_equal_vllms_processor_output(
     model: str,
     normalised: str,
     budget: str,
-    where: str,
-    roomy_reader: Any,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Every corpus image: the rows and grid made at the frontend (read over
-    NIXL) or by the plug-in itself (worker mode) are vLLM's processor
-    output on vLLM's own loader's image, torch.equal, with the same prompt
-    token ids, and vLLM's HF processor is not called for them."""
+    NIXL, through the default pools) and by the plug-in itself (worker
+    mode) are vLLM's processor output on vLLM's own loader's image (made
+    once for both), torch.equal, with the same prompt token ids, and vLLM's
+    HF processor is not called for them."""
     import torch
 
     cases, _ = resize_corpus
     pixels = DEFAULT_BUDGETS[family] if budget == "default" else DOWNSIZING_BUDGET
-    if not _on_device(normalised):
-        from pixelwire import transfer
-        from pixelwire.caches.worker_images import reset_worker_image_cache
-
-        monkeypatch.setattr(transfer, "_default_reader", roomy_reader)
-        # Float rows are four times the pixels: the worker's cache starts empty for each run.
-        reset_worker_image_cache()
     served_as(_kwargs(pixels), *_vllm_flags(normalised))
     processor = _processor(model, _kwargs(pixels), mm_device_do_normalize=_on_device(normalised))
     layout = _layout(model, pixels, normalised)
@@ -229,37 +208,75 @@ def test_processed_images_equal_vllms_processor_output(
     sizes = [pixelwire.probe_image(case.data)["oriented_size"] for case in cases]
     cases = [case for case, (h, w) in zip(cases, sizes, strict=True) if max(h, w) / min(h, w) <= 200]
 
-    def load(data: bytes) -> Any:
-        # One at a time: float rows of a 4K photo take 99 MB (the reader's
-        # receive memory, while lent).
-        if where == "frontend":
-            return asyncio.run(_published_and_read([data], layout))[0]
-        return asyncio.run(_loaded_in_worker_mode([data]))[0]
-
     for case in cases:
-        carrier = load(case.data)
         height, width = pixelwire.probe_image(case.data)["oriented_size"]
         expected = _apply(processor, [case.image])
-        calls.clear()
-        got = _apply(processor, [carrier])
+        want_rows, want_grid = _item(expected, 0)
         # Kept its size, but for the rounding to the merge grid.
         target, half = layout.target(height, width), layout.resize.factor // 2
         whole += abs(target[0] - height) <= half and abs(target[1] - width) <= half
-        rows, grid = _item(got, 0)
-        want_rows, want_grid = _item(expected, 0)
-        if calls:
-            failures.append(f"{case.name}: the HF processor was called for {calls}")
-        same = rows.dtype == want_rows.dtype and torch.equal(rows, want_rows)
-        if not (torch.equal(grid, want_grid) and same):
-            failures.append(f"{case.name}: rows {tuple(rows.shape)} {rows.dtype}, grid {grid.tolist()}")
-        if got["prompt_token_ids"] != expected["prompt_token_ids"]:
-            failures.append(f"{case.name}: prompt token ids differ")
-        del carrier, got, expected, rows, want_rows
+        for where in ("frontend", "worker"):
+            # One at a time: a carrier read from a frontend holds the reader's receive memory.
+            if where == "frontend":
+                carrier = asyncio.run(_published_and_read([case.data], layout))[0]
+            else:
+                carrier = asyncio.run(_loaded_in_worker_mode([case.data]))[0]
+            calls.clear()
+            got = _apply(processor, [carrier])
+            rows, grid = _item(got, 0)
+            if calls:
+                failures.append(f"{case.name} ({where}): the HF processor was called for {calls}")
+            same = rows.dtype == want_rows.dtype and torch.equal(rows, want_rows)
+            if not (torch.equal(grid, want_grid) and same):
+                failures.append(
+                    f"{case.name} ({where}): rows {tuple(rows.shape)} {rows.dtype}, grid {grid.tolist()}"
+                )
+            if got["prompt_token_ids"] != expected["prompt_token_ids"]:
+                failures.append(f"{case.name} ({where}): prompt token ids differ")
+            del carrier, got, rows
+        del expected, want_rows
     dtype = "uint8" if _on_device(normalised) else "float32"
     print(f"\n{family}, {dtype}, budget {pixels}: {len(cases)} images, {whole} kept their size (on the grid)")
     assert not failures, failures
     if budget == "default":
         assert whole > len(cases) // 2, "at the default budget most images keep their size"
+
+
+def test_float_rows_of_photos_kept_whole_fit_the_default_pools(
+    resize_corpus: tuple[list[Case], dict[str, int]], served_as: Any, family: str, model: str
+) -> None:
+    """Without device normalisation, at the default budget, the largest
+    corpus photos (kept whole) published and read at once through the
+    default 256 MiB pools, as one request's images: the rows travel as the
+    images' bytes (the descriptor's size is three bytes a pixel, where
+    float32 would take twelve: more than the pools hold for them together),
+    and the seam hands vLLM the processor's float rows, torch.equal."""
+    import torch
+
+    from pixelwire.caches.worker_images import reset_worker_image_cache
+
+    cases, _ = resize_corpus
+    budget = DEFAULT_BUDGETS[family]
+    served_as(_kwargs(budget), "--no-mm-device-do-normalize")
+    processor = _processor(model, _kwargs(budget), mm_device_do_normalize=False)
+    layout = _layout(model, budget, "by-processor")
+    by_size = sorted(cases, key=lambda case: -case.image.width * case.image.height)
+    largest = [case for case in by_size if case.image.width * case.image.height <= budget][:3]
+    pixels = sum(case.image.width * case.image.height for case in largest)
+    assert pixels * 12 > 256 << 20, "as float32 they would not fit the default pools together"
+    reset_worker_image_cache()  # none of the rows an earlier test lent stays in the reader's pool
+    carriers = asyncio.run(_published_and_read([case.data for case in largest], layout))
+    for case, carrier in zip(largest, carriers, strict=True):
+        target = layout.target(case.image.height, case.image.width)
+        assert carrier.rows.dtype == np.uint8 and carrier.rows.nbytes == target[0] * target[1] * 3
+    expected = _apply(processor, [case.image for case in largest])
+    got = _apply(processor, carriers)
+    assert got["prompt_token_ids"] == expected["prompt_token_ids"]
+    for index in range(len(largest)):
+        rows, grid = _item(got, index)
+        want_rows, want_grid = _item(expected, index)
+        assert rows.dtype == want_rows.dtype and torch.equal(rows, want_rows), largest[index].name
+        assert torch.equal(grid, want_grid)
 
 
 @pytest.mark.parametrize("cache_kind", ["none", "processor_only", "lru"])
@@ -391,3 +408,58 @@ def test_only_the_covered_processors_get_a_patch_layout(model: str) -> None:
     assert patch_layout(model, {}, None) is None
     glm = str(stack.model_dir("glm4v"))
     assert patch_layout(glm, {}, image_resize_policy(glm)) is None
+
+
+PIL_IMAGES = ["exif_gps_typeerror@1920x1080.jpg", "hopper.png", "flower2.jpg", "app13-multiple.jpg"]
+
+
+def test_the_pil_backend_takes_pixels_resized_as_pillow_resizes(
+    resize_corpus: tuple[list[Case], dict[str, int]], served_as: Any, family: str, model: str
+) -> None:
+    """vLLM's processor loaded with transformers' PIL backend (use_fast
+    false): detected on both sides, no processed rows (its rows are floats
+    of Pillow's resize, whatever the device normalisation), and the image
+    takes today's path: resized as Pillow resizes, at the frontend (read
+    over NIXL) and in worker mode, so vLLM's PIL processor output is its
+    output on vLLM's own loader's image, torch.equal. The torchvision
+    kernel's resize would not be (the comparison catches it), and uint8
+    rows made for the torchvision backend are refused, the backend named."""
+    import torch
+
+    from pixelwire.signing import encode_reference
+    from pixelwire.vllm.connector import PixelwireMediaConnector
+
+    cases, _ = resize_corpus
+    by_name = {case.name: case for case in cases}
+    chosen = [by_name[name] for name in PIL_IMAGES]
+    pil = {**_kwargs(DOWNSIZING_BUDGET), "use_fast": False}
+    served_as(pil)
+    processor = _processor(model, pil)
+    assert type(processor.info.get_hf_processor().image_processor).__name__ == "Qwen2VLImageProcessorPil"
+    policy = image_resize_policy(model, pil)
+    assert policy is not None and policy.kernel == "pillow"
+    assert patch_layout(model, pil, policy) is None
+    assert patch_layout(model, pil, policy, device_normalize=False) is None
+
+    async def frontend(data: bytes) -> Any:
+        async with pixelwire.Publisher() as publisher:
+            decoded = await publisher.decode_and_publish(data, resize=policy)
+            return await PixelwireMediaConnector().fetch_image_async(
+                encode_reference(decoded.to_dict(), SECRET.encode())
+            )
+
+    torchvision_differs = 0
+    for case in chosen:
+        expected = _item(_apply(processor, [case.image]), 0)
+        for image in (asyncio.run(frontend(case.data)), *asyncio.run(_loaded_in_worker_mode([case.data]))):
+            rows, grid = _item(_apply(processor, [image]), 0)
+            assert torch.equal(grid, expected[1]) and torch.equal(rows, expected[0]), case.name
+        target = policy.target(case.image.height, case.image.width)
+        resized = pixelwire.decode_image(case.data, resize=target, resize_kernel="torchvision")
+        rows, _ = _item(_apply(processor, [Image.fromarray(resized)]), 0)
+        torchvision_differs += not torch.equal(rows, expected[0])
+    assert torchvision_differs, "the torchvision kernel's resize would have been caught"
+    served_as(_kwargs(DOWNSIZING_BUDGET))
+    (carrier,) = asyncio.run(_published_and_read([chosen[0].data], _layout(model, DOWNSIZING_BUDGET)))
+    with pytest.raises(ValueError, match=r"makes no rows pixelwire makes \(the PIL backend"):
+        _apply(processor, [carrier])

@@ -88,7 +88,6 @@ def publish_many(
             background=options.background,
             rgbx=options.layout == "RGBX",
             patches=resize.wire_grid if isinstance(resize, PatchLayout) else None,
-            normalize=resize.native_normalize if isinstance(resize, PatchLayout) else None,
             resizes=[target for target in targets if not isinstance(target, Exception)],
             control=control,
             threads=threads,

@@ -5,6 +5,7 @@ pixelwire does not reproduce the resize."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from collections.abc import Mapping
@@ -13,7 +14,7 @@ from typing import Any
 from pixelwire import model_files
 from pixelwire.resize.policy import Kernel, ResizePolicy
 from pixelwire.resize.reading import ImageConfig, NoPolicy
-from pixelwire.resize.registry import IMAGE_PROCESSORS, VIDEO_PROCESSORS
+from pixelwire.resize.registry import IMAGE_PROCESSORS, PILLOW_BACKENDS, VIDEO_PROCESSORS
 
 log = logging.getLogger("pixelwire.resize")
 
@@ -65,13 +66,18 @@ def image_policy_from_config(
 
 
 def _image_policy(image: ImageConfig) -> ResizePolicy | None:
-    """The policy of ``image``'s processor, read by the registry's reader for it."""
+    """The policy of ``image``'s processor, read by the registry's reader
+    for it, with the kernel of the backend vLLM loads it with."""
     read = IMAGE_PROCESSORS.get(image.name)
     try:
         if read is None:
             raise NoPolicy(
                 f"{image.name or 'an unnamed image processor'} is not a family pixelwire resizes for"
             )
+        if image.backend != "torchvision":
+            if image.backend != "pil" or image.name not in PILLOW_BACKENDS:
+                raise NoPolicy(f"{image.name}'s {image.backend!r} backend is not one pixelwire resizes for")
+            image = dataclasses.replace(image, kernel="pillow")
         return read(image)
     except NoPolicy as why:
         log.info("no model-aware resize: %s; images travel at full resolution", why)

@@ -58,6 +58,16 @@ class ImageConfig:
             name = name.removesuffix(suffix)
         return name.replace("Processor", "ImageProcessor") if name.endswith("VLProcessor") else name
 
+    @property
+    def backend(self) -> str:
+        """The backend transformers 5.19 loads the image processor with,
+        from vLLM's overrides: their ``backend``, else the deprecated
+        ``use_fast`` (false: "pil"), else "torchvision" (installed with vLLM)."""
+        backend, use_fast = self.overrides.get("backend"), self.overrides.get("use_fast")
+        if backend is None and use_fast is not None:
+            backend = "torchvision" if use_fast else "pil"
+        return "torchvision" if backend is None else str(backend)
+
     @cached_property
     def model(self) -> Mapping[str, Any]:
         """The model's ``config.json`` (empty where there is none)."""

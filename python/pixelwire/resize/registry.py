@@ -49,6 +49,28 @@ IMAGE_PROCESSORS: dict[str, ImageReader] = {
     "LlavaOnevisionImageProcessor": anyres.read,
 }
 
+# Image processors whose PIL backend (vLLM's --mm-processor-kwargs
+# ``backend`` "pil", or ``use_fast`` false) resizes as Pillow does, which
+# the "pillow" kernel reproduces (tests/e2e/test_resize_parity.py runs each
+# against its PIL backend; Kimi-K2.5's resizes with Pillow on either). Any
+# other processor under that backend gets no policy.
+PILLOW_BACKENDS = frozenset(
+    {
+        "Qwen2VLImageProcessor",
+        "Qwen2_5_VLImageProcessor",
+        "Qwen3VLImageProcessor",
+        "Glm4vImageProcessor",
+        "SiglipImageProcessor",
+        "Gemma3ImageProcessor",
+        "CLIPImageProcessor",
+        "Siglip2ImageProcessor",
+        "PixtralImageProcessor",
+        "Idefics3ImageProcessor",
+        "KimiK25VisionProcessor",
+        "LlavaOnevisionImageProcessor",
+    }
+)
+
 
 @dataclass(frozen=True)
 class VideoProcessor:

@@ -318,7 +318,6 @@ class PixelwireMediaConnector(MediaConnector):
             read = await read_timed(remote, "numpy", metrics)
             # Still in the reader's receive pool: the seam copies the rows out
             # as it hands them to vLLM (processed_inputs).
-            # Float rows travel as four bytes a value: seen as float32 here.
             rows = read.reshape(remote.shape[0], -1).view(layout.dtype)
             if cache.enabled and remote.content_hash:
                 cache.put(key, rows, remote.size)

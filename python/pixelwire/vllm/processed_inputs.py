@@ -40,6 +40,7 @@ from pixelwire._native import join_patch_rows
 from pixelwire.processed import (
     COVERED_MODEL_TYPES,
     NORMALISATION_SETTINGS,
+    Normalisation,
     PatchLayout,
     normalisation,
     patch_layout,
@@ -56,8 +57,9 @@ _installed = False
 
 class ProcessedImage(np.ndarray):
     """A processed image on its way to the seam: the array is its keyed
-    identity (what vLLM's caches key it on); ``rows`` (a 2-D uint8 or float32 numpy
-    array of patch rows), ``copies`` (how many times each block of a row
+    identity (what vLLM's caches key it on); ``rows`` (a 2-D numpy array of
+    patch rows: uint8 as they travel from a frontend, whatever the
+    processor's values; uint8 or float32 made here), ``copies`` (how many times each block of a row
     lands in the processor's own rows: its temporal patch for rows as they
     travel, 1 for rows made here), ``lent`` (the rows are the reader's
     receive memory, lent until the carrier is dropped), ``image_grid_thw``
@@ -123,12 +125,13 @@ def worker_patch_layout(policy: ResizePolicy | None) -> PatchLayout | None:
         return None
 
 
-def live_identity(processor: Any) -> str | None:
+def live_output(processor: Any) -> tuple[str, Normalisation | None] | None:
     """The identity of the output the processor ``processor`` (vLLM's
     multimodal processor) would make of an image, from its live HF image
-    processor and vLLM's resolved settings: uint8 patch rows with vLLM's
-    device normalisation, the float32 rows of its rescale and
-    normalisation without; None where pixelwire makes neither."""
+    processor and vLLM's resolved settings, with the normalisation of its
+    values: uint8 patch rows (None) with vLLM's device normalisation, the
+    float32 rows of its rescale and normalisation without; None where
+    pixelwire makes neither (the PIL backend among them)."""
     model_config = processor.info.ctx.model_config
     # The seam's classes also process models pixelwire does not cover
     # (their subclasses: Qwen3.5, InternS1-Pro, ...).
@@ -136,7 +139,7 @@ def live_identity(processor: Any) -> str | None:
         return None
     image_processor = processor.info.get_hf_processor().image_processor
     if type(image_processor).__name__ != "Qwen2VLImageProcessor":
-        return None  # the PIL backend (use_fast false) makes float rows
+        return None  # the PIL backend (Qwen2VLImageProcessorPil) makes float rows of Pillow's resize
     policy = image_policy_from_config(image_processor.to_dict())
     if policy is None:
         return None
@@ -153,17 +156,21 @@ def live_identity(processor: Any) -> str | None:
         if values is None:
             return None
     grid = (image_processor.patch_size, image_processor.temporal_patch_size, image_processor.merge_size)
-    return processed_identity(*grid, policy.identity, values)
+    return processed_identity(*grid, policy.identity, values), values
 
 
-def _checked(processor: Any, items: list[ProcessedImage], hf_kwargs: Mapping[str, object]) -> None:
-    """Refuses processed images this vLLM would not have made as they are."""
+def _checked(
+    processor: Any, items: list[ProcessedImage], hf_kwargs: Mapping[str, object]
+) -> Normalisation | None:
+    """Refuses processed images this vLLM would not have made as they are;
+    else the normalisation of their values (None: uint8 rows)."""
     if hf_kwargs:
         raise ValueError(
             "this request sets its own mm_processor_kwargs, but its images came processed by a pixelwire "
             "frontend for the server's settings: send the request without them"
         )
-    ours = live_identity(processor)
+    output = live_output(processor)
+    ours = None if output is None else output[0]
     for item in items:
         if item.processor != ours:
             raise ValueError(
@@ -172,18 +179,26 @@ def _checked(processor: Any, items: list[ProcessedImage], hf_kwargs: Mapping[str
                 "give the frontend vLLM's --model, --mm-processor-kwargs and --[no-]mm-device-do-normalize, "
                 "or start it with --no-processed-inputs"
             )
+    assert output is not None  # an item's processor is never None
+    return output[1]
 
 
 def _float_rows(
-    processor: Any, everything: list[Any], processed: list[bool], parts: list[Any], copies: list[int]
+    processor: Any,
+    values: Normalisation,
+    everything: list[Any],
+    processed: list[bool],
+    parts: list[Any],
+    copies: list[int],
 ) -> Any:
     """The float rows of a request's images as vLLM's engine gets them:
-    each processed image's float32 rows with their temporal copies made (one
-    native pass, as bytes), then cast to the model's dtype as vLLM casts
-    its HF processor's float outputs (``InputProcessingContext.
-    _postprocess_output``: ``tensor.to(dtype=model_config.dtype)``, a copy
-    only where that is not float32); the other images' rows as vLLM made
-    them."""
+    each processed image's rows as float32 with their temporal copies made
+    (one native pass: rows that travelled as the image's bytes become the
+    processor's values, ``values``, in it), then cast to the model's dtype
+    as vLLM casts its HF processor's float outputs
+    (``InputProcessingContext._postprocess_output``:
+    ``tensor.to(dtype=model_config.dtype)``, a copy only where that is not
+    float32); the other images' rows as vLLM made them."""
     import torch
 
     dtype = processor.info.ctx.model_config.dtype
@@ -192,13 +207,16 @@ def _float_rows(
         if not p:
             tensors.append(part)
             continue
-        if part.dtype != np.float32:
+        if part.dtype == np.uint8:
+            joined = join_patch_rows([part], [n], normalize=values.native)
+        elif part.dtype != np.float32:
             raise ValueError(f"a request's processed rows are {part.dtype} beside float rows")
-        if n == 1 and not item.lent:
-            rows = part
+        elif n == 1 and not item.lent:
+            tensors.append(torch.from_numpy(part).to(dtype=dtype))
+            continue
         else:
             joined = join_patch_rows([part.view(np.uint8)], [n])
-            rows = joined.reshape(joined.shape[0], -1).view(np.float32)
+        rows = joined.reshape(joined.shape[0], -1).view(np.float32)
         tensors.append(torch.from_numpy(rows).to(dtype=dtype))
     return tensors[0] if len(tensors) == 1 else torch.cat(tensors)
 
@@ -212,7 +230,7 @@ def _apply_with_processed(original: Any) -> Any:
         processed = [isinstance(item, ProcessedImage) for item in everything]
         if not any(processed):
             return original(self, mm_items, hf_kwargs)
-        _checked(self, [item for item, p in zip(everything, processed, strict=True) if p], hf_kwargs)
+        values = _checked(self, [item for item, p in zip(everything, processed, strict=True) if p], hf_kwargs)
         import torch
 
         rest = MultiModalDataItems({name: items for name, items in mm_items.items() if name != "image"})
@@ -248,12 +266,13 @@ def _apply_with_processed(original: Any) -> Any:
             and copies[0] == 1
             and not any(item.lent for item, p in zip(everything, processed, strict=True) if p)
         )
-        if all(part.dtype == (torch.uint8 if isinstance(part, torch.Tensor) else np.uint8) for part in parts):
+        if values is None:
+            # uint8 rows (vLLM's own images' too: its processor normalises none).
             arrays = [part.numpy() if isinstance(part, torch.Tensor) else part for part in parts]
             joined = arrays[0] if alone else join_patch_rows(arrays, copies)
             out["pixel_values"] = torch.from_numpy(joined.reshape(joined.shape[0], joined.shape[1]))
         else:
-            out["pixel_values"] = _float_rows(self, everything, processed, parts, copies)
+            out["pixel_values"] = _float_rows(self, values, everything, processed, parts, copies)
         out["image_grid_thw"] = grids[0] if len(grids) == 1 else torch.cat(grids)
         return out
 
