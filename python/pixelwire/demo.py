@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 import pixelwire
+from pixelwire import nixl_interfaces
 from pixelwire.nixl import ensure_nixl
 from pixelwire.publisher_process import PublisherProcess
 
@@ -125,6 +126,12 @@ def main(files: list[Path], per_size: int = 20) -> int:
     except pixelwire.TransferError as missing:
         print(f"pixelwire demo: error: {missing}", file=sys.stderr)
         return 2
+    # Both ends run on this host: their agents (the publisher's, in the
+    # child that inherits this, and the reader's) listen on the loopback
+    # only, so an interface that comes or goes on the host meanwhile (a
+    # container's or a network namespace's veth) is never the one the
+    # reader connects to. UCX_NET_DEVICES set by the operator wins.
+    nixl_interfaces.apply("lo")
     with tempfile.TemporaryDirectory(prefix="pixelwire-demo-") as scratch:
         inputs = _inputs(files, per_size, Path(scratch))
         print(f"pixelwire {pixelwire.__version__}: {len(inputs)} images, publisher process -> worker, NIXL")
