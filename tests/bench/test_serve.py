@@ -29,6 +29,14 @@ def test_the_multi_turn_defaults_are_8_turns_1_and_4_conversations_3_rounds_cach
     assert not _settings("--multi-turn-caches", "off").multi_turn_caches
 
 
+def test_the_multi_turn_workloads_run_screenshots_first_whatever_the_order_asked() -> None:
+    """--workloads picks the multi-turn ones among the others; they run in one order."""
+    picked = _settings("--workloads", "multi-turn-video", "jpeg-4k-data", "multi-turn")
+    assert picked.turn_workloads() == ["multi-turn", "multi-turn-video"]
+    assert _settings("--workloads", "video-data", "multi-turn-video").turn_workloads() == ["multi-turn-video"]
+    assert _settings("--workloads", "mixed").turn_workloads() == []
+
+
 @pytest.mark.parametrize("argv", [["--turns", "0"], ["--rounds", "-1"], ["--conversations", "1", "x"]])
 def test_a_count_below_one_is_a_usage_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     """Not a conversation of no turns (which would fail once the servers are up): exit 2 at once."""
@@ -49,6 +57,10 @@ def test_the_image_servers_turn_vllms_caches_off_and_the_multi_turn_ones_leave_t
     on = vllm_flags(caches=True, images=8)
     assert json.loads(on[on.index("--limit-mm-per-prompt") + 1]) == {"image": 8, "video": 0}
     assert not any("cach" in flag for flag in on)
+    # The multi-turn video chats' servers: one video a request, caches as they come.
+    video = vllm_flags(caches=True, images=8, videos=1)
+    assert json.loads(video[video.index("--limit-mm-per-prompt") + 1]) == {"image": 8, "video": 1}
+    assert not any("cach" in flag for flag in video)
 
 
 def test_the_approximate_resize_is_off_unless_asked_for() -> None:
@@ -58,20 +70,25 @@ def test_the_approximate_resize_is_off_unless_asked_for() -> None:
     assert _settings("--resize-approximate").resize_approximate
 
 
+@pytest.mark.parametrize(
+    ("workloads", "videos"), [(["multi-turn"], 0), (["multi-turn", "multi-turn-video"], 1)]
+)
 def test_the_multi_turn_paths_run_one_at_a_time_on_servers_of_their_own(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, workloads: list[str], videos: int
 ) -> None:
     """Each path's servers are started for its own turns and stopped before
     the next path's start: while a path is measured, no other path's
-    servers are up (their idle threads would share the machine with it)."""
+    servers are up (their idle threads would share the machine with it).
+    They take a video a request only where the video chats run."""
     from pixelwire.bench import multiturn, serve
 
     running: list[list[str]] = []
     measured: list[tuple[str, list[list[str]]]] = []
 
     class FakeStack:
-        def __init__(self, settings: Settings, *args: object, caches: bool, images: int) -> None:
+        def __init__(self, settings: Settings, *args: object, caches: bool, images: int, videos: int) -> None:
             assert caches and images == settings.turns
+            self.videos = videos
             self.paths = list(settings.paths)
             self.services = self.paths
 
@@ -82,12 +99,15 @@ def test_the_multi_turn_paths_run_one_at_a_time_on_servers_of_their_own(
             running.remove(self.paths)
 
     def fake_measure(stack: FakeStack, settings: Settings, *rest: object) -> list[dict[str, Any]]:
+        assert stack.videos == videos and settings.turn_workloads() == workloads
         measured.append((settings.paths[0], [list(p) for p in running]))
         return [{"path": settings.paths[0]}]
 
     monkeypatch.setattr(serve, "Stack", FakeStack)
     monkeypatch.setattr(multiturn, "measure_turns", fake_measure)
-    settings = _settings("--paths", "loader", "frontend-resize", "worker")
+    settings = _settings(
+        "--paths", "loader", "frontend-resize", "worker", "--workloads", *reversed(workloads)
+    )
     network = type("Network", (), {"host_address": "127.0.0.1"})()
     environment: dict[str, object] = {}
     cells = serve.measure_multi_turn(settings, network, None, 1.0, environment)

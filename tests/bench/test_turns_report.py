@@ -48,7 +48,8 @@ SETTINGS = {
 }
 
 
-def _cells() -> list[dict[str, Any]]:
+def _cells(workload: str = "multi-turn") -> list[dict[str, Any]]:
+    video = workload == "multi-turn-video"
     cells = []
     for path in PATHS:
         for concurrency in (1, 4):
@@ -70,6 +71,8 @@ def _cells() -> list[dict[str, Any]]:
                         outcomes=outcomes,
                         usage=usage,
                         has_frontend=has_frontend,
+                        workload=workload,
+                        media={"video": 1} if video else {"image": turn},
                     )
                 )
     return cells
@@ -106,3 +109,36 @@ def test_a_multi_turn_run_alone_writes_its_cells_ratios_and_tables(tmp_path: Pat
     if importlib.util.find_spec("matplotlib") is not None:
         assert tmp_path / "turns.png" in written
         assert (tmp_path / "turns.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+
+
+def test_both_multi_turn_workloads_get_a_section_and_a_chart_each(tmp_path: Path) -> None:
+    """Screenshots and the video chats in one run: a ratio per workload,
+    path and concurrency in report.json; in report.md the video's own
+    section (its title, ratio rows of its cells), and turns-video.png."""
+    cells = _cells() + _cells("multi-turn-video")
+    written = report.write_all(
+        tmp_path,
+        environment=ENVIRONMENT,
+        settings={**SETTINGS, "multi_turn_vllm_flags": ["--limit-mm-per-prompt", '{"image": 2, "video": 1}']},
+        paths=PATHS,
+        inputs=[],
+        cells=[],
+        turn_cells=cells,
+    )
+    data = json.loads((tmp_path / "report.json").read_text())
+    keys = [(r["workload"], r["path"], r["concurrency"]) for r in data["multi_turn"]["ratios"]]
+    assert sorted(keys) == sorted(
+        (w, p, c) for w in ("multi-turn", "multi-turn-video") for p in PATHS for c in (1, 4)
+    )
+
+    markdown = (tmp_path / "report.md").read_text()
+    screenshots = markdown.index("## Multi-turn: 2 turns, turn k sends k 1080p PNG screenshots")
+    video = markdown.index("## Multi-turn: 2 turns about one video, resent with every turn")
+    assert screenshots < video
+    assert markdown.count("### Turn 2 over turn 1") == 2
+    # Each section: a ratio row and 4 turn rows (2 turns, 2 concurrencies) per path.
+    for label in PATHS.values():
+        rows = [line for line in markdown[video:].splitlines() if line.startswith(f"| {label} | ")]
+        assert len(rows) == 2 + 4
+    if importlib.util.find_spec("matplotlib") is not None:
+        assert {tmp_path / "turns.png", tmp_path / "turns-video.png"} <= set(written)

@@ -29,6 +29,9 @@ SOURCES = ("data:", "http")
 MIXED = "mixed"
 # Agent conversations that resend their screenshots (pixelwire.bench.multiturn).
 MULTI_TURN = "multi-turn"
+# Conversations about one video, resent with every turn (the same module).
+MULTI_TURN_VIDEO = "multi-turn-video"
+MULTI_TURN_KEYS = [MULTI_TURN, MULTI_TURN_VIDEO]
 # The video workloads: the same video sent both ways.
 VIDEO_KEYS = ["video-data", "video-http"]
 VIDEO_FILE = "video.mp4"
@@ -86,6 +89,17 @@ def screenshot(seed: int) -> bytes:
 
 def data_url(data: bytes, mime: str) -> str:
     return f"data:{mime};base64,{base64.b64encode(data).decode()}"
+
+
+def distinct_video(data: bytes, seed: int) -> bytes:
+    """An MP4 or MOV (ISO BMFF) ``data`` with a ``free`` box of ``seed``
+    appended: the same frames to every demuxer (a ``free`` box holds
+    nothing), bytes of their own (a cache key of their own). Other
+    containers: ValueError."""
+    if data[4:8] != b"ftyp":
+        raise ValueError("a distinct copy of a video needs an MP4 or MOV (its first box ftyp)")
+    payload = b"pixelwire bench " + str(seed).encode()
+    return data + (8 + len(payload)).to_bytes(4, "big") + b"free" + payload
 
 
 def make_inputs(photo: Path | None, folder: Path) -> tuple[list[Input], str]:
@@ -174,7 +188,7 @@ IMAGE_KEYS = [
     for format_name in FORMATS
     for source in SOURCES
 ]
-WORKLOAD_KEYS = [*IMAGE_KEYS, MIXED, *VIDEO_KEYS, MULTI_TURN]
+WORKLOAD_KEYS = [*IMAGE_KEYS, MIXED, *VIDEO_KEYS, *MULTI_TURN_KEYS]
 
 
 def workload_inputs(inputs: list[Input], workload: str) -> list[Input]:

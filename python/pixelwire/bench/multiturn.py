@@ -1,6 +1,7 @@
-"""The multi-turn workload of `pixelwire bench serve`: agent conversations
-whose turn k resends the k - 1 earlier screenshots with a new one
-(``pixelwire.bench.conversation``), on servers of their own with every
+"""The multi-turn workloads of `pixelwire bench serve`: agent conversations
+whose turn k resends the k - 1 earlier screenshots with a new one, and
+chats about one video sent with the first turn and resent with every later
+one (``pixelwire.bench.conversation``), on servers of their own with every
 cache on (vLLM's processor and prefix caches, the frontend's and the
 worker's), since repeats are what it measures; a path's servers are up only
 for its own turns (``pixelwire.bench.serve.measure_multi_turn``).
@@ -8,9 +9,9 @@ for its own turns (``pixelwire.bench.serve.measure_multi_turn``).
 Per path and number of concurrent conversations, ``rounds`` sets of
 conversations run one after the other; within a set they advance a turn at
 a time, and the servers' CPU and counters are read at each turn's
-barriers. Each conversation has screenshots of its own (no cache is
-shared across conversations, rounds or paths: only a conversation's own
-repeats hit).
+barriers. Each conversation has screenshots (or a video) of its own (no
+cache is shared across conversations, rounds or paths: only a
+conversation's own repeats hit).
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ import itertools
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from pixelwire.bench.conversation import Conversation, turn_cell
+from pixelwire.bench.conversation import Conversation, turn_cell, video_conversation
+from pixelwire.bench.inputs import MULTI_TURN, MULTI_TURN_VIDEO
 from pixelwire.bench.load import Outcome, new_client, stream_chat, warm_up
 
 # Seeds of the screenshots: far from the photos' and any test's.
@@ -30,6 +32,8 @@ FIRST_SEED = 1_000_000
 class Screenshots:
     """A fresh 1080p PNG screenshot as a ``data:`` URL on each call."""
 
+    kind = "image"
+
     def __init__(self) -> None:
         self._seeds: Iterator[int] = itertools.count(FIRST_SEED)
 
@@ -38,10 +42,45 @@ class Screenshots:
 
         return data_url(screenshot(next(self._seeds)), "image/png")
 
+    def conversation(self, turns: int) -> Conversation:
+        return Conversation([self() for _ in range(turns)])
+
+
+class Videos:
+    """The run's video as a ``data:`` URL, bytes of its own on each call
+    (``pixelwire.bench.inputs.distinct_video``): the same frames, another
+    cache key."""
+
+    kind = "video"
+
+    def __init__(self, video: bytes) -> None:
+        self._video = video
+        self._seeds: Iterator[int] = itertools.count(FIRST_SEED)
+
+    def __call__(self) -> str:
+        from pixelwire.bench.inputs import data_url, distinct_video
+
+        return data_url(distinct_video(self._video, next(self._seeds)), "video/mp4")
+
+    def conversation(self, turns: int) -> Conversation:
+        return video_conversation(self(), turns)
+
+
+def media_for(workload: str, video: bytes | None) -> Screenshots | Videos:
+    """What a multi-turn workload's conversations send."""
+    if workload == MULTI_TURN:
+        return Screenshots()
+    if workload == MULTI_TURN_VIDEO:
+        if video is None:
+            raise ValueError(f"the {workload} workload needs a video")
+        return Videos(video)
+    raise ValueError(f"{workload!r} is not a multi-turn workload")
+
 
 def usage(vllm: Any, frontend: Any, *, opening: bool) -> dict[str, Any]:
     """CPU seconds of the API server, of all vLLM and of the frontend; the
-    frontend's NIXL pixel bytes and the plug-in's READs so far. The
+    frontend's NIXL pixel bytes (images' and videos' frames) and the
+    plug-in's READs so far. The
     scrapes of /metrics stay outside the window (before the CPU times when
     it opens, after them when it closes): their CPU is not a turn's."""
     from pixelwire.bench.services import CpuReading, cpu_seconds, metric_sum
@@ -50,8 +89,9 @@ def usage(vllm: Any, frontend: Any, *, opening: bool) -> dict[str, Any]:
         if frontend is None:
             return {"pixel_bytes": 0.0, "nixl_reads": 0.0}
         front, worker = frontend.get("/metrics"), vllm.get("/metrics")
+        frames = metric_sum(front, "pixelwire_frontend_video_frame_bytes_total", path="nixl")
         return {
-            "pixel_bytes": metric_sum(front, "pixelwire_frontend_pixel_bytes_total", path="nixl"),
+            "pixel_bytes": metric_sum(front, "pixelwire_frontend_pixel_bytes_total", path="nixl") + frames,
             "nixl_reads": metric_sum(worker, "pixelwire_worker_decode_seconds_count", path="nixl"),
         }
 
@@ -102,21 +142,25 @@ async def run_round(
             await client.close()
 
 
-def measure_turns(stack: Any, settings: Any, model: str, progress: Any) -> list[dict[str, Any]]:
-    """Every path and number of conversations of the workload: a cell per
-    turn (``pixelwire.bench.conversation.turn_cell``)."""
-    screenshots = Screenshots()
+def measure_turns(
+    stack: Any, settings: Any, model: str, progress: Any, video: bytes | None = None
+) -> list[dict[str, Any]]:
+    """Every multi-turn workload the run has (``video``: what the video
+    one sends), path and number of conversations: a cell per turn
+    (``pixelwire.bench.conversation.turn_cell``)."""
     cells: list[dict[str, Any]] = []
-    for concurrency in settings.conversations:
-        for path in settings.paths:
-            progress.start_cell(f"multi-turn ({settings.turns} turns) c={concurrency} {path}")
-            if concurrency == settings.conversations[0] and settings.warm_up:
-                media = [("image", screenshots()) for _ in range(settings.warm_up)]
-                asyncio.run(
-                    warm_up(stack.base_url[path], model, media, requests=settings.warm_up, within_s=120)
-                )
-            cells += _measure_path(stack, settings, model, path, concurrency, screenshots, progress)
-            progress.end_cell()
+    for workload in settings.turn_workloads():
+        media = media_for(workload, video)
+        for concurrency in settings.conversations:
+            for path in settings.paths:
+                progress.start_cell(f"{workload} ({settings.turns} turns) c={concurrency} {path}")
+                if concurrency == settings.conversations[0] and settings.warm_up:
+                    warm = [(media.kind, media()) for _ in range(settings.warm_up)]
+                    asyncio.run(
+                        warm_up(stack.base_url[path], model, warm, requests=settings.warm_up, within_s=120)
+                    )
+                cells += _measure_path(stack, settings, model, path, concurrency, workload, media, progress)
+                progress.end_cell()
     return cells
 
 
@@ -126,7 +170,8 @@ def _measure_path(
     model: str,
     path: str,
     concurrency: int,
-    screenshots: Screenshots,
+    workload: str,
+    media: Screenshots | Videos,
     progress: Any,
 ) -> list[dict[str, Any]]:
     vllm, frontend = stack.servers[path]
@@ -144,11 +189,11 @@ def _measure_path(
     def measure(opening: bool) -> dict[str, Any]:
         return usage(vllm, frontend, opening=opening)
 
+    made: list[Conversation] = []
     for _ in range(settings.rounds):
         # Made before the round: not in any turn's window.
-        conversations = [
-            Conversation([screenshots() for _ in range(settings.turns)]) for _ in range(concurrency)
-        ]
+        conversations = [media.conversation(settings.turns) for _ in range(concurrency)]
+        made += conversations
         asyncio.run(
             run_round(
                 stack.base_url[path],
@@ -167,6 +212,8 @@ def _measure_path(
             outcomes=outcomes[turn],
             usage=totals[turn],
             has_frontend=frontend is not None,
+            workload=workload,
+            media=made[0].media_in(turn),
         )
         for turn in sorted(outcomes)
     ]

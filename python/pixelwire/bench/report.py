@@ -307,7 +307,7 @@ def charts(report: Report, folder: Path) -> list[Path]:
         return []
     written = []
     if report.turn_cells:
-        written.append(turns_report.chart(plt, report.turn_cells, report.paths, folder, COLOURS))
+        written += turns_report.charts(plt, report.turn_cells, report.paths, folder, COLOURS)
     if not report.cells:
         return written
     columns = min(3, len(report.workloads))

@@ -27,9 +27,10 @@ images are loaded and preprocessed), of all vLLM processes and of the
 frontend, the pixel bytes per image that crossed NIXL, and errors; the
 results folder gets report.json, report.md and PNG charts.
 
-The multi-turn workload (``pixelwire.bench.multiturn``: agent
-conversations that resend their screenshots) runs afterwards on a second
-set of servers with every cache on, and is reported per turn; with
+The multi-turn workloads (``pixelwire.bench.multiturn``: agent
+conversations that resend their screenshots, and chats that resend one
+video) run afterwards on a second set of servers with every cache on, and
+are reported per turn; with
 ``--multi-turn-caches off`` it runs on the first set, every cache off
 (what repeats cost without them), and no second set starts.
 
@@ -235,7 +236,15 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from pixelwire.bench import report
-    from pixelwire.bench.inputs import MULTI_TURN, VIDEO_KEYS, make_inputs, make_video_inputs
+    from pixelwire.bench.inputs import (
+        MULTI_TURN_KEYS,
+        MULTI_TURN_VIDEO,
+        VIDEO_FILE,
+        VIDEO_KEYS,
+        distinct_video,
+        make_inputs,
+        make_video_inputs,
+    )
     from pixelwire.bench.placement import network_for_run, plan_placement
     from pixelwire.bench.services import image_server
 
@@ -245,11 +254,18 @@ def _run(args: argparse.Namespace) -> int:
     started = time.monotonic()
     print(f"pixelwire bench serve: results in {results}", file=sys.stderr, flush=True)
     inputs, origin = make_inputs(args.photo, results / "images")
-    if any(workload in VIDEO_KEYS for workload in settings.workloads):
+    video: bytes | None = None
+    if any(workload in [*VIDEO_KEYS, MULTI_TURN_VIDEO] for workload in settings.workloads):
         videos = make_video_inputs(args.video, results / "images")
         if not videos:
             raise SystemExit("video workloads need --video FILE, or the ffmpeg tool to make one")
         inputs += videos
+        video = (results / "images" / VIDEO_FILE).read_bytes()
+        if MULTI_TURN_VIDEO in settings.workloads:
+            try:
+                distinct_video(video, 0)
+            except ValueError as error:
+                raise SystemExit(f"the {MULTI_TURN_VIDEO} workload: {error}") from None
     placement = plan_placement(pin=not args.no_pin)
     placement.pin_this_process()
     with network_for_run(args.network) as network:
@@ -257,7 +273,7 @@ def _run(args: argparse.Namespace) -> int:
         print(f"network: {network.description}\nplacement: {placement.description}", file=sys.stderr)
         cells: list[dict[str, Any]] = []
         turn_cells: list[dict[str, Any]] = []
-        workloads = [w for w in settings.workloads if w != MULTI_TURN]
+        workloads = [w for w in settings.workloads if w not in MULTI_TURN_KEYS]
         shared = _multi_turn_shares_servers(settings)
         with image_server(results / "images", network.host_address) as image_base:
             if workloads or shared:
@@ -271,11 +287,13 @@ def _run(args: argparse.Namespace) -> int:
                     environment["startup_s"] = round(time.monotonic() - started, 1)
                     cells = _measure_all(stack, settings, workloads, inputs, image_base)
                     if shared:
-                        turn_cells = _measure_turns(stack, settings)
+                        turn_cells = _measure_turns(stack, settings, video)
                 finally:
                     stack.stop()
-        if MULTI_TURN in settings.workloads and not shared:
-            turn_cells = measure_multi_turn(settings, network, placement, args.startup_timeout, environment)
+        if settings.turn_workloads() and not shared:
+            turn_cells = measure_multi_turn(
+                settings, network, placement, args.startup_timeout, environment, video
+            )
     environment["load_average_at_end"] = os.getloadavg()
     environment["wall_s"] = round(time.monotonic() - started, 1)
     written = report.write_all(
@@ -309,26 +327,42 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _multi_turn_shares_servers(settings: Settings) -> bool:
-    """The multi-turn workload with every cache off needs no servers of its own."""
-    from pixelwire.bench.inputs import MULTI_TURN
-
-    return MULTI_TURN in settings.workloads and not settings.multi_turn_caches
+    """The multi-turn workloads with every cache off need no servers of their own."""
+    return bool(settings.turn_workloads()) and not settings.multi_turn_caches
 
 
-def _measure_turns(stack: Stack, settings: Settings) -> list[dict[str, Any]]:
+def _turn_videos(settings: Settings) -> int:
+    """Videos a request may carry on the multi-turn servers: one where the
+    video workload runs, else none (vLLM's default for them)."""
+    from pixelwire.bench.inputs import MULTI_TURN_VIDEO
+
+    return 1 if MULTI_TURN_VIDEO in settings.workloads else 0
+
+
+def _turn_cells(settings: Settings) -> int:
+    return len(settings.turn_workloads()) * len(settings.conversations) * len(settings.paths)
+
+
+def _measure_turns(stack: Stack, settings: Settings, video: bytes | None) -> list[dict[str, Any]]:
     from pixelwire.bench.multiturn import measure_turns
     from pixelwire.bench.progress import Progress
 
-    progress = Progress(len(settings.conversations) * len(settings.paths))
-    cells = measure_turns(stack, settings, SERVED_MODEL_NAME, progress)
+    progress = Progress(_turn_cells(settings))
+    cells = measure_turns(stack, settings, SERVED_MODEL_NAME, progress, video)
     progress.close()
     return cells
 
 
 def measure_multi_turn(
-    settings: Settings, network: Any, placement: Any, startup_timeout: float, environment: dict[str, Any]
+    settings: Settings,
+    network: Any,
+    placement: Any,
+    startup_timeout: float,
+    environment: dict[str, Any],
+    video: bytes | None = None,
 ) -> list[dict[str, Any]]:
-    """The multi-turn workload on servers of its own, every cache on,
+    """The multi-turn workloads (``video``: what the video one sends) on
+    servers of their own, every cache on,
     started once the image workloads' have stopped, one path at a time: a
     path's servers are up only for its own turns, so what a path costs does
     not depend on which other paths the run measures (servers idling beside
@@ -336,7 +370,7 @@ def measure_multi_turn(
     from pixelwire.bench.multiturn import measure_turns
     from pixelwire.bench.progress import Progress
 
-    progress = Progress(len(settings.conversations) * len(settings.paths))
+    progress = Progress(_turn_cells(settings))
     cells: list[dict[str, Any]] = []
     startup = 0.0
     try:
@@ -345,14 +379,14 @@ def measure_multi_turn(
             started = time.monotonic()
             stack = Stack(
                 alone, network, placement, settings.results / "logs", network.host_address,
-                caches=True, images=settings.turns,
+                caches=True, images=settings.turns, videos=_turn_videos(settings),
             )  # fmt: skip
             try:
                 servers = len(stack.services)
                 print(f"multi-turn, {path}: starting {servers} servers", file=sys.stderr, flush=True)
                 stack.wait_ready(startup_timeout)
                 startup += time.monotonic() - started
-                cells += measure_turns(stack, alone, SERVED_MODEL_NAME, progress)
+                cells += measure_turns(stack, alone, SERVED_MODEL_NAME, progress, video)
             finally:
                 stack.stop()
     finally:
@@ -368,6 +402,10 @@ def _settings_json(settings: Settings) -> dict[str, Any]:
     common = ["--max-num-seqs", str(settings.max_num_seqs)]
     image_flags = vllm_flags(caches=False, images=settings.turns if shared else 1)
     out["vllm_flags"] = [*common, *image_flags, *settings.vllm_args]
-    turn_flags = image_flags if shared else vllm_flags(caches=True, images=settings.turns)
+    turn_flags = (
+        image_flags
+        if shared
+        else vllm_flags(caches=True, images=settings.turns, videos=_turn_videos(settings))
+    )
     out["multi_turn_vllm_flags"] = [*common, *turn_flags, *settings.vllm_args]
     return out

@@ -119,7 +119,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--turns",
         type=positive_count,
         default=8,
-        help="multi-turn: turns a conversation (turn k sends k screenshots; default 8)",
+        help="multi-turn: turns a conversation (turn k sends k screenshots, or the video again; default 8)",
     )
     parser.add_argument(
         "--conversations",
@@ -190,6 +190,12 @@ class Settings:
     multi_turn_caches: bool
     resize_approximate: bool = False
 
+    def turn_workloads(self) -> list[str]:
+        """The multi-turn workloads the run has, in the order they run."""
+        from pixelwire.bench.inputs import MULTI_TURN_KEYS
+
+        return [w for w in MULTI_TURN_KEYS if w in self.workloads]
+
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Settings:
         stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -223,7 +229,7 @@ def _all_workloads(video: Path | None) -> list[str]:
     send (``--video``, or the ffmpeg tool to make one)."""
     import shutil
 
-    from pixelwire.bench.inputs import IMAGE_KEYS, MIXED, MULTI_TURN, VIDEO_KEYS
+    from pixelwire.bench.inputs import IMAGE_KEYS, MIXED, MULTI_TURN, MULTI_TURN_VIDEO, VIDEO_KEYS
 
     videos = VIDEO_KEYS if video is not None or shutil.which("ffmpeg") else []
-    return [*IMAGE_KEYS, MIXED, *videos, MULTI_TURN]
+    return [*IMAGE_KEYS, MIXED, *videos, MULTI_TURN, *([MULTI_TURN_VIDEO] if videos else [])]

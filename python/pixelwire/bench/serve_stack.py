@@ -24,7 +24,8 @@ class Stack:
     """The vLLM servers and frontends of one run; ``servers[path]`` is
     (vLLM, frontend or None) and ``base_url[path]`` where clients go.
     ``caches``: vLLM's, the frontends' and the plug-in's caches on (the
-    multi-turn workload's servers) or off; ``images``: a request's most."""
+    multi-turn workloads' servers) or off; ``images``, ``videos``: a
+    request's most (``vllm_flags``)."""
 
     def __init__(
         self,
@@ -36,6 +37,7 @@ class Stack:
         *,
         caches: bool = False,
         images: int = 1,
+        videos: int | None = None,
     ) -> None:
         from pixelwire.bench.services import Service, free_port
         from pixelwire.video.sampling import model_video_loader
@@ -46,7 +48,7 @@ class Stack:
         secret = secrets.token_hex(32)
         kwargs_json = json.dumps(settings.mm_processor_kwargs) if settings.mm_processor_kwargs else None
         host = network.host_address
-        flags = vllm_flags(caches=caches, images=images)
+        flags = vllm_flags(caches=caches, images=images, videos=videos)
         prefix = "turns-" if caches else ""
 
         def start_vllm(name: str, env: dict[str, str]) -> Service:
@@ -163,10 +165,13 @@ class Counters:
         )
 
 
-def vllm_flags(*, caches: bool, images: int) -> list[str]:
-    """``images`` images a request; without ``caches``, vLLM's processor
-    and prefix caches off, and a video allowed (the image and video
-    workloads' servers); with them, vLLM's caches as they come (on) and
-    no video (the multi-turn workload's)."""
-    limit = json.dumps({"image": images, "video": 0 if caches else 1})
+def vllm_flags(*, caches: bool, images: int, videos: int | None = None) -> list[str]:
+    """``images`` images and ``videos`` videos a request; without
+    ``caches``, vLLM's processor and prefix caches off, and by default a
+    video allowed (the image and video workloads' servers); with them,
+    vLLM's caches as they come (on) and by default no video (the
+    screenshots' multi-turn workload's; the video one's allow one)."""
+    if videos is None:
+        videos = 0 if caches else 1
+    limit = json.dumps({"image": images, "video": videos})
     return ["--limit-mm-per-prompt", limit, *([] if caches else NO_CACHES)]
