@@ -20,7 +20,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -199,6 +199,22 @@ class Bridged:
         for ns in reversed(self._created):
             sh("ip", "netns", "del", ns, check=False)
         self._created.clear()
+
+
+def bridged_hosts(prefix: str, names: list[str]) -> Iterator[Bridged]:
+    """For a pytest fixture: hosts ``names`` on one bridge, closed after
+    the tests; the tests skip, saying why, where namespaces cannot be made."""
+    import pytest
+
+    why = why_namespaces_unavailable()
+    if why is not None:
+        pytest.skip(why)
+    try:
+        bridged = Bridged(prefix).open(names)
+    except Unavailable as error:
+        pytest.skip(str(error))
+    yield bridged
+    bridged.close()
 
 
 def listeners_of(pid: int) -> set[tuple[str, int]]:

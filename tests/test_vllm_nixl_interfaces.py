@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from netns import Bridged, Unavailable, call_in, listeners_of, reachable, why_namespaces_unavailable
+from netns import Bridged, bridged_hosts, call_in, listeners_of, reachable
 
 from pixelwire.vllm.nixl_interfaces import listen_devices, vllm_host
 
@@ -42,15 +42,7 @@ def test_the_default_follows_vllms_host_and_a_setting_wins() -> None:
 
 @pytest.fixture(scope="module")
 def hosts() -> Iterator[Bridged]:
-    why = why_namespaces_unavailable()
-    if why is not None:
-        pytest.skip(why)
-    try:
-        bridged = Bridged("pwr").open(["worker", "outsider"])
-    except Unavailable as error:
-        pytest.skip(str(error))
-    yield bridged
-    bridged.close()
+    yield from bridged_hosts("pwr", ["worker", "outsider"])
 
 
 # What vLLM's process does with the plug-in: the interfaces set from its

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from netns import Bridged, Unavailable, call_in, listeners_of, reachable, why_namespaces_unavailable
+from netns import Bridged, bridged_hosts, call_in, listeners_of, reachable
 
 from pixelwire.frontend.nixl_interfaces import listen_devices
 
@@ -30,15 +30,7 @@ def test_the_default_is_lo_for_an_upstream_on_this_host_and_a_setting_wins() -> 
 
 @pytest.fixture(scope="module")
 def hosts() -> Iterator[Bridged]:
-    why = why_namespaces_unavailable()
-    if why is not None:
-        pytest.skip(why)
-    try:
-        bridged = Bridged("pwl").open(["frontend", "outsider"])
-    except Unavailable as error:
-        pytest.skip(str(error))
-    yield bridged
-    bridged.close()
+    yield from bridged_hosts("pwl", ["frontend", "outsider"])
 
 
 def _frontend_listeners(hosts: Bridged, tmp_path: Path, *args: str) -> tuple[set[tuple[str, int]], list[int]]:
