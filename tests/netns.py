@@ -217,6 +217,13 @@ def bridged_hosts(prefix: str, names: list[str]) -> Iterator[Bridged]:
     bridged.close()
 
 
+def ports_reached(hosts: Bridged, source: str, target: str, listeners: set[tuple[str, int]]) -> list[int]:
+    """The ports of ``listeners`` (a process's on host ``target``) that host
+    ``source`` connects to at ``target``'s address."""
+    address = hosts.address(target)
+    return [port for _, port in sorted(listeners) if call_in(hosts.ns(source), reachable, address, port)]
+
+
 def listeners_of(pid: int) -> set[tuple[str, int]]:
     """(address, port) of every TCP socket ``pid`` listens on (addresses as
     /proc/net/tcp writes them: ``0100007F`` is 127.0.0.1)."""

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from netns import Bridged, bridged_hosts, call_in, listeners_of, reachable
+from netns import Bridged, bridged_hosts, listeners_of, ports_reached
 
 from pixelwire.vllm.nixl_interfaces import listen_devices, vllm_host
 
@@ -76,11 +76,7 @@ def _reader_listeners(hosts: Bridged, tmp_path: Path, setting: str) -> tuple[set
             assert time.monotonic() < deadline, (tmp_path / "reader.log").read_text()
             time.sleep(0.1)
         listeners = listeners_of(process.pid)
-        address = hosts.address("worker")
-        reached = [
-            port for _, port in sorted(listeners) if call_in(hosts.ns("outsider"), reachable, address, port)
-        ]
-        return listeners, reached
+        return listeners, ports_reached(hosts, "outsider", "worker", listeners)
     finally:
         process.terminate()
         process.wait(30)

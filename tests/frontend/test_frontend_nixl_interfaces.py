@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from netns import Bridged, bridged_hosts, call_in, listeners_of, reachable
+from netns import Bridged, bridged_hosts, listeners_of, ports_reached
 
 from pixelwire.frontend.nixl_interfaces import listen_devices
 
@@ -56,11 +56,7 @@ def _frontend_listeners(hosts: Bridged, tmp_path: Path, *args: str) -> tuple[set
             time.sleep(0.1)
         else:
             raise AssertionError(f"no NIXL listener: {listeners} {(tmp_path / 'frontend.log').read_text()}")
-        address = hosts.address("frontend")
-        reached = [
-            port for _, port in sorted(listeners) if call_in(hosts.ns("outsider"), reachable, address, port)
-        ]
-        return listeners, reached
+        return listeners, ports_reached(hosts, "outsider", "frontend", listeners)
     finally:
         process.terminate()
         process.wait(30)
