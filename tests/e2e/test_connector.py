@@ -761,6 +761,18 @@ def worker_cache(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     reset_worker_image_cache()
 
 
+async def _stats_with_one_handout_left(publisher: Any, kept: Any) -> dict[str, int]:
+    """The publisher's stats once every hand-out but ``kept``'s has been
+    released by its READ (10 s at most); then ``kept``'s is released, which
+    only an unread hand-out can be."""
+    deadline = time.monotonic() + 10
+    while publisher.stats()["outstanding_handouts"] > 1 and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+    stats = publisher.stats()
+    assert publisher.release(kept), "never READ: its hand-out was still outstanding"
+    return stats
+
+
 def test_a_repeated_reference_is_checked_and_served_without_a_read(
     connectors: tuple[Any, Any], unsigned_allowed: None, worker_cache: None
 ) -> None:
@@ -787,12 +799,7 @@ def test_a_repeated_reference_is_checked_and_served_without_a_read(
             expired["pixelwire"]["expires_at"] = time.time() - 1
             with pytest.raises(Exception, match="lease has expired"):
                 await ours_cls().fetch_image_async(encode_reference(expired))
-            deadline = time.monotonic() + 10
-            while publisher.stats()["outstanding_handouts"] > 1 and time.monotonic() < deadline:
-                await asyncio.sleep(0.02)
-            stats = publisher.stats()
-            assert publisher.release(again), "never READ: its hand-out was still outstanding"
-            return read, kept, stats
+            return read, kept, await _stats_with_one_handout_left(publisher, again)
 
     read, kept, stats = asyncio.run(main())
     np.testing.assert_array_equal(_pixels(kept), _pixels(read))
@@ -930,12 +937,7 @@ def test_a_repeated_video_reference_is_served_without_a_read(
             assert (first.slot, first.generation) == (again.slot, again.generation)
             read = await ours_cls(**kwargs).fetch_video_async(encode_reference(first.to_dict()))
             kept = await ours_cls(**kwargs).fetch_video_async(encode_reference(again.to_dict()))
-            deadline = time.monotonic() + 10
-            while publisher.stats()["outstanding_handouts"] > 1 and time.monotonic() < deadline:
-                await asyncio.sleep(0.02)
-            stats = publisher.stats()
-            assert publisher.release(again), "never READ: its hand-out was still outstanding"
-            return read, kept, stats
+            return read, kept, await _stats_with_one_handout_left(publisher, again)
 
     read, kept, stats = asyncio.run(main())
     np.testing.assert_array_equal(kept.media[0], read.media[0])
