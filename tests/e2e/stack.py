@@ -219,12 +219,12 @@ def completion(url: str, image_urls: list[str], *, max_tokens: int = 8) -> Any:
     return response
 
 
-def post_chat(
-    service: Service, body: dict[str, Any], api_key: str | None = None
-) -> tuple[int, dict[str, Any]]:
+def post_chat_raw(
+    service: Service, body: dict[str, Any], *, timeout: float = 120, api_key: str | None = None
+) -> tuple[int, Any]:
     """POST ``body`` to ``service``'s /v1/chat/completions (with ``api_key``
-    as its Bearer token, if given): the status and the JSON answer, errors
-    included."""
+    as its Bearer token, if given): the status and the raw answer, or an
+    error's JSON."""
     headers = {"Content-Type": "application/json"}
     if api_key is not None:
         headers["Authorization"] = f"Bearer {api_key}"
@@ -232,8 +232,16 @@ def post_chat(
         f"{service.url}/v1/chat/completions", data=json.dumps(body).encode(), headers=headers
     )
     try:
-        with urllib.request.urlopen(request, timeout=120) as response:
-            return response.status, json.loads(response.read())
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status, response.read()
     except urllib.error.HTTPError as e:
         with e:
             return e.code, json.loads(e.read())
+
+
+def post_chat(
+    service: Service, body: dict[str, Any], api_key: str | None = None
+) -> tuple[int, dict[str, Any]]:
+    """:func:`post_chat_raw` with the answer as JSON, errors included."""
+    status, answer = post_chat_raw(service, body, api_key=api_key)
+    return status, json.loads(answer) if isinstance(answer, bytes) else answer

@@ -7,8 +7,6 @@ import hashlib
 import http.client
 import json
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -37,18 +35,7 @@ def post(
 ) -> tuple[int, Any]:
     """A chat completion (with ``api_key`` as its Bearer token): the status
     and the raw answer, or an error's JSON."""
-    headers = {"Content-Type": "application/json"}
-    if api_key is not None:
-        headers["Authorization"] = f"Bearer {api_key}"
-    request = urllib.request.Request(
-        f"{service.url}/v1/chat/completions", data=json.dumps(body).encode(), headers=headers
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            return response.status, response.read()
-    except urllib.error.HTTPError as e:
-        with e:
-            return e.code, json.loads(e.read())
+    return stack.post_chat_raw(service, body, timeout=timeout, api_key=api_key)
 
 
 def send(
