@@ -18,10 +18,11 @@ class _Recorded(asyncio.Protocol):
         self.order.append(transport.get_extra_info("peername")[0])
 
 
-async def _set_up_order(first: int, then: int, held: dict[str, int]) -> list[str]:
+async def _set_up_order(first: int, then: int, held: dict[str, int], limit: int = 10_000) -> list[str]:
     """The order in which ``first`` connections from 127.0.0.1 and then
     ``then`` from 127.0.0.2, all waiting in the kernel before the accept
-    loop starts, are set up, the clients said to hold ``held`` already."""
+    loop starts, are set up, the clients said to hold ``held`` already and
+    each allowed ``limit`` (those over it are refused)."""
     listener = socket.create_server(("127.0.0.1", 0), backlog=first + then)
     port = listener.getsockname()[1]
     clients = [socket.create_connection(("127.0.0.1", port)) for _ in range(first)]
@@ -29,11 +30,19 @@ async def _set_up_order(first: int, then: int, held: dict[str, int]) -> list[str
         socket.create_connection(("127.0.0.1", port), source_address=("127.0.0.2", 0)) for _ in range(then)
     ]
     order: list[str] = []
-    accepting = FairAccept([listener], lambda: _Recorded(order), lambda c: held.get(c, 0), 8, 4096)
+    refused: list[str] = []
+
+    def refuses(client: str, its_waiting: int, all_waiting: int) -> bool:
+        if held.get(client, 0) + its_waiting >= limit:
+            refused.append(client)
+            return True
+        return False
+
+    accepting = FairAccept([listener], lambda: _Recorded(order), lambda c: held.get(c, 0), refuses, 8, 4096)
     accepting.start()
     try:
         for _ in range(200):
-            if len(order) == first + then:
+            if len(order) + len(refused) == first + then:
                 break
             await asyncio.sleep(0.01)
     finally:
@@ -56,3 +65,10 @@ def test_one_clients_waiting_connections_count_against_its_later_ones() -> None:
     order = asyncio.run(_set_up_order(100, 3, held={}))
     assert len(order) == 103
     assert order[:6] == ["127.0.0.1", "127.0.0.2"] * 3, order[:10]
+
+
+def test_connections_over_a_clients_limit_are_closed_as_accepted_never_set_up() -> None:
+    """A client allowed 10 and holding none: of its 30 waiting, 10 are set
+    up; the other client's are set up too."""
+    order = asyncio.run(_set_up_order(30, 2, held={}, limit=10))
+    assert order.count("127.0.0.1") == 10 and order.count("127.0.0.2") == 2, order

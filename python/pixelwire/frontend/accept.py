@@ -32,19 +32,24 @@ _RETRY_SECONDS = 1.0
 
 class FairAccept:
     """Accepts ``listeners``' connections for ``factory``'s protocols.
-    ``held(address)`` says how many connections a client address holds."""
+    ``held(address)`` says how many connections a client address holds;
+    ``refuses(address, its_waiting, all_waiting)`` whether one more from it
+    is over the limits, with those accepted and not yet set up: such a
+    connection is closed as it is accepted, before anything is made for it."""
 
     def __init__(
         self,
         listeners: list[socket.socket],
         factory: Callable[[], asyncio.Protocol],
         held: Callable[[str], int],
+        refuses: Callable[[str, int, int], bool],
         batch: int,
         most_waiting: int,
     ) -> None:
         self.listeners = listeners
         self.factory = factory
         self.held = held
+        self.refuses = refuses
         self.batch = batch
         self.most_waiting = most_waiting
         self._loop = asyncio.get_running_loop()
@@ -84,8 +89,12 @@ class FairAccept:
                 self._loop.call_later(_RETRY_SECONDS, self._resume, listener)
                 break
             client = str(address[0]) if isinstance(address, tuple) and address else "?"
-            ahead = self.held(client) + self._waiting_from.get(client, 0)
-            self._waiting_from[client] = self._waiting_from.get(client, 0) + 1
+            its_waiting = self._waiting_from.get(client, 0)
+            if self.refuses(client, its_waiting, len(self._waiting)):
+                connection.close()
+                continue
+            ahead = self.held(client) + its_waiting
+            self._waiting_from[client] = its_waiting + 1
             heapq.heappush(self._waiting, (ahead, next(self._arrival), connection, client))
         if self._waiting and not self._setting_up:
             self._setting_up = True

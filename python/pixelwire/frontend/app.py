@@ -536,8 +536,9 @@ async def _serve(frontend: Frontend, host: str, port: int) -> None:
         listeners = [listener.dup() for listener in listening.sockets]
         for listener in listeners:
             listener.listen(LISTEN_BACKLOG)
+        guard = frontend.connections
         accepting = FairAccept(
-            listeners, factory, frontend.connections.held, ACCEPT_BATCH, most_waiting=LISTEN_BACKLOG
+            listeners, factory, guard.held, guard.refuses, ACCEPT_BATCH, most_waiting=LISTEN_BACKLOG
         )
         accepting.start()
         await frontend.drain.wait()

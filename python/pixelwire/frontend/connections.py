@@ -73,6 +73,18 @@ class ConnectionGuard:
         """The connections ``client`` (an address) holds open."""
         return self._per_client.get(client, 0)
 
+    def refuses(self, client: str, its_waiting: int, all_waiting: int) -> bool:
+        """Whether a connection just accepted from ``client`` is over the
+        limits, counting those accepted and not yet admitted (``its_waiting``
+        of the client's, ``all_waiting`` in all); counted as closed if so."""
+        if len(self._deadlines) + all_waiting >= self.limits.max_connections:
+            self._on_closed("max_connections")
+            return True
+        if self._per_client.get(client, 0) + its_waiting >= self.limits.max_connections_per_client:
+            self._on_closed("max_connections_per_client")
+            return True
+        return False
+
     def protocol_factory(self, inner: Callable[[], asyncio.Protocol]) -> Callable[[], asyncio.Protocol]:
         """A factory for ``loop.create_server`` that guards ``inner``'s protocols."""
         return lambda: _Guarded(self, inner)
