@@ -133,10 +133,9 @@ HASH_THREADS = min(16, usable_cpus())
 # Host READs run on native background threads, started at once. Those of
 # images up to READ_INLINE_BYTES are waited for in place by the event loop
 # (GIL released, without sleeping) for up to READ_INLINE_WAIT seconds: such a
-# READ takes tens of microseconds, less than a hand-off to a Python thread
-# and back. Larger ones, and any not done by then (a slow or stuck frontend,
-# a first connection), are awaited off the loop. 0 bytes: none is waited for
-# in place.
+# READ takes tens of microseconds, less than a hand-off to a Python thread and
+# back. Larger ones, and any not done by then (a slow or stuck frontend, a
+# first connection), are awaited off the loop. 0 bytes: none in place.
 READ_INLINE_BYTES = 256 * 1024
 READ_INLINE_WAIT = 0.0003
 # A CUDA destination: READ into pinned, registered host memory and copy each
@@ -152,8 +151,7 @@ CUDA_CHUNK_BYTES = 8 * MiB
 BACKGROUND: tuple[int, int, int] = (255, 255, 255)
 
 # Frontend request caps. OpenAI caps a request's payload at 50 MB; 64 MiB
-# takes any request it takes, and bounds what one request can make the
-# frontend parse and hold.
+# takes any it takes, and bounds what one request makes the frontend hold.
 MAX_REQUEST_BYTES = 64 * MiB
 # vLLM's own --limit-mm-per-prompt (999 by default) is not exposed by a
 # stock server, so this is a setting: give it vLLM's value when that is
@@ -199,9 +197,8 @@ VIDEO_DECODE_NICE = 10
 # for a long video to end. Each thread may hold an opened decoder (a 4K
 # H.264 decoder holds up to ~40 frames, ~0.5 GB), which bounds the count.
 VIDEO_DECODE_THREADS = VIDEO_DECODE_CALLS + 7
-# Of those threads, what one client's videos may hold at the frontend (its
-# further videos wait for one of its own to end): one client's long videos
-# cannot take every thread, so another's video always finds one.
+# Of those threads, what one client's videos may hold (its further videos
+# wait for its own): another client's video always finds a thread.
 VIDEO_DECODES_PER_CLIENT = VIDEO_DECODE_THREADS // 2
 # Of the pool, what the videos decoding at once may hold together (a
 # video's slot is taken before its first frame and held to its last): the
@@ -255,6 +252,10 @@ CONNECT_TIMEOUT = 10.0
 # balancer every connection has its address: raise it there).
 MAX_CONNECTIONS = 8192
 MAX_CONNECTIONS_PER_CLIENT = 1024
+# Connections the kernel queues for the frontend (and it takes to be set
+# up), and how many it sets up a turn, fewest-held clients' first.
+LISTEN_BACKLOG = 4096
+ACCEPT_BATCH = 16
 # A request head must arrive within this many seconds of a connection
 # opening or of its last answer, else the connection is closed; a body must
 # come at MIN_BODY_RATE bytes a second or faster after that grace, else 408.
@@ -572,8 +573,7 @@ class ReaderSettings:
         ``PIXELWIRE_READER_PROGRESS_THREAD``, ``PIXELWIRE_READ_THREADS``,
         ``PIXELWIRE_READ_SPLIT_MIN_BYTES``, ``PIXELWIRE_READ_CHUNK_BYTES``,
         ``PIXELWIRE_HASH_THREADS``, ``PIXELWIRE_READ_INLINE_BYTES``, ``PIXELWIRE_READ_INLINE_WAIT``,
-        ``PIXELWIRE_CUDA_STAGING``,
-        ``PIXELWIRE_CUDA_CHUNK_BYTES``."""
+        ``PIXELWIRE_CUDA_STAGING``, ``PIXELWIRE_CUDA_CHUNK_BYTES``."""
         return cls(
             timeout=env_float("PIXELWIRE_READ_TIMEOUT", READ_TIMEOUT),
             frontend_idle=env_float("PIXELWIRE_READER_FRONTEND_IDLE", READER_FRONTEND_IDLE),

@@ -3,14 +3,19 @@ one, the chat bodies sent to it, its answers and the metrics it reports."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import http.client
+import io
 import json
+import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from PIL import Image
 
 import stack
 from reference import CORPUS, vllm_load
@@ -81,6 +86,60 @@ def chat(*urls: str, model: str = "m", **extra: Any) -> dict[str, Any]:
 def user(*content: dict[str, Any]) -> list[dict[str, Any]]:
     """``messages`` of one user turn holding ``content``."""
     return [{"role": "user", "content": list(content)}]
+
+
+def video_chat(data: bytes) -> dict[str, Any]:
+    """A chat body of one ``video_url`` part: ``data`` as an MP4 ``data:`` URL."""
+    url = f"data:video/mp4;base64,{base64.b64encode(data).decode()}"
+    return {"model": "m", "messages": user({"type": "video_url", "video_url": {"url": url}})}
+
+
+def photo_chat() -> dict[str, Any]:
+    """A chat body of one 640x480 JPEG of noise (a photo's decoding cost)."""
+    pixels = np.random.default_rng(2).integers(0, 256, (480, 640, 3), np.uint8)
+    out = io.BytesIO()
+    Image.fromarray(pixels).save(out, "JPEG", quality=90)
+    url = f"data:image/jpeg;base64,{base64.b64encode(out.getvalue()).decode()}"
+    return {"model": "m", "messages": user({"type": "image_url", "image_url": {"url": url}})}
+
+
+def post_from(service: stack.Service, body: dict[str, Any], source: str, timeout: float) -> int:
+    """A chat completion sent from the loopback address ``source`` (another
+    client, to the frontend): its status."""
+    connection = http.client.HTTPConnection(
+        "127.0.0.1", service.port, timeout=timeout, source_address=(source, 0)
+    )
+    try:
+        connection.request(
+            "POST", "/v1/chat/completions", json.dumps(body), {"Content-Type": "application/json"}
+        )
+        response = connection.getresponse()
+        response.read()
+        return response.status
+    finally:
+        connection.close()
+
+
+def victim_rounds(
+    service: stack.Service, clip: bytes, source: str, rounds: int
+) -> dict[str, list[tuple[float, float]]]:
+    """A victim's video (``clip``) and 640x480 photo, alternately, ``rounds``
+    each, sent from ``source``: every request's (start, end) by kind; each
+    must be answered."""
+    bodies: dict[str, Callable[[], dict[str, Any]]] = {"video": lambda: video_chat(clip), "image": photo_chat}
+    spans: dict[str, list[tuple[float, float]]] = {"video": [], "image": []}
+    for _ in range(rounds):
+        for kind, body in bodies.items():
+            started = time.monotonic()
+            assert post_from(service, body(), source, 120) == 201, kind
+            spans[kind].append((started, time.monotonic()))
+    return spans
+
+
+def p99_ms(spans: list[tuple[float, float]]) -> float:
+    """The 99th percentile of the spans' lengths, in ms."""
+    times = [end - start for start, end in spans]
+    return 1000 * (statistics.quantiles(times, n=100)[98] if len(times) > 1 else times[0])
 
 
 def expected(name: str, **kwargs: Any) -> dict[str, Any]:

@@ -22,7 +22,9 @@ import hostile_media
 import pytest
 
 import pixelwire
+from pixelwire.loader_input import data_url_parts
 from pixelwire.resize import image_resize_policy, video_resize_policy
+from pixelwire.video_client import PARAMETER, signed_client
 
 import stack
 from frontend_client import (
@@ -31,6 +33,7 @@ from frontend_client import (
     expected,
     in_use,
     post,
+    post_from,
     send,
     send_chunked,
     started_frontend,
@@ -212,6 +215,27 @@ def test_decode_at_worker_passes_urls_through_but_checks_them(upstream: Upstream
             assert json.loads(raw)["images"] == [{"url": url[:40]}, {"url": "https://images.test/a.png"}]
         code, body = post(service, chat("https://elsewhere.test/a.png"))
         assert code == 400 and "not in allowed_domains" in body["error"]["message"]
+    finally:
+        service.stop()
+
+
+def test_decode_at_worker_signs_a_videos_client_into_its_url(upstream: Upstream, tmp_path: Path) -> None:
+    """Worker mode: a video data: URL goes on with its header written anew,
+    naming the client that sent it (its address) under the frontend's secret,
+    so the plug-in's decode turns know whose it is whatever its bytes; a tag
+    the client wrote itself is dropped, and vLLM reads the same media type
+    and payload."""
+    service = started_frontend(tmp_path, upstream.url, "--decode-at", "worker")
+    payload = base64.b64encode(b"\x00\x00\x00\x18ftypisom" + bytes(64)).decode()
+    forged = f"data:video/mp4;{PARAMETER}=MTI3LjAuMC45.forged;base64,{payload}"
+    try:
+        for source in ("127.0.0.2", "127.0.0.3"):
+            before = len(upstream.bodies)
+            part = {"type": "video_url", "video_url": {"url": forged}}
+            post_from(service, {"model": "m", "messages": user(part)}, source, 30)
+            sent = upstream.bodies[before]["messages"][0]["content"][0]["video_url"]["url"]
+            assert data_url_parts(sent) == data_url_parts(forged)
+            assert signed_client(sent, SECRET) == source
     finally:
         service.stop()
 

@@ -5,23 +5,16 @@ them, whether the bomb's client waits for its answers or leaves."""
 
 from __future__ import annotations
 
-import base64
-import http.client
-import io
 import json
-import statistics
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import numpy as np
 import pytest
-from PIL import Image
 
 import stack
-from frontend_client import started_frontend, user
+from frontend_client import p99_ms, post_from, started_frontend, victim_rounds, video_chat
 from loopback_servers import Upstream
 
 # The victim connects from another loopback address: another client.
@@ -41,39 +34,13 @@ def video_frontend(upstream: Upstream, tmp_path_factory: pytest.TempPathFactory)
     service.stop()
 
 
-def _video(data: bytes) -> dict[str, Any]:
-    url = f"data:video/mp4;base64,{base64.b64encode(data).decode()}"
-    return {"model": "m", "messages": user({"type": "video_url", "video_url": {"url": url}})}
-
-
-def _image() -> dict[str, Any]:
-    pixels = np.random.default_rng(2).integers(0, 256, (480, 640, 3), np.uint8)
-    out = io.BytesIO()
-    Image.fromarray(pixels).save(out, "JPEG", quality=90)
-    url = f"data:image/jpeg;base64,{base64.b64encode(out.getvalue()).decode()}"
-    return {"model": "m", "messages": user({"type": "image_url", "image_url": {"url": url}})}
-
-
-def _post(service: stack.Service, body: dict[str, Any], source: str, timeout: float) -> int:
-    connection = http.client.HTTPConnection(
-        "127.0.0.1", service.port, timeout=timeout, source_address=(source, 0)
-    )
-    try:
-        connection.request(
-            "POST", "/v1/chat/completions", json.dumps(body), {"Content-Type": "application/json"}
-        )
-        return connection.getresponse().status
-    finally:
-        connection.close()
-
-
 class _Attack:
     """``BOMBS_AT_ONCE`` loops sending the bomb from 127.0.0.1, each
     request's (start, end) kept; with ``leave_after`` the client hangs up
     that many seconds into each request."""
 
     def __init__(self, service: stack.Service, bomb: bytes, leave_after: float | None) -> None:
-        self.body = _video(bomb)
+        self.body = video_chat(bomb)
         self.service = service
         self.leave_after = leave_after
         self.spans: list[tuple[float, float]] = []
@@ -84,7 +51,7 @@ class _Attack:
         while not self.stop.is_set():
             started = time.monotonic()
             try:
-                _post(self.service, self.body, "127.0.0.1", self.leave_after or 120)
+                post_from(self.service, self.body, "127.0.0.1", self.leave_after or 120)
             except (TimeoutError, OSError):
                 pass  # the attacker left
             self.spans.append((started, time.monotonic()))
@@ -101,24 +68,6 @@ class _Attack:
             thread.join(180)
 
 
-def _victim(service: stack.Service, victim_clip: bytes, rounds: int) -> dict[str, list[tuple[float, float]]]:
-    """The victim's video and image, alternately, ``rounds`` each: every
-    request's (start, end) by kind; each must be answered."""
-    bodies: dict[str, Callable[[], dict[str, Any]]] = {"video": lambda: _video(victim_clip), "image": _image}
-    spans: dict[str, list[tuple[float, float]]] = {"video": [], "image": []}
-    for _ in range(rounds):
-        for kind, body in bodies.items():
-            started = time.monotonic()
-            assert _post(service, body(), VICTIM_ADDRESS, 120) == 201, kind
-            spans[kind].append((started, time.monotonic()))
-    return spans
-
-
-def _p99_ms(spans: list[tuple[float, float]]) -> float:
-    times = [end - start for start, end in spans]
-    return 1000 * (statistics.quantiles(times, n=100)[98] if len(times) > 1 else times[0])
-
-
 @pytest.mark.parametrize("attacker", ["waits", "leaves"])
 def test_a_clients_video_bombs_do_not_queue_another_clients_video(
     video_frontend: stack.Service, video_bomb: dict[str, bytes], attacker: str, tmp_path: Path
@@ -128,11 +77,13 @@ def test_a_clients_video_bombs_do_not_queue_another_clients_video(
     queueing behind them (first come, first served, every bomb sent before
     it would end first). Its p99 against an unloaded run is printed."""
     victim_clip = video_bomb["h264_720p_5s.mp4"]
-    _victim(video_frontend, victim_clip, rounds=1)  # the first READ sets up NIXL's connection
-    quiet = _victim(video_frontend, victim_clip, rounds=4)
+    victim_rounds(
+        video_frontend, victim_clip, VICTIM_ADDRESS, rounds=1
+    )  # the first READ sets up NIXL's connection
+    quiet = victim_rounds(video_frontend, victim_clip, VICTIM_ADDRESS, rounds=4)
     leave_after = 0.5 if attacker == "leaves" else None
     with _Attack(video_frontend, video_bomb["h264_1080p_million_fps_bomb.mp4"], leave_after) as attack:
-        loaded = _victim(video_frontend, victim_clip, rounds=4)
+        loaded = victim_rounds(video_frontend, victim_clip, VICTIM_ADDRESS, rounds=4)
     if attacker == "waits":
         ahead = [
             any(start < v_start and end > v_end for start, end in attack.spans)
@@ -140,10 +91,10 @@ def test_a_clients_video_bombs_do_not_queue_another_clients_video(
         ]
         assert all(ahead), ("a victim's video waited for every bomb sent before it", ahead)
     assert attack.spans, "no bomb was sent"
-    ratios = {kind: _p99_ms(loaded[kind]) / _p99_ms(quiet[kind]) for kind in quiet}
+    ratios = {kind: p99_ms(loaded[kind]) / p99_ms(quiet[kind]) for kind in quiet}
     print(
         f"\n  attacker {attacker}: victim p99 quiet/loaded "
-        + ", ".join(f"{kind} {_p99_ms(quiet[kind]):.0f}/{_p99_ms(loaded[kind]):.0f} ms" for kind in quiet)
+        + ", ".join(f"{kind} {p99_ms(quiet[kind]):.0f}/{p99_ms(loaded[kind]):.0f} ms" for kind in quiet)
         + f" ({', '.join(f'{kind} {ratio:.2f}x' for kind, ratio in ratios.items())}); "
         f"{len(attack.spans)} bombs sent"
     )

@@ -32,9 +32,11 @@ from prometheus_client import (
     generate_latest,
 )
 
+from pixelwire.config import ACCEPT_BATCH, LISTEN_BACKLOG
 from pixelwire.fetch import Fetcher
 from pixelwire.fetch.addresses import DEPLOYMENT_PRIVATE_HINT
 from pixelwire.frontend import nixl_interfaces
+from pixelwire.frontend.accept import FairAccept
 from pixelwire.frontend.access_log import access_log, note_media
 from pixelwire.frontend.connections import (
     BodyTooSlow,
@@ -520,17 +522,32 @@ async def _serve(frontend: Frontend, host: str, port: int) -> None:
     await runner.setup()
     frontend.drain.install()
     listening: asyncio.Server | None = None
+    accepting: FairAccept | None = None
     try:
         # aiohttp's own site, with each connection admitted and timed by
         # the frontend's guard (pixelwire.frontend.connections).
         assert runner.server is not None
         factory = frontend.connections.protocol_factory(runner.server)
+        # The frontend's own accept loop (pixelwire.frontend.accept) on
+        # asyncio's listening sockets, which asyncio itself never serves.
         listening = await asyncio.get_running_loop().create_server(
-            factory, host, port, reuse_address=True, backlog=1024
+            factory, host, port, reuse_address=True, start_serving=False
         )
+        listeners = [listener.dup() for listener in listening.sockets]
+        for listener in listeners:
+            listener.listen(LISTEN_BACKLOG)
+        guard = frontend.connections
+        accepting = FairAccept(
+            listeners, factory, guard.held, guard.refuses, ACCEPT_BATCH, most_waiting=LISTEN_BACKLOG
+        )
+        accepting.start()
         await frontend.drain.wait()
         log.info("stopped listening; waiting for the requests in flight")
     finally:
+        if accepting is not None:
+            accepting.close()
+            for listener in accepting.listeners:
+                listener.close()
         if listening is not None:
             listening.close()
         await runner.cleanup()

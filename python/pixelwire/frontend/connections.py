@@ -13,6 +13,12 @@ last answer (else it is closed), and a body must keep up
 (else the request is answered 408 and the connection closed). The
 process's soft limit on open files is raised to fit the connections
 (:func:`make_room_for_connections`).
+
+aiohttp's protocol for a connection (its parser, timers and a task) is made
+only once the connection's first request head has arrived whole: until
+then the connection costs the event loop its transport and its bytes, so
+thousands of slow clients that never finish a head do not slow the loop
+that serves the others.
 """
 
 from __future__ import annotations
@@ -63,9 +69,25 @@ class ConnectionGuard:
     def open_connections(self) -> int:
         return len(self._deadlines)
 
+    def held(self, client: str) -> int:
+        """The connections ``client`` (an address) holds open."""
+        return self._per_client.get(client, 0)
+
+    def refuses(self, client: str, its_waiting: int, all_waiting: int) -> bool:
+        """Whether a connection just accepted from ``client`` is over the
+        limits, counting those accepted and not yet admitted (``its_waiting``
+        of the client's, ``all_waiting`` in all); counted as closed if so."""
+        if len(self._deadlines) + all_waiting >= self.limits.max_connections:
+            self._on_closed("max_connections")
+            return True
+        if self._per_client.get(client, 0) + its_waiting >= self.limits.max_connections_per_client:
+            self._on_closed("max_connections_per_client")
+            return True
+        return False
+
     def protocol_factory(self, inner: Callable[[], asyncio.Protocol]) -> Callable[[], asyncio.Protocol]:
         """A factory for ``loop.create_server`` that guards ``inner``'s protocols."""
-        return lambda: _Guarded(self, inner())
+        return lambda: _Guarded(self, inner)
 
     def start(self) -> None:
         self._sweeper = asyncio.get_running_loop().create_task(self._sweep())
@@ -178,14 +200,26 @@ def _client(transport: asyncio.Transport) -> str:
     return str(peer[0]) if isinstance(peer, tuple) and peer else "?"
 
 
-class _Guarded(asyncio.Protocol):
-    """aiohttp's protocol for one connection, admitted (or closed at once)
-    and released by the guard."""
+# A request head is taken to be complete at an empty line (CRLF, or the bare
+# LF aiohttp's parser takes too), or once this many bytes have come without
+# one (aiohttp then answers for the head's size).
+_HEAD_ENDS = (b"\r\n\r\n", b"\n\n")
+_HEAD_BYTES = 64 * 1024
 
-    def __init__(self, guard: ConnectionGuard, inner: Any) -> None:
+
+class _Guarded(asyncio.Protocol):
+    """One client connection: admitted (or closed at once) and released by
+    the guard. aiohttp's protocol for it is made only once a whole request
+    head has arrived: a connection that never sends one (a slow client,
+    thousands at once) costs the event loop its bytes and nothing more,
+    never aiohttp's per-connection handler, parser, timers and task."""
+
+    def __init__(self, guard: ConnectionGuard, inner: Callable[[], Any]) -> None:
         self.guard = guard
-        self.inner = inner
+        self.make_inner = inner
+        self.inner: Any = None
         self.transport: asyncio.Transport | None = None
+        self.head = bytearray()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)  # a stream server's
@@ -193,15 +227,25 @@ class _Guarded(asyncio.Protocol):
             transport.abort()
             return
         self.transport = transport
-        self.inner.connection_made(transport)
 
     def data_received(self, data: bytes) -> None:
-        if self.transport is not None:
+        if self.inner is not None:
             self.inner.data_received(data)
+            return
+        if self.transport is None:
+            return
+        # The head's end may straddle two reads.
+        searched = max(0, len(self.head) - 3)
+        self.head += data
+        if len(self.head) >= _HEAD_BYTES or any(self.head.find(end, searched) >= 0 for end in _HEAD_ENDS):
+            head, self.head = bytes(self.head), bytearray()
+            self.inner = self.make_inner()
+            self.inner.connection_made(self.transport)
+            self.inner.data_received(head)
 
     def eof_received(self) -> bool | None:
-        if self.transport is None:
-            return None
+        if self.inner is None:
+            return None  # no whole head came: close
         answer: bool | None = self.inner.eof_received()
         return answer
 
@@ -209,12 +253,13 @@ class _Guarded(asyncio.Protocol):
         if self.transport is None:
             return
         self.guard.release(self.transport)
-        self.inner.connection_lost(exc)
+        if self.inner is not None:
+            self.inner.connection_lost(exc)
 
     def pause_writing(self) -> None:
-        if self.transport is not None:
+        if self.inner is not None:
             self.inner.pause_writing()
 
     def resume_writing(self) -> None:
-        if self.transport is not None:
+        if self.inner is not None:
             self.inner.resume_writing()

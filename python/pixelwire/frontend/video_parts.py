@@ -22,6 +22,7 @@ from pixelwire.loader_input import (
 )
 from pixelwire.media_parts import data_url_bytes
 from pixelwire.signing import encode_reference
+from pixelwire.video_client import tagged_url
 
 if TYPE_CHECKING:
     from pixelwire.frontend.pipeline import MediaPipeline
@@ -51,7 +52,14 @@ class VideoParts:
         return await self._publish(pipeline, await pipeline.fetch_remembered(part))
 
     def passed_on(self, pipeline: MediaPipeline, part: MediaPart) -> str:
-        return part.url
+        """The URL as it came; a video ``data:`` URL with the client's signed
+        tag in its header (:mod:`pixelwire.video_client`), so that the
+        plug-in's decode turns count its decoding as this client's whatever
+        bytes it sends."""
+        secret = pipeline.config.secret
+        if secret is None or part.url[:5].lower() != "data:" or is_frame_list(part.url):
+            return part.url
+        return tagged_url(part.url, pipeline.client, secret)
 
     async def _frame_list(self, pipeline: MediaPipeline, part: MediaPart) -> str:
         """A JPEG-frame list, which vLLM's loader decodes with Pillow: its

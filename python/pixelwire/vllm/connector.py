@@ -50,6 +50,7 @@ from pixelwire.vllm.sync_loop import run_sync
 from pixelwire.vllm.video import (
     decode_video_bytes,
     read_video_descriptor,
+    signed_video_client,
     vllm_video_settings,
     worker_video_resize_policy,
 )
@@ -189,14 +190,16 @@ class PixelwireMediaConnector(MediaConnector):
                 **(video_kwargs | {"video_backend": loader}),
             )
             digest: str | None = None
+            client: str | None = None
             if video_url[:5].lower() == "data:":
                 data, digest = await video_data_url(video_url)
+                client = signed_video_client(video_url)
             else:
                 timeout = VllmMediaSettings.from_env().video_timeout
                 data = await self._fetch(video_url, timeout, vllm_io.get_max_bytes())
             resize = worker_video_resize_policy() if url_resize_allowed() else None
             decode = functools.partial(
-                decode_video_bytes, data, video_kwargs, loader, vllm_io, metrics, resize
+                decode_video_bytes, data, video_kwargs, loader, vllm_io, metrics, resize, client
             )
             return await remembered_video(
                 data, digest, video_kwargs, loader, image_mode, resize, metrics, decode

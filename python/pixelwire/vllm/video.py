@@ -21,6 +21,7 @@ from vllm.multimodal.video import get_video_loader_backend_for_processor
 
 from pixelwire import config
 from pixelwire._native import BatchControl, DescriptorError, UnsupportedVideo
+from pixelwire.config import secret_from_env
 from pixelwire.descriptor import RemoteImage, parse_descriptor
 from pixelwire.loader_input import checked_container
 from pixelwire.metrics import MediaMetrics
@@ -29,6 +30,7 @@ from pixelwire.video import decode_video
 from pixelwire.video.decode import video_decode_executor
 from pixelwire.video.sampling import NotReproduced, VideoSampling
 from pixelwire.video.shares import ClientShares
+from pixelwire.video_client import signed_client
 from pixelwire.vllm.identity import keyed_identity
 from pixelwire.vllm.served_model import served_model
 from pixelwire.vllm.video_memo import kept_or_read
@@ -148,18 +150,22 @@ async def decode_video_bytes(
     vllm_io: VideoMediaIO,
     metrics: MediaMetrics,
     resize: ResizePolicy | None = None,
+    client: str | None = None,
 ) -> MediaWithBytes:
     """A fetched video as vLLM's loader would return it: decoded natively
     when pixelwire reproduces the loader and the codec, each frame at the
     size the served model's video processor resizes it to (``resize``: its
     policy, or None), else by vLLM's own loader (``vllm_io``) on the same
-    bytes, at full size."""
+    bytes, at full size. Its decoding is ``client``'s (the client the
+    frontend signed for, :func:`signed_video_client`), else its bytes'
+    (:func:`video_client`)."""
     try:
         sampling = VideoSampling.from_video_kwargs(video_kwargs, loader)
     except NotReproduced:
         return await _vllm_load(data, vllm_io, metrics)
     control = BatchControl()
-    client = await asyncio.to_thread(video_client, data)
+    if client is None:
+        client = await asyncio.to_thread(video_client, data)
 
     def decode() -> tuple[Any, dict[str, Any]]:
         return decode_video(
@@ -195,15 +201,25 @@ async def decode_video_bytes(
     return MediaWithBytes((frames, metadata), data)
 
 
+def signed_video_client(url: str) -> str | None:
+    """Whose decoding a worker-mode video ``data:`` URL is, for the decode
+    turns and the per-client share of the threads, when a frontend signed
+    it with this plug-in's ``PIXELWIRE_SECRET`` (:mod:`pixelwire.video_client`);
+    None otherwise (the bytes stand for the client)."""
+    client = signed_client(url, secret_from_env())
+    return None if client is None else f"client:{client}"
+
+
 def video_client(data: bytes) -> str:
-    """Whose decoding a worker-mode video is, for the decode turns: its
-    bytes' digest. vLLM does not tell a media loader whose request it is
-    (and behind a frontend every request comes from the frontend's
-    address), so the video stands for its client: the same bytes sent
-    again, at once or after a hang-up, count as one client, and the turns
-    remember the decoding time of a client whose decode ended early past
-    its last decode, so a video resent after a hang-up resumes where its
-    last attempt stopped. Bytes varied per attempt are new clients each."""
+    """Whose decoding a worker-mode video is when no frontend signed its
+    client: its bytes' digest. vLLM does not tell a media loader whose
+    request it is (and behind a frontend every request comes from the
+    frontend's address), so the video stands for its client: the same
+    bytes sent again, at once or after a hang-up, count as one client, and
+    the turns remember the decoding time of a client whose decode ended
+    early past its last decode, so a video resent after a hang-up resumes
+    where its last attempt stopped. Bytes varied per attempt are new
+    clients each."""
     return f"video-sha256:{hashlib.sha256(data).hexdigest()}"
 
 
