@@ -2,7 +2,8 @@
 :data:`pixelwire.frontend.media.FRONTEND_MEDIA`): a JPEG-frame list checked
 and passed on, a video sampled, decoded and published here, or its bytes
 for the worker's vLLM loader when pixelwire does not reproduce its
-sampling, codec or container."""
+sampling, codec or container; in worker mode, its URL (a resent ``data:``
+URL as a resent reference, :mod:`pixelwire.resent_reference`)."""
 
 from __future__ import annotations
 
@@ -51,7 +52,12 @@ class VideoParts:
         return await self._publish(pipeline, await pipeline.fetch_remembered(part))
 
     def passed_on(self, pipeline: MediaPipeline, part: MediaPart) -> str:
-        return part.url
+        # A video's data: URL resent (every later turn of a chat about it)
+        # goes as a reference to the bytes the worker holds, as an image's
+        # does; a JPEG-frame list goes as it came (the worker checks its frames).
+        if is_frame_list(part.url):
+            return part.url
+        return pipeline._passed_image(part.url)
 
     async def _frame_list(self, pipeline: MediaPipeline, part: MediaPart) -> str:
         """A JPEG-frame list, which vLLM's loader decodes with Pillow: its
