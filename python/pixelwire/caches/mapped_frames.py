@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import mmap
 import os
+from collections.abc import Callable
 
 import numpy as np
 
@@ -51,11 +52,13 @@ class MappedFrames:
         private = mmap.mmap(self._fd, self.nbytes, flags=mmap.MAP_PRIVATE)
         return np.frombuffer(private, dtype=self.dtype).reshape(self.shape)
 
-    def __del__(self) -> None:
+    def __del__(self, _close: Callable[[int], None] = os.close) -> None:
         # Mappings handed out keep the memory file's pages until they go.
+        # os.close bound at definition: at interpreter exit, module globals
+        # may already be gone when the cache's last entries are.
         fd, self._fd = getattr(self, "_fd", None), None
         if fd is not None:
-            os.close(fd)
+            _close(fd)
 
 
 def kept_frames(frames: np.ndarray) -> MappedFrames | np.ndarray:
