@@ -124,6 +124,23 @@ def test_a_turn_cell_divides_the_turns_totals_by_its_successful_requests() -> No
     assert cell["ttft_ms"]["p50"] == pytest.approx(100.0)
 
 
+def test_a_turn_cell_gives_the_frontends_floor_per_request_where_it_was_measured() -> None:
+    """The frontend's CPU for taking in the turn's bodies once more (the
+    floor under its own CPU), per successful request; None where the run
+    measured none."""
+    outcomes = [Outcome(0.2, 0.1, None), Outcome(0.4, 0.3, None)]
+    measured = {**_usage(0.05, 0.03, 0.0, 0.0), "floor_frontend": 0.01}
+    cell = turn_cell(
+        path="worker", concurrency=2, turn=2, outcomes=outcomes, usage=measured, has_frontend=True
+    )
+    assert cell["frontend_floor_ms_per_request"] == pytest.approx(5.0)
+    cell = turn_cell(
+        path="worker", concurrency=2, turn=2, outcomes=outcomes, usage=_usage(0.05, 0.03, 0.0, 0.0),
+        has_frontend=True,
+    )  # fmt: skip
+    assert cell["frontend_floor_ms_per_request"] is None
+
+
 def test_a_video_turn_cell_counts_one_video_a_request_and_its_frames_once() -> None:
     """Turn 3 of the video chats, 2 requests: no image, one video a
     request; the frames crossed are READs times one video's frame bytes."""

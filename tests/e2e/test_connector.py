@@ -913,6 +913,58 @@ def test_a_resent_video_url_is_served_from_the_workers_cache_not_decoded_again(
     assert worker_image_cache().stats()["misses"] == 2
 
 
+def test_a_resent_videos_reference_is_served_from_the_bytes_the_worker_holds(
+    connectors: tuple[Any, Any],
+    video_clips: dict[str, bytes],
+    worker_cache: None,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Worker mode: once a video's data: URL was loaded, a signed resent
+    reference naming its bytes' SHA-256 and size, sent as a video part,
+    gives the same frames, metadata and vLLM cache key (the video's bytes)
+    from the worker's cache, not decoded again. One naming bytes the worker
+    does not hold is answered with the marker after which a frontend sends
+    the URL in full; an expired one, or one signed with another secret, is
+    refused."""
+    import base64
+    import hashlib
+
+    from pixelwire.caches.worker_images import worker_image_cache
+    from pixelwire.resend import NOT_HELD
+    from pixelwire.resent_reference import encode_resent
+
+    secret = b"resent-test-secret"
+    monkeypatch.setenv("PIXELWIRE_SECRET", secret.decode())
+    ours_cls, theirs_cls = connectors
+    clip = video_clips["h264_high_bframes.mp4"]
+    digest = hashlib.sha256(clip).hexdigest()
+    url = "data:video/mp4;base64," + base64.b64encode(clip).decode()
+    four = {"media_io_kwargs": {"video": {"num_frames": 4}}}
+
+    def fetch(url: str) -> Any:
+        return asyncio.run(ours_cls(**four).fetch_video_async(url))
+
+    first = fetch(url)
+    resent = fetch(encode_resent(digest, len(clip), secret, 30))
+    theirs = asyncio.run(theirs_cls(**four).fetch_video_async(url))
+    for ours in (first, resent):
+        np.testing.assert_array_equal(ours.media[0], theirs.media[0])
+        assert ours.media[1] == theirs.media[1] and ours.original_bytes == theirs.original_bytes == clip
+    stats = worker_image_cache().stats()
+    assert (stats["hits"], stats["misses"]) == (1, 1), stats
+    for unknown in (
+        encode_resent(hashlib.sha256(b"never sent").hexdigest(), 10, secret, 30),
+        encode_resent(digest, len(clip) + 1, secret, 30),
+    ):
+        with pytest.raises(ValueError) as not_held:
+            fetch(unknown)
+        assert str(not_held.value).startswith(NOT_HELD)
+    with pytest.raises(ValueError, match="expired"):
+        fetch(encode_resent(digest, len(clip), secret, -1))
+    with pytest.raises(ValueError, match="signature does not match"):
+        fetch(encode_resent(digest, len(clip), b"another secret", 30))
+
+
 def test_a_repeated_video_reference_is_served_without_a_read(
     connectors: tuple[Any, Any], video_clips: dict[str, bytes], unsigned_allowed: None, worker_cache: None
 ) -> None:

@@ -23,6 +23,7 @@ import pytest
 
 import pixelwire
 from pixelwire.loader_input import data_url_parts
+from pixelwire.resent_reference import MIN_URL_CHARS
 from pixelwire.resize import image_resize_policy, video_resize_policy
 from pixelwire.video_client import PARAMETER, signed_client
 
@@ -847,6 +848,44 @@ def test_a_resent_data_url_goes_to_the_worker_as_a_reference_to_the_bytes_it_hol
         assert stack.metric(service.get("/metrics"), "pixelwire_frontend_resent_not_held_total") == 1
         # Noted again from the request that went in full.
         assert images(hopper) == [named]
+    finally:
+        service.stop()
+        upstream.close()
+
+
+def test_a_resent_video_data_url_goes_to_the_worker_as_a_reference_to_the_bytes_it_holds(
+    tmp_path: Path, video_clips: dict[str, bytes]
+) -> None:
+    """Worker mode: a video's data: URL resent with a chat's later turn goes,
+    as an image's does, as a signed reference naming its bytes' SHA-256
+    and size (a few hundred bytes upstream instead of the video's base64);
+    a JPEG-frame list goes as it came. The worker no longer holding the
+    bytes sends the request once more in full."""
+    upstream = Upstream()
+    upstream.metrics_text = worker_info(memo="1")
+    service = started_frontend(tmp_path, upstream.url, "--decode-at", "worker", "--cache-bytes", "64MiB")
+    try:
+        clip = video_clips["h264_high_bframes.mp4"]
+        video = _video_part(clip)
+        url = video["video_url"]["url"]
+        named = {"resent": hashlib.sha256(clip).hexdigest(), "bytes": len(clip)}
+        frames_url = hostile_media.frame_list([hostile_media.jpeg()] * 8)
+        frames = {"type": "video_url", "video_url": {"url": frames_url}}
+        assert len(frames_url) > MIN_URL_CHARS, "long enough to go as a reference, were it not a frame list"
+
+        def sent(*content: dict[str, Any]) -> list[dict[str, Any]]:
+            code, raw = post(service, {"model": "m", "messages": user(*content)})
+            assert code == 201, raw
+            return list(json.loads(raw)["images"])
+
+        assert sent(video, frames) == [{"url": url[:40]}, {"url": frames_url[:40]}]
+        assert sent(video, frames) == [named, {"url": frames_url[:40]}]
+        assert len(json.dumps(upstream.bodies[-1])) < len(frames_url) + 2000, "the video went as a reference"
+        assert stack.metric(service.get("/metrics"), "pixelwire_frontend_resent_references_total") == 1
+        upstream.not_held = 1
+        calls = upstream.calls
+        assert sent(video) == [{"url": url[:40]}]
+        assert upstream.calls == calls + 2, "sent once more, in full"
     finally:
         service.stop()
         upstream.close()

@@ -140,6 +140,14 @@ def turn_cell(
             "vllm_all": per_request(usage["vllm_all"], 1e3),
             "frontend": per_request(usage.get("frontend", 0.0), 1e3, frontend_only=True),
         },
+        # The frontend's CPU for taking in the same bodies once more and
+        # refusing them (pixelwire.bench.multiturn._taking_in): the floor
+        # under its "frontend" above; None where not measured.
+        "frontend_floor_ms_per_request": (
+            per_request(usage["floor_frontend"], 1e3, frontend_only=True)
+            if "floor_frontend" in usage
+            else None
+        ),
         # What the requests' descriptors refer to (every medium, read or not) ...
         "nixl_pixel_bytes_per_request": per_request(pixel_bytes, frontend_only=True),
         # ... and what crossed: READs (one a medium; a worker-cache hit makes

@@ -23,7 +23,7 @@ from typing import Any
 
 from pixelwire.bench.conversation import Conversation, turn_cell, video_conversation
 from pixelwire.bench.inputs import MULTI_TURN, MULTI_TURN_VIDEO
-from pixelwire.bench.load import Outcome, new_client, stream_chat, warm_up
+from pixelwire.bench.load import Outcome, new_client, openai_module, stream_chat, warm_up
 
 # Seeds of the screenshots: far from the photos' and any test's.
 FIRST_SEED = 1_000_000
@@ -118,11 +118,14 @@ async def run_round(
     max_tokens: int,
     measure: Callable[[bool], dict[str, Any]],
     on_turn: Callable[[int, list[Outcome], dict[str, float]], None],
+    floor: bool = False,
 ) -> None:
     """The conversations, each with its own client, a turn at a time:
     ``on_turn(turn, outcomes, usage)`` gets each turn's outcomes and what
-    ``measure`` saw change across it. A failed turn is answered with
-    nothing and the conversation goes on."""
+    ``measure`` saw change across it; with ``floor``, the usage's
+    ``floor_frontend`` is the frontend's CPU for taking in the same bodies
+    once more (:func:`_taking_in`). A failed turn is answered with nothing
+    and the conversation goes on."""
     clients = [new_client(base_url) for _ in conversations]
     try:
         for turn in range(1, conversations[0].turns + 1):
@@ -134,12 +137,45 @@ async def run_round(
                 )
             )
             after = measure(False)
+            used = {k: after[k] - before[k] for k in after}
+            if floor:
+                used["floor_frontend"] = await _taking_in(clients, model, conversations, measure)
             for conversation, (_, reply) in zip(conversations, answers, strict=True):
                 conversation.answered(reply)
-            on_turn(turn, [outcome for outcome, _ in answers], {k: after[k] - before[k] for k in after})
+            on_turn(turn, [outcome for outcome, _ in answers], used)
     finally:
         for client in clients:
             await client.close()
+
+
+async def _taking_in(
+    clients: list[Any],
+    model: str,
+    conversations: list[Conversation],
+    measure: Callable[[bool], dict[str, Any]],
+) -> float:
+    """The frontend's CPU seconds for receiving and scanning each of the
+    turn's bodies once more, and no other work: each is sent with an empty
+    ``cache_salt``, which the frontend refuses (400) once it has read and
+    parsed the body, before it looks at any medium or sends anything
+    upstream. The floor under what a turn's request costs it."""
+    openai = openai_module()
+
+    async def refused(client: Any, conversation: Conversation) -> None:
+        try:
+            await client.chat.completions.create(
+                model=model, messages=conversation.messages(), max_tokens=1, extra_body={"cache_salt": ""}
+            )
+        except openai.BadRequestError:
+            return
+        raise RuntimeError("the frontend took a request with an empty cache_salt")
+
+    before = measure(True)
+    await asyncio.gather(
+        *(refused(c, conversation) for c, conversation in zip(clients, conversations, strict=True))
+    )
+    after = measure(False)
+    return float(after["frontend"] - before["frontend"])
 
 
 def measure_turns(
@@ -202,6 +238,7 @@ def _measure_path(
                 max_tokens=settings.max_tokens,
                 measure=measure,
                 on_turn=on_turn,
+                floor=frontend is not None,
             )
         )
     return [

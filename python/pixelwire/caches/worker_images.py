@@ -10,7 +10,9 @@ out first. Each image is kept as a copy (an image read over NIXL maps the
 reader's receive memory, which must go back to its pool) and handed out as
 a copy, so nothing vLLM does to one request's image reaches another's. A
 processed image (:mod:`pixelwire.vllm.processed_inputs`) is kept as its
-patch rows, a numpy array, copied alike.
+patch rows, a numpy array, copied alike. A video's frames are kept in a
+memory file and handed out as private copy-on-write mappings of it
+(:mod:`pixelwire.caches.mapped_frames`), as independent as copies.
 """
 
 from __future__ import annotations
@@ -75,7 +77,14 @@ class ImageCache:
         it alone is over the budget; the least recently used go to make room."""
         if not self.enabled or nbytes > self.budget:
             return
-        kept = image.copy()
+        self.keep(key, image.copy(), nbytes, extra)
+
+    def keep(self, key: Hashable, kept: Copyable, nbytes: int, extra: Any = None) -> None:
+        """Keeps `kept` itself, a copy the caller made and holds no more
+        (e.g. a video's :class:`~pixelwire.caches.mapped_frames.MappedFrames`),
+        as :meth:`put` keeps its copy; :meth:`get` hands out its ``.copy()``."""
+        if not self.enabled or nbytes > self.budget:
+            return
         with self._lock:
             old = self.images.pop(key, None)
             if old is not None:

@@ -247,10 +247,10 @@ class MediaPipeline:
             return handler.passed_on(self, part)
         return await handler.decoded_here(self, part)
 
-    def _passed_image(self, url: str) -> str:
-        """A worker-mode image's URL as it goes on: a large ``data:`` URL
-        the worker was sent before (the same text, under the same salt) as
-        a resent image's reference, else as it came."""
+    def passed_url(self, url: str) -> str:
+        """A worker-mode image's (or video's) URL as it goes on: a large
+        ``data:`` URL the worker was sent before (the same text, under the
+        same salt) as a resent reference, else as it came."""
         if len(url) < MIN_URL_CHARS or url[:5].lower() != "data:":
             return url
         known = self.sent.lookup_digest(url, self.cache_salt) if self.sent is not None else None
@@ -369,7 +369,7 @@ class ImageParts:
 
     def passed_on(self, pipeline: MediaPipeline, part: MediaPart) -> str:
         pipeline.metrics.handled("passthrough", 0)
-        return pipeline._passed_image(part.url)
+        return pipeline.passed_url(part.url)
 
 
 class AudioParts:

@@ -58,8 +58,8 @@ class ResendRecord:
         self._noting: set[asyncio.Task[Any]] = set()
         self.resent_references = Counter(
             "pixelwire_frontend_resent_references",
-            "Images whose data: URL the worker was sent before, sent on as a reference to the bytes it "
-            "holds (worker mode)",
+            "Images and videos whose data: URL the worker was sent before, sent on as a reference to the "
+            "bytes it holds (worker mode)",
             registry=registry,
         )
         self.resent_not_held = Counter(

@@ -2,7 +2,8 @@
 :data:`pixelwire.frontend.media.FRONTEND_MEDIA`): a JPEG-frame list checked
 and passed on, a video sampled, decoded and published here, or its bytes
 for the worker's vLLM loader when pixelwire does not reproduce its
-sampling, codec or container."""
+sampling, codec or container; in worker mode, its URL (a resent ``data:``
+URL as a resent reference, :mod:`pixelwire.resent_reference`)."""
 
 from __future__ import annotations
 
@@ -52,13 +53,18 @@ class VideoParts:
         return await self._publish(pipeline, await pipeline.fetch_remembered(part))
 
     def passed_on(self, pipeline: MediaPipeline, part: MediaPart) -> str:
-        """The URL as it came; a video ``data:`` URL with the client's signed
-        tag in its header (:mod:`pixelwire.video_client`), so that the
-        plug-in's decode turns count its decoding as this client's whatever
-        bytes it sends."""
-        secret = pipeline.config.secret
-        if secret is None or part.url[:5].lower() != "data:" or is_frame_list(part.url):
+        """The URL as it goes on. A JPEG-frame list as it came (the worker
+        checks its frames). A video's ``data:`` URL resent (every later turn
+        of a chat about it) as a reference to the bytes the worker holds, as
+        an image's; sent in full, with the client's signed tag in its header
+        (:mod:`pixelwire.video_client`), so that the plug-in's decode turns
+        count its decoding as this client's whatever bytes it sends."""
+        if is_frame_list(part.url):
             return part.url
+        url = pipeline.passed_url(part.url)
+        secret = pipeline.config.secret
+        if url != part.url or secret is None or part.url[:5].lower() != "data:":
+            return url
         return tagged_url(part.url, pipeline.client, secret)
 
     async def _frame_list(self, pipeline: MediaPipeline, part: MediaPart) -> str:

@@ -182,13 +182,14 @@ class PixelwireMediaConnector(MediaConnector):
         try:
             if is_reference(video_url):
                 request = ReadRequest(
-                    VIDEO.part, metrics, self, video_kwargs=video_kwargs, video_loader=loader
+                    VIDEO.part,
+                    metrics,
+                    self,
+                    image_mode=image_mode,
+                    video_kwargs=video_kwargs,
+                    video_loader=loader,
                 )
                 return await read_reference(video_url, request)
-            vllm_io = VideoMediaIO(
-                ImageMediaIO(**({"image_mode": image_mode} | self.media_io_kwargs.get("image", {}))),
-                **(video_kwargs | {"video_backend": loader}),
-            )
             digest: str | None = None
             client: str | None = None
             if video_url[:5].lower() == "data:":
@@ -196,16 +197,57 @@ class PixelwireMediaConnector(MediaConnector):
                 client = signed_video_client(video_url)
             else:
                 timeout = VllmMediaSettings.from_env().video_timeout
-                data = await self._fetch(video_url, timeout, vllm_io.get_max_bytes())
-            resize = worker_video_resize_policy() if url_resize_allowed() else None
-            decode = functools.partial(
-                decode_video_bytes, data, video_kwargs, loader, vllm_io, metrics, resize, client
-            )
-            return await remembered_video(
-                data, digest, video_kwargs, loader, image_mode, resize, metrics, decode
-            )
+                max_bytes = self._video_io(image_mode, video_kwargs, loader).get_max_bytes()
+                data = await self._fetch(video_url, timeout, max_bytes)
+            return await self._load_video(data, digest, image_mode, video_kwargs, loader, metrics, client)
         except PixelwireError as e:
             self._raise_as_vllms(e, video_url, metrics)
+
+    def _video_io(self, image_mode: str | None, video_kwargs: dict[str, Any], loader: str) -> VideoMediaIO:
+        """vLLM's video loader as this vLLM configures it."""
+        return VideoMediaIO(
+            ImageMediaIO(**({"image_mode": image_mode} | self.media_io_kwargs.get("image", {}))),
+            **(video_kwargs | {"video_backend": loader}),
+        )
+
+    async def _load_video(
+        self,
+        data: bytes,
+        digest: str | None,
+        image_mode: str | None,
+        video_kwargs: dict[str, Any],
+        loader: str,
+        metrics: MediaMetrics,
+        client: str | None = None,
+    ) -> MediaWithBytes:
+        """A video's bytes (``digest``: their SHA-256 when known) as vLLM's
+        loader returns them: from the worker's cache, decoded natively (its
+        decode turns taken as ``client``'s, the frontend's signed client,
+        when given), or by vLLM's loader."""
+        vllm_io = self._video_io(image_mode, video_kwargs, loader)
+        resize = worker_video_resize_policy() if url_resize_allowed() else None
+        decode = functools.partial(
+            decode_video_bytes, data, video_kwargs, loader, vllm_io, metrics, resize, client
+        )
+        return await remembered_video(data, digest, video_kwargs, loader, image_mode, resize, metrics, decode)
+
+    async def _load_resent_video(self, resent: ResentImage, request: ReadRequest) -> MediaWithBytes:
+        """A resent video's reference: the bytes remembered under its
+        digest, loaded as the ``data:`` URL they came in would be; when they
+        are no longer held, the answer after which the frontend sends the
+        URLs in full (:data:`pixelwire.resend.NOT_HELD`)."""
+        resent.check(time.time())
+        data = worker_image_cache().data_urls.by_sha256(resent.sha256)
+        if data is None or len(data) != resent.nbytes:
+            raise ValueError(f"{NOT_HELD}this worker no longer holds the video of SHA-256 {resent.sha256}")
+        return await self._load_video(
+            data,
+            resent.sha256,
+            request.image_mode,
+            request.video_kwargs,
+            request.video_loader,
+            request.metrics,
+        )
 
     def fetch_video(
         self, video_url: str, *, image_mode: str | None = "RGB", video_processor: str | None = None
@@ -484,9 +526,14 @@ class ProcessedImageReads:
 
 
 class VideoReads:
-    """A video's reference at the worker: its frames and vLLM's metadata for them."""
+    """A video's reference (or a resent video's) at the worker: its frames
+    and vLLM's metadata for them."""
 
     async def read(self, descriptor: dict[str, Any], request: ReadRequest) -> MediaWithBytes:
+        resent = resent_image(descriptor)
+        if resent is not None:
+            connector: PixelwireMediaConnector = request.connector
+            return await connector._load_resent_video(resent, request)
         return await read_video_descriptor(
             descriptor, request.video_kwargs, request.video_loader, request.metrics
         )

@@ -17,6 +17,7 @@ from pixelwire.config import BACKGROUND
 from pixelwire.descriptor import RemoteMedia, descriptor_medium
 from pixelwire.media import MEDIA, Registry
 from pixelwire.metrics import MediaMetrics
+from pixelwire.resent_reference import resent_image
 from pixelwire.signing import decode_reference, reference_secret
 from pixelwire.transfer import default_reader
 
@@ -61,7 +62,9 @@ async def read_reference(reference: str, request: ReadRequest) -> Any:
     PIXELWIRE_SECRET every reference is refused unless
     PIXELWIRE_ALLOW_UNSIGNED=1 (``reference_secret`` raises)."""
     descriptor = decode_reference(reference, reference_secret())
-    name = descriptor_medium(descriptor)
+    # A resent reference names bytes, not a medium: the part it came in
+    # says which medium's handler loads them (an image's or a video's).
+    name = request.part if resent_image(descriptor) is not None else descriptor_medium(descriptor)
     part = MEDIA.get(name).part
     if part != request.part:
         raise DescriptorError(f"this reference names {_a(part)}, sent as {_a(request.part)} part")

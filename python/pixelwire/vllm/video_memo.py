@@ -5,8 +5,10 @@ identity and content hash: a frontend cache hit) is served without a READ
 sampled the same way, its frames resized the same way, for the same image
 mode) is handed to vLLM from the cache instead of decoded again, and a
 resent ``data:`` URL of the same text is not even base64-decoded or hashed
-again (:func:`video_data_url`, :func:`remembered_video`). Each is handed
-out as a copy."""
+again (:func:`video_data_url`, :func:`remembered_video`). Each is kept in
+a memory file and handed out as a private copy-on-write mapping of it
+(:mod:`pixelwire.caches.mapped_frames`): as independent as a copy, and
+free where vLLM's processor cache spares it reading the frames."""
 
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from typing import Any
 
 from vllm.multimodal.media import MediaWithBytes
 
+from pixelwire.caches.mapped_frames import kept_frames
 from pixelwire.caches.worker_images import worker_image_cache
 from pixelwire.descriptor import RemoteMedia
 from pixelwire.metrics import MediaMetrics
@@ -44,7 +47,7 @@ async def kept_or_read(remote: RemoteMedia, identity: bytes, metrics: MediaMetri
     if kept is not None:
         return kept[0]
     frames = await read_timed(remote, "numpy", metrics)
-    cache.put(key, frames, remote.size)
+    cache.keep(key, kept_frames(frames), remote.size)
     return frames
 
 
@@ -95,5 +98,5 @@ async def remembered_video(
         return MediaWithBytes((frames, copy.deepcopy(metadata)), data)
     loaded = await decode()
     frames, metadata = loaded.media
-    cache.put(key, frames, int(frames.nbytes), copy.deepcopy(metadata))
+    cache.keep(key, kept_frames(frames), int(frames.nbytes), copy.deepcopy(metadata))
     return loaded
