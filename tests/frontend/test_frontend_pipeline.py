@@ -25,7 +25,7 @@ import pixelwire
 from pixelwire.loader_input import data_url_parts
 from pixelwire.resent_reference import MIN_URL_CHARS
 from pixelwire.resize import image_resize_policy, video_resize_policy
-from pixelwire.video_client import PARAMETER, signed_client
+from pixelwire.video_client import PARAMETER, signed_client, tagged_url
 
 import stack
 from frontend_client import (
@@ -878,13 +878,15 @@ def test_a_resent_video_data_url_goes_to_the_worker_as_a_reference_to_the_bytes_
             assert code == 201, raw
             return list(json.loads(raw)["images"])
 
-        assert sent(video, frames) == [{"url": url[:40]}, {"url": frames_url[:40]}]
+        # Sent in full, a video's data: URL carries the client's signed tag.
+        in_full = {"url": tagged_url(url, "127.0.0.1", SECRET)[:40]}
+        assert sent(video, frames) == [in_full, {"url": frames_url[:40]}]
         assert sent(video, frames) == [named, {"url": frames_url[:40]}]
         assert len(json.dumps(upstream.bodies[-1])) < len(frames_url) + 2000, "the video went as a reference"
         assert stack.metric(service.get("/metrics"), "pixelwire_frontend_resent_references_total") == 1
         upstream.not_held = 1
         calls = upstream.calls
-        assert sent(video) == [{"url": url[:40]}]
+        assert sent(video) == [in_full]
         assert upstream.calls == calls + 2, "sent once more, in full"
     finally:
         service.stop()
