@@ -64,21 +64,21 @@ FAMILIES = (
     # Qwen2.5-VL's processor is Qwen2VLMultiModalProcessor's subclass, and
     # transformers 5 loads Qwen2VLImageProcessor for it.
     Family(
-        "qwen2_vl_patches",
-        ("qwen2_vl", "qwen2_5_vl"),
-        "Qwen2VLImageProcessor",
-        False,
-        "vllm.model_executor.models.qwen2_vl:Qwen2VLMultiModalProcessor",
+        rows="qwen2_vl_patches",
+        model_types=("qwen2_vl", "qwen2_5_vl"),
+        image_processor="Qwen2VLImageProcessor",
+        temporal_resize=False,
+        seam="vllm.model_executor.models.qwen2_vl:Qwen2VLMultiModalProcessor",
     ),
     # Qwen3-VL: the same image processor (patch 16 in its config); its
     # vLLM processor overrides the seam to call the HF processor for the
     # images and each video apart.
     Family(
-        "qwen2_vl_patches",
-        ("qwen3_vl", "qwen3_vl_moe"),
-        "Qwen2VLImageProcessor",
-        False,
-        "vllm.model_executor.models.qwen3_vl:Qwen3VLMultiModalProcessor",
+        rows="qwen2_vl_patches",
+        model_types=("qwen3_vl", "qwen3_vl_moe"),
+        image_processor="Qwen2VLImageProcessor",
+        temporal_resize=False,
+        seam="vllm.model_executor.models.qwen3_vl:Qwen3VLMultiModalProcessor",
     ),
     # GLM-4.1V and GLM-4.5V (vLLM registers Glm4vMoeForConditionalGeneration
     # with the same processor): Glm4vImageProcessor patchifies, rescales and
@@ -86,11 +86,11 @@ FAMILIES = (
     # its resize is GLM's smart_resize over size alone. vLLM's processor
     # overrides the seam (videos item by item, then one HF call).
     Family(
-        "glm4v_patches",
-        ("glm4v", "glm4v_moe"),
-        "Glm4vImageProcessor",
-        True,
-        "vllm.model_executor.models.glm4_1v:Glm4vMultiModalProcessor",
+        rows="glm4v_patches",
+        model_types=("glm4v", "glm4v_moe"),
+        image_processor="Glm4vImageProcessor",
+        temporal_resize=True,
+        seam="vllm.model_executor.models.glm4_1v:Glm4vMultiModalProcessor",
     ),
 )
 COVERED_MODEL_TYPES = tuple(model_type for family in FAMILIES for model_type in family.model_types)
