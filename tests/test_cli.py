@@ -327,7 +327,7 @@ def test_a_covered_model_ships_processed_inputs_unless_told_not(
     upstream = ("frontend", "--upstream", "http://127.0.0.1:9")
     assert cli.main([*upstream, "--model", qwen2_vl_folder()]) == 0
     assert cli.main([*upstream, "--model", qwen2_vl_folder(), "--no-processed-inputs"]) == 0
-    assert cli.main([*upstream, "--model", qwen2_vl_folder("glm4v")]) == 0
+    assert cli.main([*upstream, "--model", qwen2_vl_folder("gemma3")]) == 0
     assert cli.main([*upstream, "--model", qwen2_vl_folder(), "--no-mm-device-do-normalize"]) == 0
     processed, pixels, other, floats = started
     assert processed.processed is not None and processed.processed.resize == processed.resize

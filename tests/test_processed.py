@@ -59,7 +59,7 @@ def test_the_qwen2_vl_processors_get_a_patch_layout(qwen2_vl_folder: Callable[..
     assert patch_layout(model, {"patch_size": 16}, policy) is None, "the grid no longer fits the resize"
     assert patch_layout(model, None, None) is None
     assert patch_layout(qwen2_vl_folder("qwen2_5_vl"), None, policy) is not None
-    assert patch_layout(qwen2_vl_folder("glm4v"), None, policy) is None, "another processor: not covered"
+    assert patch_layout(qwen2_vl_folder("gemma3"), None, policy) is None, "another model: not covered"
 
 
 def test_qwen3_vl_gets_its_own_grid(qwen2_vl_folder: Callable[..., str]) -> None:
@@ -74,6 +74,44 @@ def test_qwen3_vl_gets_its_own_grid(qwen2_vl_folder: Callable[..., str]) -> None
         assert "patch=16" in layout.identity and "factor=32" in layout.identity
         assert layout.grid_thw(64, 96) == [1, 4, 6]
         assert patch_layout(model, {"patch_size": 14}, policy) is None, "the grid no longer fits the resize"
+
+
+# Glm4vImageProcessor's class defaults: its budget from size alone.
+GLM = {
+    "image_processor_type": "Glm4vImageProcessor",
+    "size": {"shortest_edge": 12544, "longest_edge": 11760000},
+}
+
+
+def test_glm4v_gets_qwen2_vls_rows_of_its_own_resize(qwen2_vl_folder: Callable[..., str]) -> None:
+    """GLM-4.1V and GLM-4.5V (Glm4vImageProcessor): the rows Qwen2-VL's
+    processor lays out, of an image resized by GLM's smart resize (its
+    budget counts the temporal patch: a 4K photo is shrunk to fit half of
+    it), named by an identity of their own; a temporal patch the resize
+    does not count, the PIL backend, or Qwen's resize for a GLM model (and
+    GLM's for a Qwen model): none."""
+    for model_type in ("glm4v", "glm4v_moe"):
+        model = qwen2_vl_folder(model_type, **GLM)
+        policy = image_resize_policy(model)
+        assert isinstance(policy, SmartPolicy) and policy.temporal_factor == 2
+        layout = patch_layout(model, None, policy)
+        assert layout is not None and layout.grid == (14, 2, 2) and layout.rows == "glm4v_patches"
+        assert layout.identity == processed_identity(14, 2, 2, policy.identity, rows="glm4v_patches")
+        assert (
+            layout.identity.startswith("glm4v_patches:uint8:patch=14:") and ":temporal=2" in layout.identity
+        )
+        height, width = layout.target(2160, 3840)
+        assert 2 * height * width <= 11760000 < 2 * 2160 * 3840
+        floats = patch_layout(model, None, policy, device_normalize=False)
+        assert floats is not None and floats.normalisation == Normalisation(
+            "torchvision", CLIP_MEAN, CLIP_STD, 1 / 255
+        )
+        assert patch_layout(model, {"temporal_patch_size": 3}, policy) is None, "the resize counts 2"
+        assert patch_layout(model, {"use_fast": False}, policy) is None
+    glm_policy = image_resize_policy(qwen2_vl_folder("glm4v", **GLM))
+    qwen_policy = image_resize_policy(qwen2_vl_folder())
+    assert patch_layout(qwen2_vl_folder(), None, glm_policy) is None
+    assert patch_layout(qwen2_vl_folder("glm4v", **GLM), None, qwen_policy) is None
 
 
 @pytest.mark.parametrize("name", IMAGES)

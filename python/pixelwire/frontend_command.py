@@ -158,9 +158,9 @@ def add_arguments(front: argparse.ArgumentParser) -> None:
         action=argparse.BooleanOptionalAction,
         default=config.PROCESSED_INPUTS,
         help="with --model of a processor pixelwire makes the outputs of (Qwen2-VL, Qwen2.5-VL, "
-        "Qwen3-VL), RGB images ship as that processor's output (its patch rows and grid), which "
-        "vLLM's plug-in hands the engine as they are: vLLM's API server makes no pass over their pixels "
-        "(default: on; --no-processed-inputs ships the resized pixels)",
+        "Qwen3-VL, GLM-4.1V/4.5V), RGB images ship as that processor's output (its patch rows and "
+        "grid), which vLLM's plug-in hands the engine as they are: vLLM's API server makes no pass over "
+        "their pixels (default: on; --no-processed-inputs ships the resized pixels)",
     )
     front.add_argument(
         "--mm-device-do-normalize",

@@ -1,18 +1,23 @@
 """Processed inputs: an image shipped as what vLLM's processor would hand
 its engine for it, so that vLLM's API server makes no pass over its pixels.
 
-Covered: the models vLLM serves with ``Qwen2VLMultiModalProcessor``
-(Qwen2-VL, and Qwen2.5-VL through its subclass) or with
-``Qwen3VLMultiModalProcessor`` (Qwen3-VL, dense and MoE), whose image processor is
-transformers' ``Qwen2VLImageProcessor`` on its default torchvision backend,
-with vLLM's device-side normalisation (``mm_device_do_normalize``, on by
-default for them) or without it. With it, the processor's output is the
-resized image's own bytes, cut into patch rows (``pixel_values``, uint8,
-``rows x 3*T*P*P``); without it, the same rows of the processor's float32
-normalised values (:class:`Normalisation`, computed natively with the
-torchvision backend's own arithmetic, bit for bit). With them
-``image_grid_thw`` ``[1, H/P, W/P]``: the frontend resizes exactly as the
-processor does (:mod:`pixelwire.resize`) and lays the rows out natively
+Covered (:data:`FAMILIES`, each family's specifics in one place): the
+models vLLM serves with ``Qwen2VLMultiModalProcessor`` (Qwen2-VL, and
+Qwen2.5-VL through its subclass), with ``Qwen3VLMultiModalProcessor``
+(Qwen3-VL, dense and MoE), whose image processor is transformers'
+``Qwen2VLImageProcessor``, and with ``Glm4vMultiModalProcessor`` (GLM-4.1V
+and GLM-4.5V), whose image processor is ``Glm4vImageProcessor``: the same
+patch rows as Qwen2-VL's, of an image resized by GLM's own
+``smart_resize`` (its pixel budget counts the temporal patch). All on the
+default torchvision backend, with vLLM's device-side normalisation
+(``mm_device_do_normalize``, on by default for them) or without it. With
+it, the processor's output is the resized image's own bytes, cut into
+patch rows (``pixel_values``, uint8, ``rows x 3*T*P*P``); without it, the
+same rows of the processor's float32 normalised values
+(:class:`Normalisation`, computed natively with the torchvision backend's
+own arithmetic, bit for bit). With them ``image_grid_thw`` ``[1, H/P,
+W/P]``: the frontend resizes exactly as the processor does
+(:mod:`pixelwire.resize`) and lays the rows out natively
 (``src/patches.rs``), each patch once and as the image's bytes, float rows
 or not (:attr:`PatchLayout.dtype`); the worker makes the temporal copies,
 and the float values where they are wanted, as it hands them on
@@ -35,13 +40,68 @@ from pixelwire import model_files
 from pixelwire.resize import Filter, Kernel, ResizePolicy
 from pixelwire.resize.families.smart import SmartPolicy
 
-# config.json model_type of the models vLLM processes with
-# Qwen2VLMultiModalProcessor (Qwen2.5-VL's processor is its subclass) or
-# Qwen3VLMultiModalProcessor (Qwen3-VL and Qwen3-VL-MoE): each has the
-# processor seam (pixelwire.vllm.processed_inputs) and an image processor
-# that is transformers' Qwen2VLImageProcessor (Qwen3-VL's with patch 16).
-COVERED_MODEL_TYPES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe")
-# transformers' Qwen2VLImageProcessor defaults for the patch grid.
+
+@dataclass(frozen=True)
+class Family:
+    """A processor family whose images pixelwire ships processed."""
+
+    # The processed identity's first word: what lays the rows out.
+    rows: str
+    # config.json model_type of the models vLLM serves with its processor.
+    model_types: tuple[str, ...]
+    # The image processor class transformers 5.19 loads for them on the
+    # torchvision backend (its PIL backend's class is another).
+    image_processor: str
+    # Whether its smart resize counts the temporal patch (GLM's): the
+    # resize policy's temporal factor, else none (Qwen's).
+    temporal_resize: bool
+    # vLLM 0.32's multimodal processor class, as "module:class", whose
+    # _apply_hf_processor_main is the seam (pixelwire.vllm.processed_inputs).
+    seam: str
+
+
+FAMILIES = (
+    # Qwen2.5-VL's processor is Qwen2VLMultiModalProcessor's subclass, and
+    # transformers 5 loads Qwen2VLImageProcessor for it.
+    Family(
+        rows="qwen2_vl_patches",
+        model_types=("qwen2_vl", "qwen2_5_vl"),
+        image_processor="Qwen2VLImageProcessor",
+        temporal_resize=False,
+        seam="vllm.model_executor.models.qwen2_vl:Qwen2VLMultiModalProcessor",
+    ),
+    # Qwen3-VL: the same image processor (patch 16 in its config); its
+    # vLLM processor overrides the seam to call the HF processor for the
+    # images and each video apart.
+    Family(
+        rows="qwen2_vl_patches",
+        model_types=("qwen3_vl", "qwen3_vl_moe"),
+        image_processor="Qwen2VLImageProcessor",
+        temporal_resize=False,
+        seam="vllm.model_executor.models.qwen3_vl:Qwen3VLMultiModalProcessor",
+    ),
+    # GLM-4.1V and GLM-4.5V (vLLM registers Glm4vMoeForConditionalGeneration
+    # with the same processor): Glm4vImageProcessor patchifies, rescales and
+    # normalises as Qwen2VLImageProcessor does, with the same class defaults;
+    # its resize is GLM's smart_resize over size alone. vLLM's processor
+    # overrides the seam (videos item by item, then one HF call).
+    Family(
+        rows="glm4v_patches",
+        model_types=("glm4v", "glm4v_moe"),
+        image_processor="Glm4vImageProcessor",
+        temporal_resize=True,
+        seam="vllm.model_executor.models.glm4_1v:Glm4vMultiModalProcessor",
+    ),
+)
+COVERED_MODEL_TYPES = tuple(model_type for family in FAMILIES for model_type in family.model_types)
+
+
+def family_of(model_type: object) -> Family | None:
+    """The family of a config.json ``model_type`` (None: not covered)."""
+    return next((family for family in FAMILIES if model_type in family.model_types), None)
+
+
+# The covered image processors' class defaults for the patch grid.
 _DEFAULT_GRID = {"patch_size": 14, "temporal_patch_size": 2, "merge_size": 2}
 # ... and for its rescale and normalisation (OPENAI_CLIP_MEAN and _STD).
 _DEFAULT_VALUES = {
@@ -111,14 +171,21 @@ def normalisation(settings: Mapping[str, Any], backend: Backend) -> Normalisatio
 
 
 def processed_identity(
-    patch: int, temporal: int, merge: int, resize_identity: str, values: Normalisation | None = None
+    patch: int,
+    temporal: int,
+    merge: int,
+    resize_identity: str,
+    values: Normalisation | None = None,
+    *,
+    rows: str = "qwen2_vl_patches",
 ) -> str:
     """What names a processed image's form: patch rows of a ``patch``-pixel
     grid, ``temporal`` copies, ``merge`` windows, of an image resized by the
     policy ``resize_identity``; uint8 (the image's bytes) or the float32
-    values of ``values``."""
+    values of ``values``; laid out as the family ``rows`` lays them out
+    (:attr:`Family.rows`)."""
     kind = "uint8" if values is None else values.identity
-    return f"qwen2_vl_patches:{kind}:patch={patch}:temporal={temporal}:merge={merge}:{resize_identity}"
+    return f"{rows}:{kind}:patch={patch}:temporal={temporal}:merge={merge}:{resize_identity}"
 
 
 @dataclass(frozen=True)
@@ -131,6 +198,8 @@ class PatchLayout:
     resize: SmartPolicy
     # None: uint8 rows (vLLM normalises on the device); else float32 rows.
     normalisation: Normalisation | None = None
+    # The family's :attr:`Family.rows`, which the identity begins with.
+    rows: str = "qwen2_vl_patches"
 
     @property
     def grid(self) -> tuple[int, int, int]:
@@ -147,7 +216,7 @@ class PatchLayout:
 
     @property
     def identity(self) -> str:
-        return processed_identity(*self.grid, self.resize.identity, self.normalisation)
+        return processed_identity(*self.grid, self.resize.identity, self.normalisation, rows=self.rows)
 
     @property
     def dtype(self) -> str:
@@ -210,10 +279,11 @@ def patch_layout(
     uint8 rows) or not (float32 rows); None where processed inputs are not
     made for it (another processor, the PIL backend, a resize or a
     normalisation pixelwire does not reproduce)."""
-    # Qwen2VLImageProcessor's own smart resize (not GLM's, nor a video's).
-    if not isinstance(resize, SmartPolicy) or resize.temporal_factor or resize.kernel != "torchvision":
+    if not isinstance(resize, SmartPolicy) or resize.video_frames or resize.kernel != "torchvision":
         return None
-    if model_files.model_config(model).get("model_type") not in COVERED_MODEL_TYPES:
+    family = family_of(model_files.model_config(model).get("model_type"))
+    # The family's own smart resize: GLM's counts the temporal patch, Qwen's not.
+    if family is None or bool(resize.temporal_factor) != family.temporal_resize:
         return None
     kwargs = dict(mm_processor_kwargs or {})
     if kwargs.get("use_fast") is False or kwargs.get("backend") not in (None, "torchvision"):
@@ -225,9 +295,9 @@ def patch_layout(
     if not all(type(value) is int and 0 < value <= 1024 for value in grid):
         return None
     patch, temporal, merge = grid
-    if patch * merge != resize.factor:
+    if patch * merge != resize.factor or (family.temporal_resize and temporal != resize.temporal_factor):
         return None
     if device_normalize:
-        return PatchLayout(patch, temporal, merge, resize)
+        return PatchLayout(patch, temporal, merge, resize, rows=family.rows)
     values = normalisation(settings, "torchvision")
-    return None if values is None else PatchLayout(patch, temporal, merge, resize, values)
+    return None if values is None else PatchLayout(patch, temporal, merge, resize, values, family.rows)

@@ -192,31 +192,49 @@ def recording_server(
         server.server_close()
 
 
-def chat(url: str, image_urls: list[str], *, max_tokens: int = 8) -> list[tuple[str, float]]:
+def chat(
+    url: str, image_urls: list[str], *, max_tokens: int = 8, stream: bool = False
+) -> list[tuple[str, float]]:
     """(token, logprob) of a greedy chat completion of ``max_tokens`` about
-    ``image_urls``, from the OpenAI server at ``url`` (its model "tiny")."""
-    response = completion(url, image_urls, max_tokens=max_tokens)
-    return [(t.token, t.logprob) for t in response.choices[0].logprobs.content]
+    ``image_urls``, from the OpenAI server at ``url`` (its model "tiny");
+    ``stream``: gathered from its server-sent events."""
+    if not stream:
+        response = completion(url, image_urls, max_tokens=max_tokens)
+        return [(t.token, t.logprob) for t in response.choices[0].logprobs.content]
+    out: list[tuple[str, float]] = []
+    with _client(url) as client:
+        for chunk in client.chat.completions.create(**_chat_args(image_urls, max_tokens), stream=True):
+            if chunk.choices and chunk.choices[0].logprobs and chunk.choices[0].logprobs.content:
+                out.extend((t.token, t.logprob) for t in chunk.choices[0].logprobs.content)
+    return out
 
 
 def completion(url: str, image_urls: list[str], *, max_tokens: int = 8) -> Any:
     """The whole response (usage included) of :func:`chat`'s completion."""
+    with _client(url) as client:
+        return client.chat.completions.create(**_chat_args(image_urls, max_tokens))
+
+
+def _client(url: str) -> Any:
+    """An OpenAI client of the server at ``url``, to be closed after its
+    completion: an open client's sockets would be reported (as errors,
+    with filterwarnings=error) when collected."""
     import openai
 
+    return openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=120)
+
+
+def _chat_args(image_urls: list[str], max_tokens: int) -> dict[str, Any]:
     parts: list[dict[str, object]] = [{"type": "image_url", "image_url": {"url": u}} for u in image_urls]
     parts.append({"type": "text", "text": "Describe the image."})
-    # Closed after each completion: an open client's sockets would be
-    # reported (as errors, with filterwarnings=error) when collected.
-    with openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=120) as client:
-        response = client.chat.completions.create(
-            model="tiny",
-            messages=[{"role": "user", "content": parts}],  # type: ignore[list-item,misc]
-            temperature=0,
-            max_tokens=max_tokens,
-            logprobs=True,
-            seed=0,
-        )
-    return response
+    return {
+        "model": "tiny",
+        "messages": [{"role": "user", "content": parts}],
+        "temperature": 0,
+        "max_tokens": max_tokens,
+        "logprobs": True,
+        "seed": 0,
+    }
 
 
 def post_chat_raw(

@@ -5,9 +5,11 @@ makes of vLLM's own loader's image: ``pixel_values`` and ``image_grid_thw``
 ``torch.equal``, the same prompt token ids, the same cache hashes across
 repeats, and the HF processor never called for it. Over the resize corpus
 (:mod:`resize_corpus`), for the tiny Qwen2-VL (``Qwen2VLMultiModalProcessor``,
-patch 14) and the tiny Qwen3-VL (``Qwen3VLMultiModalProcessor``, patch 16,
-mean and std 0.5), each at its processor's default budget (12,845,056 and
-16,777,216 pixels, where photos ship whole) and at a downsizing one, with
+patch 14), the tiny Qwen3-VL (``Qwen3VLMultiModalProcessor``, patch 16,
+mean and std 0.5) and the tiny GLM-4.1V (``Glm4vMultiModalProcessor``,
+patch 14, GLM's smart resize, whose budget counts the temporal patch), each
+at its processor's default budget (12,845,056, 16,777,216 and 11,760,000
+pixels, where most images keep their size) and at a downsizing one, with
 vLLM's device normalisation on (uint8 rows) and off (the processor's
 float32 normalised rows, bit for bit, made at the worker from rows that
 travel as the image's bytes, so they fit the default pools), with vLLM's
@@ -44,15 +46,27 @@ import stack
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(1800)]
 
 DOWNSIZING_BUDGET = 1003520
-# Each family's processor default (Qwen2-VL's, Qwen3-VL's): 1080p and 4K photos ship whole.
-DEFAULT_BUDGETS = {"qwen2-vl": 12845056, "qwen3-vl": 16777216}
+# Each family's processor default (Qwen2-VL's, Qwen3-VL's: 1080p and 4K
+# photos ship whole; Glm4vImageProcessor's class default, 28*28*15000,
+# over two frames: 1080p photos ship whole).
+DEFAULT_BUDGETS = {"qwen2-vl": 12845056, "qwen3-vl": 16777216, "glm4v": 11760000}
 FAMILIES = list(DEFAULT_BUDGETS)
-DEFAULT_BUDGET = DEFAULT_BUDGETS["qwen2-vl"]
 SECRET = "processed-inputs-test"
-PROMPT = "<|vision_start|><|image_pad|><|vision_end|>Describe it."
+QWEN_PROMPT = "<|vision_start|><|image_pad|><|vision_end|>Describe it."
+# vLLM's placeholder for GLM-4.1V's images (Glm4vForConditionalGeneration.get_placeholder_str).
+GLM_PROMPT = "<|begin_of_image|><|image|><|end_of_image|>Describe it."
 
 
-def _kwargs(budget: int) -> dict[str, Any]:
+def _is_glm(model: str) -> bool:
+    return "tiny-glm4v-" in model
+
+
+def _kwargs(model: str, budget: int) -> dict[str, Any]:
+    """--mm-processor-kwargs with the pixel budget ``budget``: Qwen's
+    max_pixels; GLM's processor takes its budget from size alone (both
+    edges: a call's size replaces the processor's)."""
+    if _is_glm(model):
+        return {"size": {"shortest_edge": 112 * 112, "longest_edge": budget}}
     return {"max_pixels": budget}
 
 
@@ -115,8 +129,8 @@ def _vllm_flags(normalised: str) -> tuple[str, ...]:
 
 
 def _layout(model: str, budget: int, normalised: str = "on-device") -> PatchLayout:
-    policy = image_resize_policy(model, _kwargs(budget))
-    layout = patch_layout(model, _kwargs(budget), policy, device_normalize=_on_device(normalised))
+    policy = image_resize_policy(model, _kwargs(model, budget))
+    layout = patch_layout(model, _kwargs(model, budget), policy, device_normalize=_on_device(normalised))
     assert layout is not None
     return layout
 
@@ -165,9 +179,13 @@ def _hf_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return calls
 
 
+def _prompt(processor: Any) -> str:
+    return GLM_PROMPT if _is_glm(processor.info.ctx.model_config.model) else QWEN_PROMPT
+
+
 def _apply(processor: Any, images: list[Any], cache: Any = None) -> Any:
     tokenizer = processor.info.get_tokenizer()
-    prompt = tokenizer.encode(PROMPT * len(images))
+    prompt = tokenizer.encode(_prompt(processor) * len(images))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return processor(prompt, processor.info.parse_mm_data({"image": images}), cache=cache)
@@ -198,8 +216,8 @@ def test_processed_images_equal_vllms_processor_output(
 
     cases, _ = resize_corpus
     pixels = DEFAULT_BUDGETS[family] if budget == "default" else DOWNSIZING_BUDGET
-    served_as(_kwargs(pixels), *_vllm_flags(normalised))
-    processor = _processor(model, _kwargs(pixels), mm_device_do_normalize=_on_device(normalised))
+    served_as(_kwargs(model, pixels), *_vllm_flags(normalised))
+    processor = _processor(model, _kwargs(model, pixels), mm_device_do_normalize=_on_device(normalised))
     layout = _layout(model, pixels, normalised)
     calls = _hf_calls(monkeypatch)
     failures: list[str] = []
@@ -245,8 +263,9 @@ def test_processed_images_equal_vllms_processor_output(
 def test_float_rows_of_photos_kept_whole_fit_the_default_pools(
     resize_corpus: tuple[list[Case], dict[str, int]], served_as: Any, family: str, model: str
 ) -> None:
-    """Without device normalisation, at the default budget, the largest
-    corpus photos (kept whole) published and read at once through the
+    """Without device normalisation, at the default budget (GLM's: one that
+    keeps 4K photos whole over its two frames), the largest corpus photos
+    (kept whole) published and read at once through the
     default 256 MiB pools, as one request's images: the rows travel as the
     images' bytes (the descriptor's size is three bytes a pixel, where
     float32 would take twelve: more than the pools hold for them together),
@@ -256,12 +275,13 @@ def test_float_rows_of_photos_kept_whole_fit_the_default_pools(
     from pixelwire.caches.worker_images import reset_worker_image_cache
 
     cases, _ = resize_corpus
-    budget = DEFAULT_BUDGETS[family]
-    served_as(_kwargs(budget), "--no-mm-device-do-normalize")
-    processor = _processor(model, _kwargs(budget), mm_device_do_normalize=False)
+    frames = 2 if family == "glm4v" else 1
+    budget = frames * DEFAULT_BUDGETS["qwen3-vl"] if family == "glm4v" else DEFAULT_BUDGETS[family]
+    served_as(_kwargs(model, budget), "--no-mm-device-do-normalize")
+    processor = _processor(model, _kwargs(model, budget), mm_device_do_normalize=False)
     layout = _layout(model, budget, "by-processor")
     by_size = sorted(cases, key=lambda case: -case.image.width * case.image.height)
-    largest = [case for case in by_size if case.image.width * case.image.height <= budget][:3]
+    largest = [case for case in by_size if frames * case.image.width * case.image.height <= budget][:3]
     pixels = sum(case.image.width * case.image.height for case in largest)
     assert pixels * 12 > 256 << 20, "as float32 they would not fit the default pools together"
     reset_worker_image_cache()  # none of the rows an earlier test lent stays in the reader's pool
@@ -303,8 +323,8 @@ def test_a_request_mixing_processed_and_other_images_is_vllms_own(
     by_name = {case.name: case for case in cases}
     chosen = [by_name["exif_gps_typeerror@1920x1080.jpg"], by_name["hopper.png"], by_name["flower2.jpg"]]
     budget = DEFAULT_BUDGETS[family]
-    served_as(_kwargs(budget), *_vllm_flags(normalised))
-    processor = _processor(model, _kwargs(budget), mm_device_do_normalize=_on_device(normalised))
+    served_as(_kwargs(model, budget), *_vllm_flags(normalised))
+    processor = _processor(model, _kwargs(model, budget), mm_device_do_normalize=_on_device(normalised))
     config = processor.info.ctx.model_config
     cache = {
         "none": None,
@@ -335,6 +355,10 @@ def test_a_request_mixing_processed_and_other_images_is_vllms_own(
     assert len(set(hashes[0])) == 3
 
 
+# A family whose patch is not the family's own.
+OTHER_GRID = {"qwen2-vl": "qwen3-vl", "qwen3-vl": "qwen2-vl", "glm4v": "qwen3-vl"}
+
+
 def test_a_processor_setting_unlike_the_frontends_is_refused(
     resize_corpus: tuple[list[Case], dict[str, int]], served_as: Any, family: str, model: str
 ) -> None:
@@ -348,35 +372,36 @@ def test_a_processor_setting_unlike_the_frontends_is_refused(
     cases, _ = resize_corpus
     photo = next(case for case in cases if case.name == "exif_gps_typeerror@1920x1080.png")
     budget = DEFAULT_BUDGETS[family]
-    served_as(_kwargs(budget))
+    served_as(_kwargs(model, budget))
+    rows = _layout(model, budget).rows  # the family's name for its rows
     (carrier,) = asyncio.run(_published_and_read([photo.data], _layout(model, budget)))
-    other_budget = _processor(model, _kwargs(DOWNSIZING_BUDGET))
+    other_budget = _processor(model, _kwargs(model, DOWNSIZING_BUDGET))
     with pytest.raises(ValueError, match=rf"processed this image for .*max={budget}.*--no-processed-inputs"):
         _apply(other_budget, [carrier])
     # uint8 rows where vLLM's processor normalises (float32 rows), and the other way.
-    not_on_device = _processor(model, _kwargs(budget), mm_device_do_normalize=False)
-    with pytest.raises(ValueError, match=r"for qwen2_vl_patches:uint8.*makes qwen2_vl_patches:float32"):
+    not_on_device = _processor(model, _kwargs(model, budget), mm_device_do_normalize=False)
+    with pytest.raises(ValueError, match=rf"for {rows}:uint8.*makes {rows}:float32"):
         _apply(not_on_device, [carrier])
-    served_as(_kwargs(budget), "--no-mm-device-do-normalize")
+    served_as(_kwargs(model, budget), "--no-mm-device-do-normalize")
     (floats,) = asyncio.run(_published_and_read([photo.data], _layout(model, budget, "by-processor")))
-    served_as(_kwargs(budget))
-    with pytest.raises(ValueError, match=r"for qwen2_vl_patches:float32.*makes qwen2_vl_patches:uint8"):
-        _apply(_processor(model, _kwargs(budget)), [floats])
+    served_as(_kwargs(model, budget))
+    with pytest.raises(ValueError, match=rf"for {rows}:float32.*makes {rows}:uint8"):
+        _apply(_processor(model, _kwargs(model, budget)), [floats])
     # Float rows of another mean (the processor's config or kwargs say otherwise).
-    other_mean = {**_kwargs(budget), "image_mean": [0.5, 0.5, 0.25]}
+    other_mean = {**_kwargs(model, budget), "image_mean": [0.5, 0.5, 0.25]}
     with pytest.raises(ValueError, match=r"for .*float32:torchvision:mean=.*but this vLLM's processor makes"):
         _apply(_processor(model, other_mean, mm_device_do_normalize=False), [floats])
-    same = _processor(model, _kwargs(budget))
+    same = _processor(model, _kwargs(model, budget))
     tokenizer = same.info.get_tokenizer()
     with pytest.raises(ValueError, match="its own mm_processor_kwargs"):
         same(
-            tokenizer.encode(PROMPT),
+            tokenizer.encode(_prompt(same)),
             same.info.parse_mm_data({"image": [carrier]}),
             hf_processor_mm_kwargs={"max_pixels": budget},
         )
-    # Rows of the other family's grid (patch 14 against 16) at the same
+    # Rows of another family's grid (patch 14 against 16) at the same
     # budget: refused by the connector, and by the seam if they got there.
-    other = _layout(str(stack.model_dir(next(name for name in FAMILIES if name != family))), budget)
+    other = _layout(str(stack.model_dir(OTHER_GRID[family])), budget)
     refused = rf"processed this image for .*patch={other.patch_size}.*this vLLM takes"
     with pytest.raises(ValueError, match=refused):
         asyncio.run(_published_and_read([photo.data], other))
@@ -385,29 +410,30 @@ def test_a_processor_setting_unlike_the_frontends_is_refused(
     with pytest.raises(ValueError, match=rf"for .*patch={other.patch_size}.*but this vLLM's processor makes"):
         _apply(same, [forged])
     # The connector refuses rows made for another setting before any READ.
-    served_as(_kwargs(DOWNSIZING_BUDGET))
-    with pytest.raises(ValueError, match=r"this vLLM takes qwen2_vl_patches.*max=1003520"):
+    served_as(_kwargs(model, DOWNSIZING_BUDGET))
+    with pytest.raises(ValueError, match=rf"this vLLM takes {rows}.*max=1003520"):
         asyncio.run(_published_and_read([photo.data], _layout(model, budget)))
-    served_as(_kwargs(budget), "--no-mm-device-do-normalize")
-    with pytest.raises(ValueError, match=r"this vLLM takes qwen2_vl_patches:float32:torchvision"):
+    served_as(_kwargs(model, budget), "--no-mm-device-do-normalize")
+    with pytest.raises(ValueError, match=rf"this vLLM takes {rows}:float32:torchvision"):
         asyncio.run(_published_and_read([photo.data], _layout(model, budget)))
-    served_as({**_kwargs(budget), "do_normalize": False}, "--no-mm-device-do-normalize")
+    served_as({**_kwargs(model, budget), "do_normalize": False}, "--no-mm-device-do-normalize")
     with pytest.raises(ValueError, match="this vLLM takes no processed inputs"):
         asyncio.run(_published_and_read([photo.data], _layout(model, budget)))
 
 
 def test_only_the_covered_processors_get_a_patch_layout(model: str) -> None:
     """The PIL backend (use_fast false), a processor that does not
-    normalise without vLLM's device normalisation, and a request that does
-    not resize: no patch layout."""
+    normalise without vLLM's device normalisation, a request that does
+    not resize, and another family's processor (Gemma 3's): no patch
+    layout."""
     policy = image_resize_policy(model)
     assert patch_layout(model, {}, policy) is not None
     assert patch_layout(model, {"use_fast": False}, policy) is None
     assert patch_layout(model, {"use_fast": False}, policy, device_normalize=False) is None
     assert patch_layout(model, {"do_normalize": False}, policy, device_normalize=False) is None
     assert patch_layout(model, {}, None) is None
-    glm = str(stack.model_dir("glm4v"))
-    assert patch_layout(glm, {}, image_resize_policy(glm)) is None
+    gemma = str(stack.model_dir("gemma3"))
+    assert patch_layout(gemma, {}, image_resize_policy(gemma)) is None
 
 
 PIL_IMAGES = ["exif_gps_typeerror@1920x1080.jpg", "hopper.png", "flower2.jpg", "app13-multiple.jpg"]
@@ -432,10 +458,10 @@ def test_the_pil_backend_takes_pixels_resized_as_pillow_resizes(
     cases, _ = resize_corpus
     by_name = {case.name: case for case in cases}
     chosen = [by_name[name] for name in PIL_IMAGES]
-    pil = {**_kwargs(DOWNSIZING_BUDGET), "use_fast": False}
+    pil = {**_kwargs(model, DOWNSIZING_BUDGET), "use_fast": False}
     served_as(pil)
     processor = _processor(model, pil)
-    assert type(processor.info.get_hf_processor().image_processor).__name__ == "Qwen2VLImageProcessorPil"
+    assert type(processor.info.get_hf_processor().image_processor).__name__.endswith("ImageProcessorPil")
     policy = image_resize_policy(model, pil)
     assert policy is not None and policy.kernel == "pillow"
     assert patch_layout(model, pil, policy) is None
@@ -459,7 +485,7 @@ def test_the_pil_backend_takes_pixels_resized_as_pillow_resizes(
         rows, _ = _item(_apply(processor, [Image.fromarray(resized)]), 0)
         torchvision_differs += not torch.equal(rows, expected[0])
     assert torchvision_differs, "the torchvision kernel's resize would have been caught"
-    served_as(_kwargs(DOWNSIZING_BUDGET))
+    served_as(_kwargs(model, DOWNSIZING_BUDGET))
     (carrier,) = asyncio.run(_published_and_read([chosen[0].data], _layout(model, DOWNSIZING_BUDGET)))
     with pytest.raises(ValueError, match=r"makes no rows pixelwire makes \(the PIL backend"):
         _apply(processor, [carrier])

@@ -3,8 +3,10 @@
 (``tiny_model.py``: Gemma 3, GLM-4.1V, Mistral 3, Idefics3) served by vLLM 0.32 twice, once with
 VLLM_MEDIA_CONNECTOR=pixelwire behind ``pixelwire frontend --model`` and
 once with vLLM's own loader as the reference. Each image reaches vLLM at
-the size the family's processor resizes it to, and the answer is vLLM's
-own: token for token, and logprob for logprob for lossless images.
+the size the family's processor resizes it to (GLM-4.1V's RGB images as
+its processor's patch rows: processed inputs, the frontend's default for
+it), and the answer is vLLM's own: token for token, and logprob for
+logprob for lossless images.
 
 The images are made from a corpus photo: 1080p, an odd size, EXIF-rotated
 (a JPEG), grey and RGBA. One family's servers run at a time (module-scoped,
@@ -21,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from pixelwire.processed import patch_layout
 from pixelwire.resize import image_resize_policy
 
 import stack
@@ -124,12 +127,17 @@ def served(
 
 def test_the_plugin_resizes_for_the_served_family(served: dict[str, Any]) -> None:
     """Started without PIXELWIRE_MODEL, the plug-in reads the family's
-    policy from vLLM's --model."""
+    policy from vLLM's --model, and takes processed inputs for GLM-4.1V
+    alone of these families."""
     policy = image_resize_policy(served["model"])
     assert policy is not None
     log = served["pixelwire_vllm"].log.read_text(errors="replace")
     learnt = f"{policy.identity} ({served['model']}, from vLLM's command line)"
     assert f"pixelwire model-aware resize: {learnt}" in log, log[-2000:]
+    layout = patch_layout(served["model"], {}, policy)
+    assert (layout is not None) == (served["family"] == "glm4v")
+    processed = f"{layout.identity}\n" if layout is not None else "off ("
+    assert f"pixelwire processed inputs: {processed}" in log, log[-2000:]
 
 
 @pytest.mark.parametrize("name", IMAGES)

@@ -3,10 +3,12 @@ engine as its processor's output, so that the API server makes no pass
 over their pixels (:mod:`pixelwire.processed` says what they are).
 
 The seam (docs/architecture.md, "Processed inputs"): vLLM 0.32's
-``BaseMultiModalProcessor._apply_hf_processor_main``, on
-``Qwen2VLMultiModalProcessor`` (Qwen2.5-VL's processor inherits it), and
+``BaseMultiModalProcessor._apply_hf_processor_main``, on each covered
+family's processor (:attr:`pixelwire.processed.Family.seam`):
+``Qwen2VLMultiModalProcessor`` (Qwen2.5-VL's processor inherits it),
 ``Qwen3VLMultiModalProcessor``'s own override of it (which calls the HF
-processor for the images and each video apart). Every
+processor for the images and each video apart) and
+``Glm4vMultiModalProcessor``'s (videos item by item, then one call). Every
 path of vLLM's processing goes through it, with its processor cache on or
 off (lru, shm): it turns a request's media items into the processor's
 ``BatchFeature``, from which vLLM builds the items, their prompt updates
@@ -26,6 +28,7 @@ ValueError (vLLM's 400) naming the setting. Never a wrong tensor.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import sys
@@ -38,10 +41,11 @@ import numpy as np
 
 from pixelwire._native import join_patch_rows
 from pixelwire.processed import (
-    COVERED_MODEL_TYPES,
+    FAMILIES,
     NORMALISATION_SETTINGS,
     Normalisation,
     PatchLayout,
+    family_of,
     normalisation,
     patch_layout,
     processed_identity,
@@ -133,30 +137,35 @@ def live_output(processor: Any) -> tuple[str, Normalisation | None] | None:
     float32 rows of its rescale and normalisation without; None where
     pixelwire makes neither (the PIL backend among them)."""
     model_config = processor.info.ctx.model_config
-    # The seam's classes also process models pixelwire does not cover
-    # (their subclasses: Qwen3.5, InternS1-Pro, ...).
-    if getattr(model_config.hf_config, "model_type", None) not in COVERED_MODEL_TYPES:
+    # The seams' classes also process models pixelwire does not cover
+    # (their subclasses: Qwen3.5, InternS1-Pro, GLM-OCR, ...).
+    family = family_of(getattr(model_config.hf_config, "model_type", None))
+    if family is None:
         return None
     image_processor = processor.info.get_hf_processor().image_processor
-    if type(image_processor).__name__ != "Qwen2VLImageProcessor":
-        return None  # the PIL backend (Qwen2VLImageProcessorPil) makes float rows of Pillow's resize
-    policy = image_policy_from_config(image_processor.to_dict())
+    if type(image_processor).__name__ != family.image_processor:
+        return None  # the PIL backend (its ...Pil class) makes float rows of Pillow's resize
+    # vLLM passes its --mm-processor-kwargs to every call of the HF
+    # processor, over the constructor's settings (GLM's size, image_mean,
+    # say, are not ones its constructor takes).
+    merged = processor.info.ctx.get_merged_mm_kwargs({})
+    called = {**merged, **(merged.get("images_kwargs") or {})}
+    policy = image_policy_from_config(image_processor.to_dict(), called)
     if policy is None:
         return None
     values = None
     if not model_config.multimodal_config.mm_device_do_normalize:
-        # vLLM passes its --mm-processor-kwargs to every call of the HF
-        # processor too (image_mean, say, is not one its constructor takes).
-        merged = processor.info.ctx.get_merged_mm_kwargs({})
-        called = {**merged, **(merged.get("images_kwargs") or {})}
         settings = {
             name: called.get(name, getattr(image_processor, name, None)) for name in NORMALISATION_SETTINGS
         }
         values = normalisation(settings, "torchvision")
         if values is None:
             return None
-    grid = (image_processor.patch_size, image_processor.temporal_patch_size, image_processor.merge_size)
-    return processed_identity(*grid, policy.identity, values), values
+    patch, temporal, merge = (
+        called.get(name, getattr(image_processor, name))
+        for name in ("patch_size", "temporal_patch_size", "merge_size")
+    )
+    return processed_identity(patch, temporal, merge, policy.identity, values, rows=family.rows), values
 
 
 def _checked(
@@ -281,19 +290,21 @@ def _apply_with_processed(original: Any) -> Any:
 
 
 def install_processor_seam() -> None:
-    """Wraps the covered processors' ``_apply_hf_processor_main`` (once):
-    Qwen2-VL's (inherited from vLLM's base processor) and Qwen3-VL's own."""
+    """Wraps each covered family's ``_apply_hf_processor_main`` (once):
+    Qwen2-VL's (inherited from vLLM's base processor), Qwen3-VL's and
+    GLM-4.1V's own."""
     global _installed
     with _install_lock:
         if _installed:
             return
         with warnings.catch_warnings():
-            # vLLM's model module warns of torch's own deprecations on
+            # vLLM's model modules warn of torch's own deprecations on
             # import: Python hides them by default, and so does this.
             warnings.simplefilter("ignore", DeprecationWarning)
-            from vllm.model_executor.models.qwen2_vl import Qwen2VLMultiModalProcessor
-            from vllm.model_executor.models.qwen3_vl import Qwen3VLMultiModalProcessor
-
-        for covered in (Qwen2VLMultiModalProcessor, Qwen3VLMultiModalProcessor):
+            seams = []
+            for family in FAMILIES:
+                module, _, name = family.seam.partition(":")
+                seams.append(getattr(importlib.import_module(module), name))
+        for covered in dict.fromkeys(seams):
             covered._apply_hf_processor_main = _apply_with_processed(covered._apply_hf_processor_main)
         _installed = True

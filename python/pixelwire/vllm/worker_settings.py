@@ -102,8 +102,8 @@ def check_resize_setting(argv: list[str]) -> None:
     else:
         log.info(
             "pixelwire processed inputs: off (a processor pixelwire makes the outputs of needs Qwen2-VL, "
-            "Qwen2.5-VL or Qwen3-VL, the torchvision backend and no --trust-request-mm-kwargs); "
-            "frontends ship pixels"
+            "Qwen2.5-VL, Qwen3-VL or GLM-4.1V/4.5V, the torchvision backend and no "
+            "--trust-request-mm-kwargs); frontends ship pixels"
         )
 
 
