@@ -193,10 +193,14 @@ fuzz: setup
 # timing (~3 min here after the ASan build, which takes ~7-11 min; video
 # runs at ~200-450 executions/s on one shared core, so ~1 min).
 FUZZ_CI_RUNS ?= decode=3000 wire=200000 resize=100000 video=20000
+# The regression replay (the fuzz crate's tests) builds in target/, beside
+# the main crate's debug build (`make test`): the dependencies both lock at
+# the same versions, the C libraries' builds among them, are reused there,
+# not built again in fuzz/target (which holds the sanitizer builds).
 fuzz-ci: setup
 	@cargo fuzz --version >/dev/null 2>&1 || cargo install cargo-fuzz --locked
 	@$(FUZZ_REUSE_FFMPEG)
-	$(FUZZ_PATH) cargo test -q --manifest-path fuzz/Cargo.toml
+	$(FUZZ_PATH) cargo test -q --manifest-path fuzz/Cargo.toml --target-dir target
 	for pair in $(FUZZ_CI_RUNS); do \
 		$(FUZZ_PATH) SEED_EVERY=3 SEED_MAX_BYTES=65536 FUZZ_NICE=0 FUZZ_RUNS=$${pair#*=} fuzz/run.sh 600 $${pair%%=*} || exit 1; \
 	done
