@@ -67,17 +67,27 @@ fn spin_for() -> Duration {
 }
 
 /// The progress thread's poll() timeout, in microseconds (rounded up to
-/// whole milliseconds by NIXL).
+/// whole milliseconds by NIXL): a publisher's. Each timeout wakes the
+/// thread to progress every worker of the agent.
 const PROGRESS_THREAD_TIMEOUT_US: u64 = 10_000;
+
+/// The same for a reader's agent, which progresses its own READs as it
+/// waits for them: its progress thread only carries what goes on between
+/// reads (connections, notifications UCX did not wake it for). A reader
+/// stays open for the life of vLLM's API server, and at 10 ms its four
+/// workers cost 4 to 5 ms of CPU a second idle (benches/reader_idle_cpu.py).
+pub const READER_PROGRESS_THREAD_TIMEOUT_US: u64 = 100_000;
 
 /// How an agent's UCX backend runs.
 #[derive(Clone, Debug)]
 pub struct AgentOptions {
-    /// NIXL's progress thread, polling the backend's workers every 1 ms. The
+    /// NIXL's progress thread, polling the backend's workers. The
     /// memory owner (the publisher) needs it; a reader that polls its own
     /// transfers does not, and without it no second thread contends for the
     /// worker's lock while a READ copies.
     pub progress_thread: bool,
+    /// That thread's poll() timeout, in microseconds.
+    pub progress_timeout_us: u64,
     /// UCX backend threads that each post part of a multi-descriptor READ on
     /// their own worker (NIXL's `num_threads`); 0: one worker, the caller's.
     pub threads: usize,
@@ -87,6 +97,7 @@ impl Default for AgentOptions {
     fn default() -> AgentOptions {
         AgentOptions {
             progress_thread: true,
+            progress_timeout_us: PROGRESS_THREAD_TIMEOUT_US,
             threads: 0,
         }
     }
@@ -150,7 +161,7 @@ impl Agent {
             // woken by UCX activity; the timeout only guards against a wake
             // UCX misses (NIXL's note), and 0 would spin a core. At 1 ms an
             // idle frontend woke 1,000 times a second, 2.5 % of a core.
-            pthr_delay_us: PROGRESS_THREAD_TIMEOUT_US,
+            pthr_delay_us: options.progress_timeout_us,
             ..Default::default()
         };
         let inner = nixl_sys::Agent::new_configured(&name, &config)

@@ -13,7 +13,9 @@ use std::time::{Duration, Instant};
 
 use nixl_sys::MemType;
 
-use crate::agent::{Agent, AgentOptions, PostedRead, ReadError, SETTLE_ON_DROP};
+use crate::agent::{
+    Agent, AgentOptions, PostedRead, ReadError, READER_PROGRESS_THREAD_TIMEOUT_US, SETTLE_ON_DROP,
+};
 use crate::background::{Background, Ticket};
 use crate::errors::{Error, Result};
 use crate::foreign::{self, ForeignMemory};
@@ -156,6 +158,7 @@ impl Reader {
                 "worker",
                 &AgentOptions {
                     progress_thread: config.progress_thread,
+                    progress_timeout_us: READER_PROGRESS_THREAD_TIMEOUT_US,
                     threads: config.read_threads,
                 },
             )?,
