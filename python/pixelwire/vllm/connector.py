@@ -45,6 +45,7 @@ from pixelwire.vllm.image_info import checked_for_vllm_loader
 from pixelwire.vllm.media_settings import VllmMediaSettings
 from pixelwire.vllm.native_decode import check_frame_list, decode_for_model, decode_processed
 from pixelwire.vllm.processed_inputs import ProcessedImage, processed_image, worker_patch_layout
+from pixelwire.vllm.processed_videos import tagged_media
 from pixelwire.vllm.reading import WORKER_MEDIA, ReadRequest, read_reference, read_timed
 from pixelwire.vllm.sync_loop import run_sync
 from pixelwire.vllm.video import (
@@ -198,9 +199,10 @@ class PixelwireMediaConnector(MediaConnector):
             decode = functools.partial(
                 decode_video_bytes, data, video_kwargs, loader, vllm_io, metrics, resize
             )
-            return await remembered_video(
+            loaded = await remembered_video(
                 data, digest, video_kwargs, loader, image_mode, resize, metrics, decode
             )
+            return loaded if resize is None or image_mode != "RGB" else tagged_media(loaded, "url")
         except PixelwireError as e:
             self._raise_as_vllms(e, video_url, metrics)
 
@@ -484,9 +486,12 @@ class VideoReads:
     """A video's reference at the worker: its frames and vLLM's metadata for them."""
 
     async def read(self, descriptor: dict[str, Any], request: ReadRequest) -> MediaWithBytes:
-        return await read_video_descriptor(
+        video = await read_video_descriptor(
             descriptor, request.video_kwargs, request.video_loader, request.metrics
         )
+        # Handed to vLLM's processor as its rows where it would make them
+        # of these frames (pixelwire.vllm.processed_videos).
+        return tagged_media(video, "nixl")
 
 
 WORKER_MEDIA.register(IMAGE.name, ImageReads())

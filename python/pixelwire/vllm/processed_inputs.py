@@ -47,6 +47,7 @@ from pixelwire.processed import (
     processed_identity,
 )
 from pixelwire.resize import ResizePolicy, image_policy_from_config
+from pixelwire.vllm.processed_videos import answer_video_call, splice_videos, split_videos
 from pixelwire.vllm.served_model import served_model
 
 log = logging.getLogger("pixelwire.vllm")
@@ -221,7 +222,25 @@ def _float_rows(
     return tensors[0] if len(tensors) == 1 else torch.cat(tensors)
 
 
-def _apply_with_processed(original: Any) -> Any:
+def _apply_with_processed(original: Any, *, videos: bool = False) -> Any:
+    """``original`` with processed images put in place, and with
+    ``videos`` (the processors that call the HF processor once for every
+    medium: Qwen2-VL's) processed videos too."""
+    if videos:
+        images = _apply_with_processed(original)
+
+        def apply_videos(self: Any, mm_items: Any, hf_kwargs: Mapping[str, object]) -> Any:
+            split = split_videos(self, mm_items, hf_kwargs)
+            if split is None:
+                return images(self, mm_items, hf_kwargs)
+            rest, places = split
+            out = images(self, rest, hf_kwargs)
+            splice_videos(self, out, places)
+            return out
+
+        apply_videos.__wrapped__ = original  # type: ignore[attr-defined]
+        return apply_videos
+
     def apply(self: Any, mm_items: Any, hf_kwargs: Mapping[str, object]) -> Any:
         from vllm.multimodal.parse import ImageProcessorItems, MultiModalDataItems
 
@@ -280,9 +299,26 @@ def _apply_with_processed(original: Any) -> Any:
     return apply
 
 
+def _call_with_processed(original: Any) -> Any:
+    """vLLM's ``InputProcessingContext.call_hf_processor``, answering
+    Qwen3-VL's per-video calls on a processed video itself
+    (:func:`pixelwire.vllm.processed_videos.answer_video_call`)."""
+
+    def call(
+        self: Any, hf_processor: Any, data: Mapping[str, object], kwargs: Mapping[str, object] = {}
+    ) -> Any:
+        answer = answer_video_call(self, hf_processor, data, kwargs)
+        return original(self, hf_processor, data, kwargs) if answer is None else answer
+
+    call.__wrapped__ = original  # type: ignore[attr-defined]
+    return call
+
+
 def install_processor_seam() -> None:
     """Wraps the covered processors' ``_apply_hf_processor_main`` (once):
-    Qwen2-VL's (inherited from vLLM's base processor) and Qwen3-VL's own."""
+    Qwen2-VL's (inherited from vLLM's base processor), with its videos, and
+    Qwen3-VL's own, whose per-video HF calls vLLM's context makes
+    (``call_hf_processor``, wrapped to answer those on processed videos)."""
     global _installed
     with _install_lock:
         if _installed:
@@ -293,7 +329,13 @@ def install_processor_seam() -> None:
             warnings.simplefilter("ignore", DeprecationWarning)
             from vllm.model_executor.models.qwen2_vl import Qwen2VLMultiModalProcessor
             from vllm.model_executor.models.qwen3_vl import Qwen3VLMultiModalProcessor
+            from vllm.multimodal.processing.context import InputProcessingContext
 
-        for covered in (Qwen2VLMultiModalProcessor, Qwen3VLMultiModalProcessor):
-            covered._apply_hf_processor_main = _apply_with_processed(covered._apply_hf_processor_main)
+        for covered, videos in ((Qwen2VLMultiModalProcessor, True), (Qwen3VLMultiModalProcessor, False)):
+            covered._apply_hf_processor_main = _apply_with_processed(
+                covered._apply_hf_processor_main, videos=videos
+            )
+        InputProcessingContext.call_hf_processor = _call_with_processed(
+            InputProcessingContext.call_hf_processor
+        )
         _installed = True
