@@ -4,17 +4,20 @@ worker mode) handed to vLLM 0.32's own multimodal processor is exactly
 what that processor makes of vLLM's own loader's frames:
 ``pixel_values_videos`` and ``video_grid_thw`` ``torch.equal``, the same
 prompt token ids (Qwen3-VL's carry each frame group's timestamp, from the
-loader's metadata), and the HF video processor never called for it. For the
-tiny Qwen2-VL (patch 14, each frame resized alone) and the tiny Qwen3-VL
-(patch 16, the budget over the whole video), at the model's own small
+loader's metadata; Qwen2.5-VL's ``second_per_grid_ts`` from it), and the
+HF video processor never called for it. For the tiny Qwen2-VL (patch 14,
+each frame resized alone), its files as a Qwen2.5-VL (vLLM's
+``Qwen2_5_VLMultiModalProcessor``) and the tiny Qwen3-VL (patch 16, the
+budget over the whole video), at the model's own small
 budget (frames downsized) and at a budget that keeps them, with vLLM's
 device normalisation on (uint8 rows) and off (float32 rows). Clips are
 made here, with an odd frame count (the last temporal group filled with
 the last frame).
 
-And fail closed: where vLLM's processor would not make those rows (here
-another merge size), the frames go to it as any video's, and the output
-is still vLLM's own."""
+The comparison catches a wrong setting (the merge windows, the temporal
+patch, the float values' rescale). And fail closed: where vLLM's processor
+would not make those rows (here one of another budget), the frames go to
+it as any video's, and the output is its own of them."""
 
 from __future__ import annotations
 
@@ -38,11 +41,18 @@ import video_clips as clips_module
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
 
 SECRET = "processed-videos-test"
-PROCESSORS = {"qwen2-vl": "Qwen2VLVideoProcessor", "qwen3-vl": "Qwen3VLVideoProcessor"}
+PROCESSORS = {
+    "qwen2-vl": "Qwen2VLVideoProcessor",
+    # The tiny Qwen2-VL's files as a Qwen2.5-VL (processor level only:
+    # its processor adds second_per_grid_ts).
+    "qwen2.5-vl": "Qwen2VLVideoProcessor",
+    "qwen3-vl": "Qwen3VLVideoProcessor",
+}
 # A video processor budget that keeps these clips' frames (both families'
 # rounding aside): Qwen2-VL's per frame, Qwen3-VL's over the whole video.
 KEEPING = {
     "qwen2-vl": {"shortest_edge": 3136, "longest_edge": 12845056},
+    "qwen2.5-vl": {"shortest_edge": 3136, "longest_edge": 12845056},
     "qwen3-vl": {"shortest_edge": 4096, "longest_edge": 25165824},
 }
 # 2.5 s at 10 fps: the loaders keep an odd count of frames of some.
@@ -65,30 +75,48 @@ def family(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
-def _model_with(family: str, folder: Path, **video_settings: Any) -> str:
-    """The tiny model of ``family`` with its video processor's config
-    changed (its weights linked, not copied)."""
-    source = stack.model_dir(family)
+def _model_with(base: Path, folder: Path, *, config: Any = None, processor: Any = None) -> str:
+    """The model in ``base`` with its ``config.json`` and processor config
+    changed by ``config`` and ``processor`` (its other files linked, not
+    copied)."""
     folder.mkdir(parents=True, exist_ok=True)
-    for path in source.iterdir():
-        if path.name != "processor_config.json":
+    changed = {"config.json": config, "processor_config.json": processor}
+    for path in base.iterdir():
+        change = changed.get(path.name)
+        if change is None:
             (folder / path.name).symlink_to(path)
-    config = json.loads((source / "processor_config.json").read_text())
-    config["video_processor"].update(video_settings)
-    (folder / "processor_config.json").write_text(json.dumps(config))
+            continue
+        settings = json.loads(path.read_text())
+        change(settings)
+        (folder / path.name).write_text(json.dumps(settings))
     return str(folder)
+
+
+def _as_qwen2_5_vl(config: dict[str, Any]) -> None:
+    config.update(model_type="qwen2_5_vl", architectures=["Qwen2_5_VLForConditionalGeneration"])
+    config["text_config"]["model_type"] = "qwen2_5_vl_text"
+    vision = config["vision_config"]
+    vision.update(model_type="qwen2_5_vl", out_hidden_size=config["text_config"]["hidden_size"])
+    vision.update(intermediate_size=128, fullatt_block_indexes=[0], window_size=112)
 
 
 @pytest.fixture(scope="module")
 def models(family: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    """The tiny model as built (its small budget: frames downsized), with
-    a budget that keeps the frames, and with another merge size in its
-    video processor alone (rows pixelwire's layout is not)."""
+    """The tiny model as built (its small budget: frames downsized) and
+    with a budget that keeps the frames."""
     folder = tmp_path_factory.mktemp(f"processed_video_{family}")
-    yield {
-        "downsizing": str(stack.model_dir(family)),
-        "keeping": _model_with(family, folder / "keeping", size=KEEPING[family]),
-    }
+    base = stack.model_dir("qwen2-vl" if family == "qwen2.5-vl" else family)
+    if family == "qwen2.5-vl":
+
+        def processor_class(settings: dict[str, Any]) -> None:
+            settings["processor_class"] = "Qwen2_5_VLProcessor"
+
+        base = Path(_model_with(base, folder / "base", config=_as_qwen2_5_vl, processor=processor_class))
+
+    def keeping(settings: dict[str, Any]) -> None:
+        settings["video_processor"]["size"] = KEEPING[family]
+
+    yield {"downsizing": str(base), "keeping": _model_with(base, folder / "keeping", processor=keeping)}
     shutil.rmtree(folder, ignore_errors=True)
 
 
@@ -258,6 +286,8 @@ def test_processed_videos_equal_vllms_processor_output(
                 assert all(abs(a - b) <= 16 for a, b in sides), clip
         for chosen in [[clip] for clip in clips] + [list(clips)]:
             expected = _apply(processor, [theirs[clip] for clip in chosen])
+            if family == "qwen2.5-vl":
+                assert "second_per_grid_ts" in _fields(expected, 0), "compared too"
             calls.clear()
             got = _apply(processor, [ours[clip] for clip in chosen])
             if calls:
