@@ -34,8 +34,8 @@ from typing import Any
 
 import numpy as np
 
-from pixelwire._native import join_patch_rows
-from pixelwire.processed import CHANNELS, Normalisation, normalisation
+from pixelwire._native import video_patch_rows
+from pixelwire.processed import CHANNELS, NativeNormalize, Normalisation, normalisation
 from pixelwire.resize import ResizePolicy
 from pixelwire.resize.families.smart import SmartPolicy
 
@@ -79,6 +79,11 @@ class VideoPatchLayout:
         grid = (self.patch_size, self.temporal_patch_size, self.merge_size)
         return video_identity(self.processor, *grid, self.resize.identity, self.normalisation)
 
+    @property
+    def native_normalize(self) -> NativeNormalize | None:
+        """The native ``normalize=`` (None: uint8 rows)."""
+        return None if self.normalisation is None else self.normalisation.native
+
     def takes(self, frames: int, height: int, width: int) -> bool:
         """Whether ``frames`` frames of (height, width) are at the size the
         processor resizes them to (its resize then leaves them as they are)
@@ -100,7 +105,10 @@ class VideoPatchLayout:
         uint8, at the processor's size), with their ``video_grid_thw``:
         each row a merge window's patch over ``temporal_patch_size``
         consecutive frames, channel-major, the last group filled with the
-        last frame; uint8, or the float32 values of :attr:`normalisation`."""
+        last frame; uint8, or the float32 values of :attr:`normalisation`.
+        Laid out natively in one pass (``video_patch_rows``,
+        ``PatchGrid::write_video`` in ``src/patches.rs``), the GIL
+        released, the float values made in the same pass."""
         if frames.dtype != np.uint8 or frames.ndim != 4 or frames.shape[3] != CHANNELS:
             raise ValueError(f"video rows need (T, H, W, 3) uint8 frames, not {frames.dtype} {frames.shape}")
         count, height, width, _ = frames.shape
@@ -109,25 +117,11 @@ class VideoPatchLayout:
             raise ValueError(
                 f"{count} frames of {height}x{width} do not divide into {p * m}-pixel merge windows"
             )
-        groups, gh, gw = self.grid_thw(count, height, width)
-        # Laid out as one strided copy in numpy's C loop (the GIL released),
-        # straight from the frames: each group's axes
-        # (T, H/PM, M, P, W/PM, M, P, C) taken as (H/PM, W/PM, M, M, C, T, P, P).
-        out = np.empty((groups, gh // m, gw // m, m, m, CHANNELS, t, p, p), dtype=np.uint8)
-        order = (0, 2, 5, 3, 6, 8, 1, 4, 7)
-        whole = count // t
-        shape = (gh // m, m, p, gw // m, m, p, CHANNELS)
-        if whole:
-            out[:whole] = frames[: whole * t].reshape(whole, t, *shape).transpose(order)
-        if whole < groups:
-            last = frames[whole * t :]
-            filled = np.concatenate([last, np.repeat(frames[-1:], t - len(last), axis=0)])
-            out[whole] = filled.reshape(1, t, *shape).transpose(order)[0]
-        rows = out.reshape(groups * gh * gw, CHANNELS * t * p * p)
-        if self.normalisation is not None:
-            joined = join_patch_rows([rows], [1], normalize=self.normalisation.native)
-            rows = joined.reshape(joined.shape[0], -1).view(np.float32)
-        return rows, [groups, gh, gw]
+        joined = video_patch_rows(np.ascontiguousarray(frames), (p, t, m), normalize=self.native_normalize)
+        rows = joined.reshape(joined.shape[0], -1)
+        return (rows if self.normalisation is None else rows.view(np.float32)), self.grid_thw(
+            count, height, width
+        )
 
 
 def video_patch_layout(
