@@ -14,7 +14,8 @@ device normalisation on (uint8 rows) and off (float32 rows). Clips are
 made here, with an odd frame count (the last temporal group filled with
 the last frame).
 
-The comparison catches a wrong setting (the merge windows, the temporal
+A processed video beside one of vLLM's own loader in one request is
+vLLM's own too. The comparison catches a wrong setting (the merge windows, the temporal
 patch, the float values' rescale). And fail closed: where vLLM's processor
 would not make those rows (here one of another budget), the frames go to
 it as any video's, and the output is its own of them."""
@@ -361,3 +362,30 @@ def test_a_video_for_another_processor_goes_to_vllms_processor(
     got = _apply(processor, [video])
     assert calls, "the processor made the rows itself"
     assert not _differences(got, plain, 1)
+
+
+def test_a_request_mixing_processed_and_other_videos_is_vllms_own(
+    clips: dict[str, bytes],
+    models: dict[str, str],
+    family: str,
+    served_as: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A processed video beside one of vLLM's own loader, either order:
+    the processor runs for the other one alone, and every item and the
+    prompt token ids are vLLM's own."""
+    served_as(models["downsizing"])
+    processor = _processor(models["downsizing"], True)
+    name = PROCESSORS[family]
+    first, second = clips
+    theirs = [asyncio.run(_vllms_own(clips[clip], name)) for clip in (first, second)]
+    ours = asyncio.run(_ours(clips[first], name, "frontend"))
+    calls = _video_processor_calls(monkeypatch)
+    _apply(processor, [theirs[1]])
+    alone = len(calls)  # what vLLM's processing of the other video alone runs
+    assert alone >= 1
+    for videos, expected in (([ours, theirs[1]], theirs), ([theirs[1], ours], theirs[::-1])):
+        calls.clear()
+        got = _apply(processor, videos)
+        assert len(calls) == alone, calls
+        assert not _differences(got, _apply(processor, expected), 2)
