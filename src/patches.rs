@@ -262,6 +262,113 @@ impl PatchGrid {
     }
 }
 
+impl PatchGrid {
+    /// Bytes of the rows of a video of `frames` frames of `height x width`:
+    /// one image's rows a group of `temporal` frames, the last group filled
+    /// (see [`PatchGrid::write_video`]).
+    pub fn video_bytes(&self, frames: usize, height: usize, width: usize) -> Result<usize> {
+        if frames == 0 {
+            return Err(Error::InvalidArgument(
+                "a video of no frames has no patch rows".into(),
+            ));
+        }
+        self.bytes(height, width)?
+            .checked_mul(frames.div_ceil(self.temporal))
+            .ok_or_else(|| Error::InvalidArgument("patch bytes overflow".into()))
+    }
+
+    /// Writes the rows of a video's processor (transformers'
+    /// `Qwen2VLVideoProcessor` and `Qwen3VLVideoProcessor`) into `out`,
+    /// exactly [`PatchGrid::video_bytes`] long: `video` is `frames` packed
+    /// RGB frames of `height x width`, one after the other; each group of
+    /// `temporal` consecutive frames is laid out as an image's rows, with
+    /// frame `t` of the group in the block's `t`-th temporal slot (where an
+    /// image repeats itself), and the last group filled by repeating the
+    /// last frame, as the processor pads it.
+    pub fn write_video(
+        &self,
+        video: &[u8],
+        frames: usize,
+        height: usize,
+        width: usize,
+        out: &mut [u8],
+    ) -> Result<()> {
+        let expected = self.video_bytes(frames, height, width)?;
+        let frame_len = height * width * CHANNELS;
+        if video.len() != frames * frame_len || out.len() != expected {
+            return Err(Error::InvalidArgument(format!(
+                "{} RGB bytes into {} patch bytes for {frames} frames of {height}x{width} (want {} and \
+                 {expected})",
+                video.len(),
+                out.len(),
+                frames * frame_len
+            )));
+        }
+        let group_bytes = expected / frames.div_ceil(self.temporal);
+        for (g, group) in out.chunks_exact_mut(group_bytes).enumerate() {
+            let slots: Vec<&[u8]> = (0..self.temporal)
+                .map(|t| {
+                    let index = (g * self.temporal + t).min(frames - 1);
+                    &video[index * frame_len..][..frame_len]
+                })
+                .collect();
+            match self.values {
+                Values::U8 => {
+                    self.lay_out_frames(&slots, width, group, |value, byte, _| value[0] = byte)
+                }
+                Values::F32(normalise) => {
+                    let table = normalise.table();
+                    self.lay_out_frames(&slots, width, group, |value, byte, c| {
+                        value.copy_from_slice(&table[c][byte as usize].to_ne_bytes())
+                    })
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// One group's rows: `slots[t]` (packed RGB of `width`-pixel lines)
+    /// into temporal slot `t` of every block; sizes checked by the caller.
+    fn lay_out_frames(
+        &self,
+        slots: &[&[u8]],
+        width: usize,
+        out: &mut [u8],
+        put: impl Fn(&mut [u8], u8, usize),
+    ) {
+        let (p, m, t, size) = (self.patch, self.merge, self.temporal, self.value_bytes());
+        let block = p * p * size;
+        let stride = width * CHANNELS;
+        let height = slots[0].len() / stride;
+        let mut rows = out.chunks_exact_mut(self.row_len() * size);
+        for window_y in 0..height / (p * m) {
+            for window_x in 0..width / (p * m) {
+                for inner_y in 0..m {
+                    for inner_x in 0..m {
+                        let row = rows.next().expect("rows sized by video_bytes()");
+                        let top = (window_y * m + inner_y) * p;
+                        let left = (window_x * m + inner_x) * p;
+                        for c in 0..CHANNELS {
+                            for (slot, rgb) in slots.iter().enumerate() {
+                                let values = &mut row[(c * t + slot) * block..][..block];
+                                for y in 0..p {
+                                    let line = &rgb[(top + y) * stride + left * CHANNELS..]
+                                        [..p * CHANNELS];
+                                    let cells =
+                                        values[y * p * size..][..p * size].chunks_exact_mut(size);
+                                    for (x, value) in cells.enumerate() {
+                                        put(value, line[x * CHANNELS + c], c);
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// `parts` joined one after the other into a new buffer: part `i` is rows
 /// of `row_len` bytes, each row `CHANNELS` blocks of one picture, and lands
 /// with every block repeated `copies` times (a processor's temporal copies
@@ -490,6 +597,36 @@ mod tests {
         assert_eq!(&out[..want.len()], &want[..]);
         assert_eq!(&out[want.len()..], &want[..]);
         assert!(join_rows_normalised(&[(&compact[..10], once.row_len(), 2)], &normalise).is_err());
+    }
+
+    #[test]
+    fn video_rows_are_each_groups_frames_in_their_temporal_slots() {
+        // 3 frames, temporal 2: the second group is frame 2 twice.
+        let g = PatchGrid::new(2, 2, 2).unwrap();
+        let (h, w, frames) = (4, 8, 3);
+        let video: Vec<u8> = (0..frames * h * w * 3)
+            .map(|i| (i * 7 % 251) as u8)
+            .collect();
+        let mut out = vec![0u8; g.video_bytes(frames, h, w).unwrap()];
+        g.write_video(&video, frames, h, w, &mut out).unwrap();
+        let frame = |i: usize| &video[i * h * w * 3..][..h * w * 3];
+        let one = PatchGrid::new(2, 1, 2).unwrap();
+        let single = |i: usize| reference(frame(i), h, w, one);
+        let (rows, len) = one.shape(h, w).unwrap();
+        let block = len / 3;
+        for (group, pair) in [(0, [0, 1]), (1, [2, 2])] {
+            for r in 0..rows {
+                for c in 0..3 {
+                    for (slot, &f) in pair.iter().enumerate() {
+                        let got =
+                            &out[(group * rows + r) * len * 2 + (c * 2 + slot) * block..][..block];
+                        assert_eq!(got, &single(f)[r * len + c * block..][..block]);
+                    }
+                }
+            }
+        }
+        assert!(g.write_video(&video, frames, h, w, &mut out[1..]).is_err());
+        assert!(g.video_bytes(0, h, w).is_err());
     }
 
     #[test]

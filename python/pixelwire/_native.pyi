@@ -323,6 +323,21 @@ def join_patch_rows(
     normalised value: the array is then (rows, row length, 4), each value's
     four native-endian bytes. The GIL is released while it copies."""
 
+def video_patch_rows(
+    frames: npt.NDArray[np.uint8],
+    patches: tuple[int, int, int],
+    normalize: tuple[str, tuple[float, float, float], tuple[float, float, float], float] | None = None,
+) -> npt.NDArray[np.uint8]:
+    """The rows a video processor (transformers' ``Qwen2VLVideoProcessor``,
+    ``Qwen3VLVideoProcessor``) makes of ``frames`` (T, H, W, 3 uint8,
+    C-contiguous, at its size) with ``patches=(patch_size,
+    temporal_patch_size, merge_size)``: each group of temporal-patch
+    consecutive frames laid out as an image's rows with frame ``t`` in
+    temporal slot ``t``, the last group filled with the last frame. (rows,
+    row length, 1) uint8, or with ``normalize`` (as for
+    :func:`decode_image`) (rows, row length, 4), each value's four
+    native-endian float32 bytes. The GIL is released while it lays them out."""
+
 def decode_many(
     inputs: Sequence[Buffer],
     *,

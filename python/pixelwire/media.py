@@ -14,7 +14,8 @@ medium's name, and dispatches on it:
 
 A new medium is its own module plus one registration in each (see
 docs/architecture.md, "Adding a medium"). Image, video and processed images
-are registered by the modules that handle them.
+are registered by the modules that handle them; a processed video is a
+video at every layer but vLLM's processor (:data:`PROCESSED_VIDEO`).
 """
 
 from __future__ import annotations
@@ -99,6 +100,11 @@ MEDIA: Registry[Medium] = Registry("media")
 IMAGE = MEDIA.register("image", Medium("image", part="image"))
 VIDEO = MEDIA.register("video", Medium("video", part="video"))
 PROCESSED_IMAGE = MEDIA.register("processed_image", Medium("processed_image", part="image"))
+# A video whose frames vLLM's processor takes as its rows, laid out at the
+# worker (pixelwire.vllm.processed_videos): its frames travel and are read
+# as a video's, so it has no descriptor, frontend or reader handler of its
+# own; the worker counts it when its rows go to vLLM.
+PROCESSED_VIDEO = MEDIA.register("processed_video", Medium("processed_video", part="video"))
 # Audio is passed on (fetched through the guard, identified as one real
 # container) and decoded by vLLM.
 AUDIO = MEDIA.register("audio", Medium("audio", part="audio"))

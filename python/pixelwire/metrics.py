@@ -72,10 +72,10 @@ _HELP = {
         "0 for vllm",
     },
     "media": {
-        "frontend": "Media handled, by medium (its registered name: image, processed_image, video, or a "
-        "medium registered since) and path, as the medium's own metrics count them",
-        "worker": "Media handled, by medium (its registered name: image, processed_image, video, or a "
-        "medium registered since) and path, as the medium's own metrics count them",
+        "frontend": "Media handled, by medium (its registered name: image, processed_image, video, "
+        "processed_video, or a medium registered since) and path, as the medium's own metrics count them",
+        "worker": "Media handled, by medium (its registered name: image, processed_image, video, "
+        "processed_video, or a medium registered since) and path, as the medium's own metrics count them",
     },
     "errors": {
         "frontend": "Requests refused for one of their media, by the exception type of the first that failed",

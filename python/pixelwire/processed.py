@@ -58,6 +58,10 @@ class Family:
     # vLLM 0.32's multimodal processor class, as "module:class", whose
     # _apply_hf_processor_main is the seam (pixelwire.vllm.processed_inputs).
     seam: str
+    # Whether that seam lays out its processed videos (Qwen2-VL's: one HF
+    # call for a request's videos); Qwen3-VL's videos are answered at its
+    # per-video HF calls instead, and GLM-4.1V's are not covered.
+    videos_at_seam: bool = False
 
 
 FAMILIES = (
@@ -69,6 +73,7 @@ FAMILIES = (
         image_processor="Qwen2VLImageProcessor",
         temporal_resize=False,
         seam="vllm.model_executor.models.qwen2_vl:Qwen2VLMultiModalProcessor",
+        videos_at_seam=True,
     ),
     # Qwen3-VL: the same image processor (patch 16 in its config); its
     # vLLM processor overrides the seam to call the HF processor for the

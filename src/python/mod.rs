@@ -29,5 +29,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     video::register(m)?;
     decode::register(m)?;
     m.add_function(wrap_pyfunction!(patches::join_patch_rows, m)?)?;
+    m.add_function(wrap_pyfunction!(patches::video_patch_rows, m)?)?;
     Ok(())
 }

@@ -1,7 +1,7 @@
 //! PyO3 wrapper of `crate::patches` for the worker: a request's processed
 //! images joined into the one tensor of patch rows vLLM's engine gets.
 
-use numpy::{PyReadonlyArray2, PyUntypedArrayMethods};
+use numpy::{PyReadonlyArray2, PyReadonlyArray4, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 
 use super::pixels;
@@ -99,6 +99,52 @@ pub fn join_patch_rows<'py>(
     })?;
     let shape = OutputShape {
         height: rows.len() / (row_len * value_bytes).max(1),
+        width: row_len,
+        channels: value_bytes,
+    };
+    pixels::array(py, rows, shape)
+}
+
+/// The rows a video processor (transformers' `Qwen2VLVideoProcessor`,
+/// `Qwen3VLVideoProcessor`) makes of `frames` (T, H, W, 3 uint8,
+/// C-contiguous, at its size) with
+/// `patches=(patch_size, temporal_patch_size, merge_size)`: each group of
+/// temporal-patch consecutive frames laid out as an image's rows with frame
+/// `t` in temporal slot `t`, the last group filled with the last frame.
+/// (rows, row length, 1) uint8, or with `normalize` (as for
+/// `decode_image`) (rows, row length, 4), each value's four native-endian
+/// float32 bytes. The GIL is released while it lays them out.
+#[pyfunction]
+#[pyo3(signature = (frames, patches, normalize = None))]
+pub fn video_patch_rows<'py>(
+    py: Python<'py>,
+    frames: PyReadonlyArray4<'py, u8>,
+    patches: (usize, usize, usize),
+    normalize: Option<NormalizeArg>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let grid = grid_arg(Some(patches), normalize)?.expect("patches given");
+    let shape = frames.shape();
+    let (count, height, width) = (shape[0], shape[1], shape[2]);
+    if shape[3] != 3 {
+        return Err(Error::InvalidArgument(format!(
+            "video patch rows need RGB frames, not {} channels",
+            shape[3]
+        ))
+        .into());
+    }
+    let video = frames
+        .as_slice()
+        .map_err(|_| Error::InvalidArgument("frames must be a C-contiguous array".into()))?;
+    let total = grid.video_bytes(count, height, width)?;
+    let rows = py.detach(|| -> crate::errors::Result<Vec<u8>> {
+        let mut out = vec![0u8; total];
+        grid.write_video(video, count, height, width, &mut out)?;
+        Ok(out)
+    })?;
+    let row_len = grid.row_len();
+    let value_bytes = grid.value_bytes();
+    let shape = OutputShape {
+        height: rows.len() / (row_len * value_bytes),
         width: row_len,
         channels: value_bytes,
     };

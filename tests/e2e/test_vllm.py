@@ -253,6 +253,13 @@ def _videos_read(service: stack.Service, path: str, before: str) -> float:
     )
 
 
+def _videos_laid_out(service: stack.Service, path: str, before: str) -> float:
+    """Videos whose rows the plug-in laid out for vLLM's processor (processed videos)."""
+    labels = {"medium": "processed_video", "path": path}
+    after = stack.metric(_metrics(service), "pixelwire_worker_media_total", **labels)
+    return after - stack.metric(before, "pixelwire_worker_media_total", **labels)
+
+
 @pytest.mark.parametrize("clip", ["h264_high_bframes.mp4", "vp9_odd_853x480.webm", "hevc_10bit.mkv"])
 def test_a_video_through_the_frontend_gets_vllms_tokens(
     served: dict[str, Any], video_clips: dict[str, bytes], clip: str
@@ -260,14 +267,17 @@ def test_a_video_through_the_frontend_gets_vllms_tokens(
     """A frontend started with the model (so it knows vLLM samples its
     videos with the qwen2_vl loader and how its video processor resizes
     them) samples, decodes and resizes the video, vLLM reads the frames
-    over NIXL at the processor's size, and the answer is vLLM's own, token
-    for token and logprob for logprob; the slot is freed by the read."""
+    over NIXL at the processor's size, the plug-in hands vLLM's engine its
+    video processor's rows of them (a processed video: the processor is
+    not called), and the answer is vLLM's own, token for token and logprob
+    for logprob; the slot is freed by the read."""
     before = _metrics(served["pixelwire_vllm"])
     shipped_before = stack.metric(
         _metrics(served["resizing"]), "pixelwire_frontend_video_frame_bytes_total", path="nixl"
     )
     through_pixelwire = _complete_video(served["resizing"], video_clips[clip])
     assert _videos_read(served["pixelwire_vllm"], "nixl", before) == 1, "the frames came over NIXL"
+    assert _videos_laid_out(served["pixelwire_vllm"], "nixl", before) == 1, "vLLM got the processor's rows"
     shipped = (
         stack.metric(_metrics(served["resizing"]), "pixelwire_frontend_video_frame_bytes_total", path="nixl")
         - shipped_before
@@ -297,15 +307,17 @@ def test_worker_mode_decodes_videos_natively_with_vllms_tokens(
 ) -> None:
     """In worker mode the plug-in decodes the video inside vLLM's API server
     with pixelwire's decoder, each frame resized for the served model's
-    video processor, and vLLM answers with its own loader's tokens and
-    logprobs; a codec pixelwire does not decode goes to vLLM's own loader
-    with the bytes already fetched."""
+    video processor, hands its engine the processor's rows of them, and
+    vLLM answers with its own loader's tokens and logprobs; a codec
+    pixelwire does not decode goes to vLLM's own loader with the bytes
+    already fetched."""
     from pixelwire.resize import video_resize_policy
 
     data = video_clips["h264_scene.mp4"]
     before = _metrics(served["pixelwire_vllm"])
     worker_decoded = _complete_video(served["worker_mode"], data)
     assert _videos_read(served["pixelwire_vllm"], "url", before) == 1
+    assert _videos_laid_out(served["pixelwire_vllm"], "url", before) == 1
     assert worker_decoded == _complete_video(served["reference_vllm"], data)
     # The frames were resized on the way: the bytes decoded are the resized frames'.
     policy = video_resize_policy(str(stack.model_dir()))

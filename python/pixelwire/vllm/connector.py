@@ -45,6 +45,7 @@ from pixelwire.vllm.image_info import checked_for_vllm_loader
 from pixelwire.vllm.media_settings import VllmMediaSettings
 from pixelwire.vllm.native_decode import check_frame_list, decode_for_model, decode_processed
 from pixelwire.vllm.processed_inputs import ProcessedImage, processed_image, worker_patch_layout
+from pixelwire.vllm.processed_videos import tagged_media
 from pixelwire.vllm.reading import WORKER_MEDIA, ReadRequest, read_reference, read_timed
 from pixelwire.vllm.sync_loop import run_sync
 from pixelwire.vllm.video import (
@@ -229,7 +230,12 @@ class PixelwireMediaConnector(MediaConnector):
         decode = functools.partial(
             decode_video_bytes, data, video_kwargs, loader, vllm_io, metrics, resize, client
         )
-        return await remembered_video(data, digest, video_kwargs, loader, image_mode, resize, metrics, decode)
+        loaded = await remembered_video(
+            data, digest, video_kwargs, loader, image_mode, resize, metrics, decode
+        )
+        # Handed to vLLM's processor as its rows where it would make them
+        # of these frames (pixelwire.vllm.processed_videos).
+        return loaded if resize is None or image_mode != "RGB" else tagged_media(loaded, "url")
 
     async def _load_resent_video(self, resent: ResentImage, request: ReadRequest) -> MediaWithBytes:
         """A resent video's reference: the bytes remembered under its
@@ -534,9 +540,12 @@ class VideoReads:
         if resent is not None:
             connector: PixelwireMediaConnector = request.connector
             return await connector._load_resent_video(resent, request)
-        return await read_video_descriptor(
+        video = await read_video_descriptor(
             descriptor, request.video_kwargs, request.video_loader, request.metrics
         )
+        # Handed to vLLM's processor as its rows where it would make them
+        # of these frames (pixelwire.vllm.processed_videos).
+        return tagged_media(video, "nixl")
 
 
 WORKER_MEDIA.register(IMAGE.name, ImageReads())

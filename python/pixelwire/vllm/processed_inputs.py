@@ -51,6 +51,7 @@ from pixelwire.processed import (
     processed_identity,
 )
 from pixelwire.resize import ResizePolicy, image_policy_from_config
+from pixelwire.vllm.processed_videos import answer_video_call, splice_videos, split_videos
 from pixelwire.vllm.served_model import served_model
 
 log = logging.getLogger("pixelwire.vllm")
@@ -230,7 +231,25 @@ def _float_rows(
     return tensors[0] if len(tensors) == 1 else torch.cat(tensors)
 
 
-def _apply_with_processed(original: Any) -> Any:
+def _apply_with_processed(original: Any, *, videos: bool = False) -> Any:
+    """``original`` with processed images put in place, and with
+    ``videos`` (the processors that call the HF processor once for every
+    medium: Qwen2-VL's) processed videos too."""
+    if videos:
+        images = _apply_with_processed(original)
+
+        def apply_videos(self: Any, mm_items: Any, hf_kwargs: Mapping[str, object]) -> Any:
+            split = split_videos(self, mm_items, hf_kwargs)
+            if split is None:
+                return images(self, mm_items, hf_kwargs)
+            rest, places = split
+            out = images(self, rest, hf_kwargs)
+            splice_videos(self, out, places)
+            return out
+
+        apply_videos.__wrapped__ = original  # type: ignore[attr-defined]
+        return apply_videos
+
     def apply(self: Any, mm_items: Any, hf_kwargs: Mapping[str, object]) -> Any:
         from vllm.multimodal.parse import ImageProcessorItems, MultiModalDataItems
 
@@ -289,10 +308,27 @@ def _apply_with_processed(original: Any) -> Any:
     return apply
 
 
+def _call_with_processed(original: Any) -> Any:
+    """vLLM's ``InputProcessingContext.call_hf_processor``, answering
+    Qwen3-VL's per-video calls on a processed video itself
+    (:func:`pixelwire.vllm.processed_videos.answer_video_call`)."""
+
+    def call(
+        self: Any, hf_processor: Any, data: Mapping[str, object], kwargs: Mapping[str, object] = {}
+    ) -> Any:
+        answer = answer_video_call(self, hf_processor, data, kwargs)
+        return original(self, hf_processor, data, kwargs) if answer is None else answer
+
+    call.__wrapped__ = original  # type: ignore[attr-defined]
+    return call
+
+
 def install_processor_seam() -> None:
     """Wraps each covered family's ``_apply_hf_processor_main`` (once):
-    Qwen2-VL's (inherited from vLLM's base processor), Qwen3-VL's and
-    GLM-4.1V's own."""
+    Qwen2-VL's (inherited from vLLM's base processor), with its videos,
+    Qwen3-VL's and GLM-4.1V's own; and vLLM's context's
+    ``call_hf_processor``, to answer Qwen3-VL's per-video HF calls on
+    processed videos."""
     global _installed
     with _install_lock:
         if _installed:
@@ -301,10 +337,18 @@ def install_processor_seam() -> None:
             # vLLM's model modules warn of torch's own deprecations on
             # import: Python hides them by default, and so does this.
             warnings.simplefilter("ignore", DeprecationWarning)
-            seams = []
+            from vllm.multimodal.processing.context import InputProcessingContext
+
+            seams: dict[Any, bool] = {}
             for family in FAMILIES:
                 module, _, name = family.seam.partition(":")
-                seams.append(getattr(importlib.import_module(module), name))
-        for covered in dict.fromkeys(seams):
-            covered._apply_hf_processor_main = _apply_with_processed(covered._apply_hf_processor_main)
+                seam = getattr(importlib.import_module(module), name)
+                seams[seam] = seams.get(seam, False) or family.videos_at_seam
+        for covered, videos in seams.items():
+            covered._apply_hf_processor_main = _apply_with_processed(
+                covered._apply_hf_processor_main, videos=videos
+            )
+        InputProcessingContext.call_hf_processor = _call_with_processed(
+            InputProcessingContext.call_hf_processor
+        )
         _installed = True
