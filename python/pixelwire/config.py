@@ -101,8 +101,7 @@ MAX_VIDEO_DECODE_PIXELS = VideoLimits().max_decode_pixels
 # these come from). NIXL's progress thread on a reader's agent: without it
 # nothing progresses the UCX worker between reads, and after a link outage
 # the reader could not connect to the same frontend again (tests/faults).
-# It polls on a 100 ms timeout (src/agent.rs), so an open idle reader costs
-# under 1 ms of CPU a second (benches/reader_idle_cpu.py).
+# On a 100 ms timeout (src/agent.rs), idle, it costs under 1 ms of CPU a second.
 READER_PROGRESS_THREAD = True
 # UCX backend threads a large READ is split across (NIXL's num_threads, one
 # UCX worker each); 0 keeps every READ on the calling thread.

@@ -44,7 +44,7 @@ from pixelwire.vllm.identity import cache_identity
 from pixelwire.vllm.image_info import checked_for_vllm_loader
 from pixelwire.vllm.media_settings import VllmMediaSettings
 from pixelwire.vllm.native_decode import check_frame_list, decode_for_model, decode_processed
-from pixelwire.vllm.processed_inputs import ProcessedImage, processed_image, worker_patch_layout
+from pixelwire.vllm.processed_inputs import ProcessedImage, processed_image
 from pixelwire.vllm.processed_videos import tagged_media
 from pixelwire.vllm.reading import WORKER_MEDIA, ReadRequest, read_reference, read_timed
 from pixelwire.vllm.sync_loop import run_sync
@@ -56,6 +56,7 @@ from pixelwire.vllm.video import (
     worker_video_resize_policy,
 )
 from pixelwire.vllm.video_memo import remembered_video, video_data_url
+from pixelwire.vllm.worker_layouts import worker_patch_layout
 from pixelwire.vllm.worker_settings import install_metrics, url_resize_allowed, worker_resize_policy
 
 log = logging.getLogger("pixelwire.vllm")

@@ -30,8 +30,6 @@ from __future__ import annotations
 
 import importlib
 import logging
-import os
-import sys
 import threading
 import warnings
 from collections.abc import Mapping
@@ -44,15 +42,12 @@ from pixelwire.processed import (
     FAMILIES,
     NORMALISATION_SETTINGS,
     Normalisation,
-    PatchLayout,
     family_of,
     normalisation,
-    patch_layout,
     processed_identity,
 )
-from pixelwire.resize import ResizePolicy, image_policy_from_config
+from pixelwire.resize import image_policy_from_config
 from pixelwire.vllm.processed_videos import answer_video_call, splice_videos, split_videos
-from pixelwire.vllm.served_model import served_model
 
 log = logging.getLogger("pixelwire.vllm")
 
@@ -95,39 +90,6 @@ def processed_image(
     item.image_grid_thw = torch.tensor([grid_thw], dtype=torch.int64)
     item.processor = processor
     return item
-
-
-def device_normalises(argv: list[str]) -> bool:
-    """Whether vLLM started with ``argv`` normalises images on the device
-    (``--mm-device-do-normalize``, on by default for the covered models;
-    VLLM_USE_RUST_FRONTEND turns it off): the patch rows are then uint8,
-    else the processor's float32 values.
-    The seam checks vLLM's resolved setting itself; this is what the
-    worker declares at start-up."""
-    if os.environ.get("VLLM_USE_RUST_FRONTEND", "").strip().lower() in ("1", "true"):
-        return False
-    on = True
-    for arg in argv:
-        name, _, value = arg.replace("_", "-").partition("=")
-        if name == "--no-mm-device-do-normalize":
-            on = False
-        elif name == "--mm-device-do-normalize":
-            on = value.lower() not in ("false", "0", "no", "off")
-    return on
-
-
-def worker_patch_layout(policy: ResizePolicy | None) -> PatchLayout | None:
-    """The patch layout of the model this vLLM serves (its resize policy:
-    ``policy``), or None where it takes no processed inputs."""
-    served = served_model(sys.argv)
-    if served.model is None or served.trusts_request_kwargs:
-        return None
-    try:
-        return patch_layout(
-            served.model, served.mm_processor_kwargs, policy, device_normalize=device_normalises(sys.argv)
-        )
-    except (OSError, ValueError):
-        return None
 
 
 def live_output(processor: Any) -> tuple[str, Normalisation | None] | None:

@@ -40,6 +40,7 @@ from pixelwire.processed import COVERED_MODEL_TYPES
 from pixelwire.processed_video import VideoPatchLayout, video_patch_layout
 from pixelwire.resize import video_policy_from_config, video_resize_policy
 from pixelwire.vllm.served_model import served_model
+from pixelwire.vllm.worker_layouts import device_normalises
 
 log = logging.getLogger("pixelwire.vllm")
 
@@ -77,8 +78,6 @@ def tagged(frames: Any, layout: VideoPatchLayout | None, path: str = "nixl") -> 
 def worker_video_layout() -> VideoPatchLayout | None:
     """The video layout of the model this vLLM serves (from its files, as
     the frames' resize is), or None where it takes no processed videos."""
-    from pixelwire.vllm.processed_inputs import device_normalises
-
     served = served_model(sys.argv)
     if served.model is None or served.trusts_request_kwargs or served.mm_processor_kwargs:
         return None

@@ -25,9 +25,9 @@ from pixelwire.resize import ResizePolicy, image_resize_policy
 from pixelwire.signing import signing_policy
 from pixelwire.transfer import default_reader
 from pixelwire.vllm.media_settings import VllmMediaSettings
-from pixelwire.vllm.processed_inputs import worker_patch_layout
 from pixelwire.vllm.served_model import from_command_line as served_model_from_command_line
 from pixelwire.vllm.served_model import same_model, served_model
+from pixelwire.vllm.worker_layouts import worker_patch_layout
 
 _metrics_lock = threading.Lock()
 _metrics: MediaMetrics | None = None
