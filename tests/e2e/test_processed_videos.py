@@ -127,14 +127,17 @@ def served_as(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     ``extra`` flags), with the pixelwire connector, a secret and the seam
     installed."""
     import pixelwire.vllm
-    from pixelwire.vllm import processed_videos, video
+    from pixelwire.vllm import processed_videos, video, worker_settings
 
     monkeypatch.setenv("PIXELWIRE_SECRET", SECRET)
     monkeypatch.setenv("VLLM_MEDIA_CONNECTOR", "pixelwire")
 
     def clear() -> None:
+        # Every setting the plug-in keeps from the command line, images'
+        # too: vLLM's own media tests later in the session serve no model.
         video.worker_video_resize_policy.cache_clear()
         processed_videos.worker_video_layout.cache_clear()
+        worker_settings.worker_resize_policy.cache_clear()
 
     def serve(model: str, *extra: str) -> None:
         monkeypatch.setattr(sys, "argv", ["api_server.py", "--model", model, *extra])
