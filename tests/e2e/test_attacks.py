@@ -35,6 +35,7 @@ import hostile_media
 import pytest
 
 import stack
+import video_turns
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
 
@@ -1023,8 +1024,11 @@ def test_video_bombs_in_worker_mode_do_not_queue_another_video(
     three bombs at a time (1,500 1080p frames each, claiming 1.5 ms, sampled
     by the opencv loader over all of them) decode there, another client's
     5 s 720p video takes turns among them rather than waiting behind them.
-    When their client waits, the victim is answered before some bomb that
-    was decoding when it was sent. When it hangs up after 0.5 s and sends
+    When their client waits (its three senders a quiet bomb apart), each
+    victim sent while some bomb had far more left to decode than the victim
+    needs is answered before that bomb ends (:mod:`video_turns`); at least
+    two of six are judged. When
+    it hangs up after 0.5 s and sends
     the bomb again (the same bytes, or bytes varied on every attempt), the
     resent bomb resumes the decoding time its client had (it does not start
     level with the victim): the victim's request spans no more of the
@@ -1059,9 +1063,19 @@ def test_video_bombs_in_worker_mode_do_not_queue_another_video(
     quiet = victim_spans(4)
     stop = threading.Event()
     bombs: list[tuple[float, float]] = []
+    stagger = 0.0
+    if attacker == "waits":
+        started = time.monotonic()
+        status, _, raw = _send(served.worker_mode, "/v1/chat/completions", body(_varied(bomb_bytes, -1)))
+        assert status == 200, raw[:2000]
+        stagger = time.monotonic() - started
 
-    def attack() -> None:
+    def attack(index: int) -> None:
         same = body(bomb_bytes)
+        # Senders that start together end together (they take turns): a
+        # victim sent just before that end is rightly answered after it.
+        if stop.wait(index * stagger):
+            return
         while not stop.is_set():
             # A waiting attacker's bombs are each other bytes too: the same
             # bytes sent again are the worker's video cache's once decoded.
@@ -1074,17 +1088,17 @@ def test_video_bombs_in_worker_mode_do_not_queue_another_video(
                 pass  # the attacker hung up
             bombs.append((started, time.monotonic()))
 
-    attackers = [threading.Thread(target=attack) for _ in range(3)]
+    attackers = [threading.Thread(target=attack, args=(index,)) for index in range(3)]
     for thread in attackers:
         thread.start()
-    time.sleep(2.0)
-    loaded = victim_spans(4)
+    time.sleep(2.0 + 2 * stagger)
+    loaded = victim_spans(6 if attacker == "waits" else 4)
     stop.set()
     for thread in attackers:
         thread.join(300)
+    judged = video_turns.turns(quiet, loaded, bombs)
     if attacker == "waits":
-        ahead = [any(s < v_start and e > v_end for s, e in bombs) for v_start, v_end in loaded]
-        assert all(ahead), ("a victim's video waited for every bomb sent before it", ahead, bombs, loaded)
+        judged.check(2, bombs)
     else:
         # Counted against the attacker's own clock and the quiet run's: the
         # bombs it could resend while twice the slowest quiet answer took,
@@ -1105,4 +1119,5 @@ def test_video_bombs_in_worker_mode_do_not_queue_another_video(
     print(
         f"\n  worker mode, attacker {attacker}: victim video p99 quiet {p99(quiet):.0f} ms, "
         f"loaded {p99(loaded):.0f} ms ({p99(loaded) / p99(quiet):.2f}x); {len(bombs)} bombs sent"
+        + f"; {judged}"
     )
