@@ -27,10 +27,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import sys
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -148,19 +149,45 @@ async def _loaded_in_worker_mode(items: list[bytes]) -> list[Any]:
     return loaded
 
 
-async def _published_and_read(items: list[bytes], layout: PatchLayout) -> list[Any]:
-    """Each image published as the frontend publishes it, then loaded by
-    the plug-in's connector from its signed reference."""
+async def _published_and_read(
+    items: list[bytes], layout: PatchLayout, publisher: pixelwire.Publisher | None = None
+) -> list[Any]:
+    """Each image published as the frontend publishes it (by ``publisher``,
+    else by one opened for them), then loaded by the plug-in's connector
+    from its signed reference."""
     from pixelwire.signing import encode_reference
     from pixelwire.vllm.connector import PixelwireMediaConnector
 
-    async with pixelwire.Publisher() as publisher:
-        carriers = []
-        for data in items:
-            decoded = await publisher.decode_and_publish(data, layout="PATCHES", resize=layout)
-            reference = encode_reference(decoded.to_dict(), SECRET.encode())
-            carriers.append(await PixelwireMediaConnector().fetch_image_async(reference))
-        return carriers
+    if publisher is None:
+        async with pixelwire.Publisher() as publisher:
+            return await _published_and_read(items, layout, publisher)
+    carriers = []
+    for data in items:
+        decoded = await publisher.decode_and_publish(data, layout="PATCHES", resize=layout)
+        reference = encode_reference(decoded.to_dict(), SECRET.encode())
+        carriers.append(await PixelwireMediaConnector().fetch_image_async(reference))
+    return carriers
+
+
+@contextlib.contextmanager
+def _one_at_a_time(layout: PatchLayout) -> Iterator[Callable[[bytes, str], Any]]:
+    """Loads one image at a time, as the frontend publishes it and the
+    plug-in reads it (``"frontend"``) or as the plug-in loads it itself
+    (``"worker"``), on one event loop with one publisher for all: a
+    publisher per image would set up a NIXL agent, and the reader's
+    connection to it, for each image."""
+    with asyncio.Runner() as runner:
+        publisher = pixelwire.Publisher().open()
+
+        def load(data: bytes, where: str) -> Any:
+            if where == "frontend":
+                return runner.run(_published_and_read([data], layout, publisher))[0]
+            return runner.run(_loaded_in_worker_mode([data]))[0]
+
+        try:
+            yield load
+        finally:
+            runner.run(publisher.close())
 
 
 def _hf_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
@@ -240,33 +267,31 @@ def test_processed_images_equal_vllms_processor_output(
         assert photos and photos <= {case.name for case, _ in kept}, "every photo is downsized"
     cases = [case for case, _ in kept]
 
-    for case in cases:
-        height, width = pixelwire.probe_image(case.data)["oriented_size"]
-        expected = _apply(processor, [case.image])
-        want_rows, want_grid = _item(expected, 0)
-        # Kept its size, but for the rounding to the merge grid.
-        target, half = layout.target(height, width), layout.resize.factor // 2
-        whole += abs(target[0] - height) <= half and abs(target[1] - width) <= half
-        for where in ("frontend", "worker"):
-            # One at a time: a carrier read from a frontend holds the reader's receive memory.
-            if where == "frontend":
-                carrier = asyncio.run(_published_and_read([case.data], layout))[0]
-            else:
-                carrier = asyncio.run(_loaded_in_worker_mode([case.data]))[0]
-            calls.clear()
-            got = _apply(processor, [carrier])
-            rows, grid = _item(got, 0)
-            if calls:
-                failures.append(f"{case.name} ({where}): the HF processor was called for {calls}")
-            same = rows.dtype == want_rows.dtype and torch.equal(rows, want_rows)
-            if not (torch.equal(grid, want_grid) and same):
-                failures.append(
-                    f"{case.name} ({where}): rows {tuple(rows.shape)} {rows.dtype}, grid {grid.tolist()}"
-                )
-            if got["prompt_token_ids"] != expected["prompt_token_ids"]:
-                failures.append(f"{case.name} ({where}): prompt token ids differ")
-            del carrier, got, rows
-        del expected, want_rows
+    with _one_at_a_time(layout) as load:
+        for case in cases:
+            height, width = pixelwire.probe_image(case.data)["oriented_size"]
+            expected = _apply(processor, [case.image])
+            want_rows, want_grid = _item(expected, 0)
+            # Kept its size, but for the rounding to the merge grid.
+            target, half = layout.target(height, width), layout.resize.factor // 2
+            whole += abs(target[0] - height) <= half and abs(target[1] - width) <= half
+            for where in ("frontend", "worker"):
+                # One at a time: a carrier read from a frontend holds the reader's receive memory.
+                carrier = load(case.data, where)
+                calls.clear()
+                got = _apply(processor, [carrier])
+                rows, grid = _item(got, 0)
+                if calls:
+                    failures.append(f"{case.name} ({where}): the HF processor was called for {calls}")
+                same = rows.dtype == want_rows.dtype and torch.equal(rows, want_rows)
+                if not (torch.equal(grid, want_grid) and same):
+                    failures.append(
+                        f"{case.name} ({where}): rows {tuple(rows.shape)} {rows.dtype}, grid {grid.tolist()}"
+                    )
+                if got["prompt_token_ids"] != expected["prompt_token_ids"]:
+                    failures.append(f"{case.name} ({where}): prompt token ids differ")
+                del carrier, got, rows
+            del expected, want_rows
     dtype = "uint8" if _on_device(normalised) else "float32"
     print(f"\n{family}, {dtype}, budget {pixels}: {len(cases)} images, {whole} kept their size (on the grid)")
     assert not failures, failures
