@@ -205,9 +205,8 @@ impl PatchGrid {
         }
     }
 
-    /// The layout itself: `put(value, byte, channel)` writes the value of
-    /// each byte of the first temporal copy of each block (`value` is its
-    /// [`PatchGrid::value_bytes`]), and the other copies are copied from it.
+    /// Checks the sizes, then lays the one picture out as a group of one
+    /// frame: its temporal copies are copied from the first.
     fn lay_out(
         &self,
         rgb: &[u8],
@@ -225,39 +224,7 @@ impl PatchGrid {
                 height * width * CHANNELS
             )));
         }
-        let (p, m, t, size) = (self.patch, self.merge, self.temporal, self.value_bytes());
-        let block = p * p * size;
-        let stride = width * CHANNELS;
-        let mut rows = out.chunks_exact_mut(self.row_len() * size);
-        for window_y in 0..height / (p * m) {
-            for window_x in 0..width / (p * m) {
-                for inner_y in 0..m {
-                    for inner_x in 0..m {
-                        let row = rows.next().expect("rows sized by shape()");
-                        let top = (window_y * m + inner_y) * p;
-                        let left = (window_x * m + inner_x) * p;
-                        for c in 0..CHANNELS {
-                            let first = &mut row[c * t * block..][..block];
-                            for y in 0..p {
-                                let line =
-                                    &rgb[(top + y) * stride + left * CHANNELS..][..p * CHANNELS];
-                                let values =
-                                    first[y * p * size..][..p * size].chunks_exact_mut(size);
-                                for (x, value) in values.enumerate() {
-                                    put(value, line[x * CHANNELS + c], c);
-                                }
-                            }
-                            // The temporal copies of the block: the same picture.
-                            let (first, rest) =
-                                row[c * t * block..][..t * block].split_at_mut(block);
-                            for copy in rest.chunks_exact_mut(block) {
-                                copy.copy_from_slice(first);
-                            }
-                        }
-                    }
-                }
-            }
-        }
+        self.lay_out_frames(&[rgb], width, out, put);
         Ok(())
     }
 }
@@ -306,11 +273,11 @@ impl PatchGrid {
         }
         let group_bytes = expected / frames.div_ceil(self.temporal);
         for (g, group) in out.chunks_exact_mut(group_bytes).enumerate() {
-            let slots: Vec<&[u8]> = (0..self.temporal)
-                .map(|t| {
-                    let index = (g * self.temporal + t).min(frames - 1);
-                    &video[index * frame_len..][..frame_len]
-                })
+            // The last group's missing frames are its last frame again:
+            // lay_out_frames copies it into their slots.
+            let first = g * self.temporal;
+            let slots: Vec<&[u8]> = (first..(first + self.temporal).min(frames))
+                .map(|index| &video[index * frame_len..][..frame_len])
                 .collect();
             match self.values {
                 Values::U8 => {
@@ -328,7 +295,11 @@ impl PatchGrid {
     }
 
     /// One group's rows: `slots[t]` (packed RGB of `width`-pixel lines)
-    /// into temporal slot `t` of every block; sizes checked by the caller.
+    /// into temporal slot `t` of every block, `put(value, byte, channel)`
+    /// writing each value (`value` is [`PatchGrid::value_bytes`] long), and
+    /// the slots past the pictures given copied from the last one (an
+    /// image's temporal copies of itself; a video's last group, padded as
+    /// the processor pads it). Sizes checked by the caller.
     fn lay_out_frames(
         &self,
         slots: &[&[u8]],
@@ -345,12 +316,13 @@ impl PatchGrid {
             for window_x in 0..width / (p * m) {
                 for inner_y in 0..m {
                     for inner_x in 0..m {
-                        let row = rows.next().expect("rows sized by video_bytes()");
+                        let row = rows.next().expect("rows sized by the caller");
                         let top = (window_y * m + inner_y) * p;
                         let left = (window_x * m + inner_x) * p;
                         for c in 0..CHANNELS {
+                            let blocks = &mut row[c * t * block..][..t * block];
                             for (slot, rgb) in slots.iter().enumerate() {
-                                let values = &mut row[(c * t + slot) * block..][..block];
+                                let values = &mut blocks[slot * block..][..block];
                                 for y in 0..p {
                                     let line = &rgb[(top + y) * stride + left * CHANNELS..]
                                         [..p * CHANNELS];
@@ -360,6 +332,11 @@ impl PatchGrid {
                                         put(value, line[x * CHANNELS + c], c);
                                     }
                                 }
+                            }
+                            let (given, rest) = blocks.split_at_mut(slots.len() * block);
+                            let last = &given[(slots.len() - 1) * block..];
+                            for copy in rest.chunks_exact_mut(block) {
+                                copy.copy_from_slice(last);
                             }
                         }
                     }

@@ -100,11 +100,7 @@ def start_vllm(
         "--model", str(model_dir(family)), "--served-model-name", "tiny",
         "--host", host, "--port", str(port),
         "--dtype", "float32", "--max-model-len", "1024", "--max-num-seqs", "4",
-        "--enforce-eager", "--limit-mm-per-prompt", json.dumps(limits), "--seed", "0",
-        # The model runs in the engine's process, not a third one: each
-        # start imports torch and vLLM twice rather than three times (the
-        # plug-in runs in the API server's process either way).
-        "--distributed-executor-backend", "uni", *extra_args,
+        "--enforce-eager", "--limit-mm-per-prompt", json.dumps(limits), "--seed", "0", *extra_args,
     ]  # fmt: skip
     return Service(name, argv, env, port, log_dir, host)
 
