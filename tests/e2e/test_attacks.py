@@ -1027,9 +1027,8 @@ def test_video_bombs_in_worker_mode_do_not_queue_another_video(
     When their client waits (its three senders a quiet bomb apart), each
     victim sent while some bomb had far more left to decode than the victim
     needs is answered before that bomb ends (:mod:`video_turns`); at least
-    two of six are judged. When
-    it hangs up after 0.5 s and sends
-    the bomb again (the same bytes, or bytes varied on every attempt), the
+    two of six are judged. When it hangs up after 0.5 s and sends the bomb
+    again (the same bytes, or bytes varied on every attempt), the
     resent bomb resumes the decoding time its client had (it does not start
     level with the victim): the victim's request spans no more of the
     attacker's attempts (begun and given up within it) than fit in twice
@@ -1118,6 +1117,5 @@ def test_video_bombs_in_worker_mode_do_not_queue_another_video(
 
     print(
         f"\n  worker mode, attacker {attacker}: victim video p99 quiet {p99(quiet):.0f} ms, "
-        f"loaded {p99(loaded):.0f} ms ({p99(loaded) / p99(quiet):.2f}x); {len(bombs)} bombs sent"
-        + f"; {judged}"
+        f"loaded {p99(loaded):.0f} ms ({p99(loaded) / p99(quiet):.2f}x); {len(bombs)} bombs sent; {judged}"
     )
